@@ -1,0 +1,99 @@
+//! The `oncegate` command line: parse into plain data, then build runtime objects.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use oncegate_core::Registry;
+
+mod cmd;
+
+/// oncegate: one intent, at most one effect.
+#[derive(Debug, Parser)]
+#[command(name = "oncegate", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate a registry without starting anything.
+    CheckConfig(ConfigArg),
+    /// Explain intent keys.
+    #[command(subcommand)]
+    Keys(cmd::keys::KeysCommand),
+    /// Inspect intents in the store.
+    #[command(subcommand)]
+    Intents(cmd::intents::IntentsCommand),
+    /// Verify or export the audit chain.
+    #[command(subcommand)]
+    Audit(cmd::audit::AuditCommand),
+}
+
+/// `--config PATH`, shared by every subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConfigArg {
+    /// The registry file.
+    #[arg(long, short, default_value = "oncegate.toml", env = "ONCEGATE_CONFIG")]
+    pub config: PathBuf,
+}
+
+/// Loads a registry, turning config errors into one readable error.
+pub fn load(path: &Path) -> anyhow::Result<Registry> {
+    oncegate_store::load_registry(path).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Opens the registry's store.
+pub async fn open_store(registry: &Registry) -> anyhow::Result<oncegate_store::SqliteStore> {
+    let dir = registry
+        .source
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_default();
+    let path = oncegate_store::resolve_sqlite_path(&registry.store_url, &dir)
+        .with_context(|| format!("unsupported store URL `{}`", registry.store_url))?;
+    oncegate_store::SqliteStore::open(&path)
+        .await
+        .with_context(|| format!("cannot open the store at {}", path.display()))
+}
+
+/// Parses arguments and runs; the exit code says whether it worked.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ONCEGATE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::CheckConfig(args) => cmd::check_config::run(&args),
+        Command::Keys(c) => cmd::keys::run(c),
+        Command::Intents(c) => runtime().and_then(|rt| rt.block_on(cmd::intents::run(c))),
+        Command::Audit(c) => runtime().and_then(|rt| rt.block_on(cmd::audit::run(c))),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Writes to stdout, treating a closed pipe (`| head`) as done rather than a crash.
+pub fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}

@@ -1,0 +1,5 @@
+//! The `oncegate` binary.
+
+fn main() -> std::process::ExitCode {
+    oncegate_cli::run()
+}

@@ -1,0 +1,138 @@
+//! Stable error codes.
+//!
+//! Every denial, refusal and store failure carries one of these codes. They appear in
+//! responses, audit records and `docs/error-codes.md`; once published a code never
+//! changes meaning, so clients and runbooks can match on it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A stable, documented reason code (`OG-0001` ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Code {
+    /// A Cedar policy denied the call.
+    #[serde(rename = "OG-0001")]
+    PolicyDenied,
+    /// A human approver denied the call.
+    #[serde(rename = "OG-0002")]
+    ApprovalDenied,
+    /// The approval expired before anyone decided.
+    #[serde(rename = "OG-0003")]
+    ApprovalExpired,
+    /// The attempt ceiling for this intent key was reached; the breaker is tripped.
+    #[serde(rename = "OG-0004")]
+    AttemptCeiling,
+    /// The capability or the agent is switched off by an admin.
+    #[serde(rename = "OG-0005")]
+    KillSwitch,
+    /// The outcome of an earlier attempt is unknown and the capability refuses repeats.
+    #[serde(rename = "OG-0006")]
+    UnknownRefused,
+    /// The store is unreachable; consequential calls are refused (fail closed).
+    #[serde(rename = "OG-0007")]
+    StoreUnavailable,
+    /// The same intent was already issued by another run, and policy refuses it.
+    #[serde(rename = "OG-0008")]
+    CrossRunRefused,
+    /// The arguments cannot be normalised (bad money amount, missing business ref...).
+    #[serde(rename = "OG-0009")]
+    InvalidArguments,
+    /// The upstream answered with a definite failure (4xx): nothing happened.
+    #[serde(rename = "OG-0010")]
+    UpstreamRejected,
+    /// The upstream's outcome is unknown (timeout, reset after send, 5xx).
+    #[serde(rename = "OG-0011")]
+    UpstreamUnknown,
+    /// The approval no longer matches the call (arguments or policy changed).
+    #[serde(rename = "OG-0012")]
+    ApprovalVoid,
+    /// The caller may not do this (wrong role, self-approval).
+    #[serde(rename = "OG-0013")]
+    Forbidden,
+    /// Another attempt holds the claim on this intent.
+    #[serde(rename = "OG-0014")]
+    InFlight,
+    /// The store lost too many races in a row; the call was not decided.
+    #[serde(rename = "OG-0015")]
+    Contention,
+    /// The capability is not declared in the registry.
+    #[serde(rename = "OG-0016")]
+    UnknownCapability,
+}
+
+impl Code {
+    /// Every code, in numeric order (used by the docs test).
+    pub const ALL: [Code; 16] = [
+        Code::PolicyDenied,
+        Code::ApprovalDenied,
+        Code::ApprovalExpired,
+        Code::AttemptCeiling,
+        Code::KillSwitch,
+        Code::UnknownRefused,
+        Code::StoreUnavailable,
+        Code::CrossRunRefused,
+        Code::InvalidArguments,
+        Code::UpstreamRejected,
+        Code::UpstreamUnknown,
+        Code::ApprovalVoid,
+        Code::Forbidden,
+        Code::InFlight,
+        Code::Contention,
+        Code::UnknownCapability,
+    ];
+
+    /// The wire spelling, e.g. `OG-0004`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::PolicyDenied => "OG-0001",
+            Code::ApprovalDenied => "OG-0002",
+            Code::ApprovalExpired => "OG-0003",
+            Code::AttemptCeiling => "OG-0004",
+            Code::KillSwitch => "OG-0005",
+            Code::UnknownRefused => "OG-0006",
+            Code::StoreUnavailable => "OG-0007",
+            Code::CrossRunRefused => "OG-0008",
+            Code::InvalidArguments => "OG-0009",
+            Code::UpstreamRejected => "OG-0010",
+            Code::UpstreamUnknown => "OG-0011",
+            Code::ApprovalVoid => "OG-0012",
+            Code::Forbidden => "OG-0013",
+            Code::InFlight => "OG-0014",
+            Code::Contention => "OG-0015",
+            Code::UnknownCapability => "OG-0016",
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_spelling_matches_as_str_and_codes_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for code in Code::ALL {
+            let json = serde_json::to_value(code).unwrap();
+            assert_eq!(json, serde_json::Value::String(code.as_str().to_owned()));
+            assert!(seen.insert(code.as_str()), "duplicate code {code}");
+        }
+    }
+
+    #[test]
+    fn every_code_is_documented() {
+        let doc = include_str!("../../../docs/error-codes.md");
+        for code in Code::ALL {
+            assert!(
+                doc.contains(code.as_str()),
+                "{code} missing from docs/error-codes.md"
+            );
+        }
+    }
+}

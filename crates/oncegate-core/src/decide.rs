@@ -1,0 +1,1158 @@
+//! The decision state machine: pure functions of (stored state, request, capability,
+//! policy verdict, now).
+//!
+//! Stores only load and compare-and-set; everything that decides what happens is here,
+//! so every backend behaves the same and every transition is testable without I/O. A
+//! shell that loses a compare-and-set race re-reads and calls these functions again.
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::audit::{AuditEvent, AuditKind};
+use crate::codes::Code;
+use crate::config::{AfterWindow, Capability, Category, CrossRun, OnUnknown, Role};
+use crate::intent::{
+    Alert, Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState, Lease, Outcome,
+    Reason, Status,
+};
+use crate::key::DerivedKey;
+use crate::policy::PolicyVerdict;
+
+/// One call, with everything the shell loaded for it.
+#[derive(Clone, Debug)]
+pub struct CallRequest<'a> {
+    /// The authenticated principal.
+    pub principal: &'a str,
+    /// The tenant.
+    pub tenant: &'a str,
+    /// The derived key.
+    pub derived: &'a DerivedKey,
+    /// The call's arguments as sent.
+    pub arguments: &'a Value,
+    /// The orchestrator's run id.
+    pub run_id: Option<&'a str>,
+    /// The orchestrator's step id.
+    pub step_id: Option<&'a str>,
+    /// Who will hold the lease if this call claims.
+    pub owner: &'a str,
+    /// The approval referenced by the existing record, if any.
+    pub approval: Option<&'a Approval>,
+    /// A live intent with the same cross-run key from another run, if any.
+    pub other_run: Option<&'a IntentRecord>,
+    /// Set when an admin switched off the capability or the agent.
+    pub kill_switch: Option<&'a str>,
+    /// The id to use if this call creates an approval (ids are random; decide is not).
+    pub new_approval_id: &'a str,
+}
+
+/// What the shell must do after committing the decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Answer with the outcome.
+    Respond,
+    /// Run the effect with the record's upstream key, then call [`record_effect`].
+    Execute,
+    /// Run the reconciliation read, then call [`after_reconcile`].
+    Reconcile,
+    /// A read: call the upstream, claim nothing.
+    PassThrough,
+}
+
+/// A decision: what to write (atomically, with the audit event) and what to do next.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    /// The next step.
+    pub action: Action,
+    /// The record to compare-and-set (`None`: no intent state changes).
+    pub record: Option<IntentRecord>,
+    /// An approval to insert or update.
+    pub approval: Option<Approval>,
+    /// The answer (provisional `in_flight`/`unknown` for Execute and Reconcile).
+    pub outcome: Outcome,
+    /// The audit event, appended in the same transaction.
+    pub event: AuditEvent,
+}
+
+/// What the upstream said about one execution.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EffectResult {
+    /// 2xx: it happened.
+    Applied {
+        /// The effect reference.
+        effect_ref: Option<String>,
+        /// The upstream's answer.
+        result: Value,
+    },
+    /// 4xx: definite no, nothing happened.
+    Failed {
+        /// The upstream's answer.
+        result: Value,
+        /// Why.
+        message: String,
+    },
+    /// Timeout, reset after send, 5xx: it may have happened.
+    Unknown {
+        /// Why.
+        message: String,
+    },
+    /// Proof that nothing left (connection refused, DNS, TLS), or 429.
+    NotSent {
+        /// Why.
+        message: String,
+    },
+}
+
+/// What a reconciliation read said.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReconcileResult {
+    /// The upstream has the effect.
+    Found {
+        /// Its reference.
+        effect_ref: Option<String>,
+        /// The upstream's record of it.
+        result: Value,
+    },
+    /// The upstream confirms there is no such effect.
+    NotFound,
+    /// No answer either way (no reconciler, read failed).
+    Undecidable {
+        /// Why.
+        message: String,
+    },
+}
+
+/// An approver's choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Execute the held intent.
+    Approve,
+    /// Do not.
+    Deny,
+}
+
+/// The result of a human's decision on an approval.
+#[derive(Clone, Debug)]
+pub enum ApprovalDecision {
+    /// Write these and act.
+    Decided {
+        /// Execute (approved) or Respond.
+        action: Action,
+        /// The updated intent.
+        record: Option<IntentRecord>,
+        /// The updated approval.
+        approval: Option<Approval>,
+        /// The answer to the approver.
+        outcome: Outcome,
+        /// The audit event.
+        event: AuditEvent,
+    },
+    /// The request is refused without any write (wrong role, self-approval, conflict).
+    Rejected(Reason),
+}
+
+/// Builds the outcome a record implies.
+pub fn outcome_of(record: &IntentRecord, status: Status, reason: Option<Reason>) -> Outcome {
+    Outcome {
+        status,
+        key: Some(record.key.clone()),
+        generation: record.generation,
+        attempt: record.attempts,
+        state: Some(record.state),
+        effect_ref: record.effect_ref.clone(),
+        result: record.result.clone(),
+        approval_id: record.approval_id.clone(),
+        reason: reason.or_else(|| record.error.clone()),
+        alerts: Vec::new(),
+    }
+}
+
+/// The outcome a repeat gets for a record as it stands (used for replays and for
+/// answering a second approver).
+pub fn standing_outcome(record: &IntentRecord) -> Outcome {
+    let status = match record.state {
+        IntentState::Applied | IntentState::Failed => Status::Replayed,
+        IntentState::InFlight => Status::InFlight,
+        IntentState::Unknown => Status::Unknown,
+        IntentState::NotApplied => Status::Failed,
+        IntentState::PendingApproval => Status::PendingApproval,
+        IntentState::Denied => Status::Denied,
+    };
+    let reason = match record.state {
+        IntentState::InFlight => Some(Reason::new(
+            Code::InFlight,
+            "another attempt holds the claim; poll, do not re-issue",
+        )),
+        _ => None,
+    };
+    outcome_of(record, status, reason)
+}
+
+fn event(
+    kind: AuditKind,
+    now: Timestamp,
+    actor: &str,
+    before: Option<&IntentRecord>,
+    after: Option<&IntentRecord>,
+    outcome: &Outcome,
+    capability: &str,
+    run_id: Option<&str>,
+    detail: Value,
+) -> AuditEvent {
+    AuditEvent {
+        at: now,
+        kind,
+        key: outcome.key.clone(),
+        generation: outcome.generation,
+        capability: Some(capability.to_owned()),
+        actor: actor.to_owned(),
+        run_id: run_id.map(str::to_owned),
+        from: before.map(|r| r.state),
+        to: after.map(|r| r.state).or(before.map(|r| r.state)),
+        status: Some(outcome.status),
+        code: outcome.reason.as_ref().map(|r| r.code),
+        detail,
+    }
+}
+
+fn no_record_outcome(
+    req: &CallRequest<'_>,
+    generation: u32,
+    status: Status,
+    reason: Option<Reason>,
+) -> Outcome {
+    Outcome {
+        status,
+        key: Some(req.derived.key.clone()),
+        generation,
+        attempt: 1,
+        state: None,
+        effect_ref: None,
+        result: None,
+        approval_id: None,
+        reason,
+        alerts: Vec::new(),
+    }
+}
+
+fn claim(record: &mut IntentRecord, owner: &str, cap: &Capability, now: Timestamp) {
+    record.state = IntentState::InFlight;
+    record.lease = Some(Lease {
+        owner: owner.to_owned(),
+        expires_at: now + cap.lease,
+    });
+    record.executions += 1;
+    record.error = None;
+    record.updated_at = now;
+}
+
+fn new_approval(
+    id: &str,
+    record: &IntentRecord,
+    cap: &Capability,
+    reason: ApprovalReason,
+    detail: String,
+    now: Timestamp,
+) -> Approval {
+    Approval {
+        id: id.to_owned(),
+        key: record.key.clone(),
+        generation: record.generation,
+        capability: cap.name.clone(),
+        principal: record.principal.clone(),
+        args_digest: record.args_digest.clone(),
+        policy_hash: cap.policy_hash().to_owned(),
+        reason,
+        detail,
+        state: ApprovalState::Pending,
+        decided_by: None,
+        decided_at: None,
+        created_at: now,
+        expires_at: now + cap.approval_ttl,
+        version: 0,
+    }
+}
+
+fn fresh_record(
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    generation: u32,
+    now: Timestamp,
+) -> IntentRecord {
+    IntentRecord {
+        key: req.derived.key.clone(),
+        generation,
+        capability: cap.name.clone(),
+        tenant: req.tenant.to_owned(),
+        principal: req.principal.to_owned(),
+        run_id: req.run_id.map(str::to_owned),
+        step_id: req.step_id.map(str::to_owned),
+        business_ref: req.derived.business_ref.clone(),
+        cross_key: req.derived.cross_key.clone(),
+        args_digest: req.derived.args_digest.clone(),
+        normalised: Value::Object(req.derived.normalised.clone()),
+        arguments: req.arguments.clone(),
+        state: IntentState::InFlight,
+        attempts: 1,
+        executions: 0,
+        lease: None,
+        effect_ref: None,
+        result: None,
+        error: None,
+        approval_id: None,
+        breaker_tripped: false,
+        created_at: now,
+        updated_at: now,
+        version: 0,
+    }
+}
+
+/// Decides one call.
+pub fn decide(
+    existing: Option<&IntentRecord>,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    verdict: &PolicyVerdict,
+    now: Timestamp,
+) -> Decision {
+    let respond_only = |status: Status, reason: Reason, generation: u32, detail: Value| {
+        let outcome = no_record_outcome(req, generation, status, Some(reason));
+        let event = event(
+            AuditKind::Call,
+            now,
+            req.principal,
+            existing,
+            None,
+            &outcome,
+            &cap.name,
+            req.run_id,
+            detail,
+        );
+        Decision {
+            action: Action::Respond,
+            record: None,
+            approval: None,
+            outcome,
+            event,
+        }
+    };
+
+    if let Some(why) = req.kill_switch {
+        return respond_only(
+            Status::Refused,
+            Reason::new(Code::KillSwitch, why),
+            existing.map_or(1, |r| r.generation),
+            json!({}),
+        );
+    }
+    if cap.category == Category::Read {
+        let mut outcome = no_record_outcome(req, 0, Status::Applied, None);
+        outcome.key = None;
+        let event = event(
+            AuditKind::Call,
+            now,
+            req.principal,
+            None,
+            None,
+            &outcome,
+            &cap.name,
+            req.run_id,
+            json!({"pass_through": true}),
+        );
+        return Decision {
+            action: Action::PassThrough,
+            record: None,
+            approval: None,
+            outcome,
+            event,
+        };
+    }
+
+    let Some(current) = existing else {
+        return new_generation(None, req, cap, verdict, now, 1, None);
+    };
+
+    if current.breaker_tripped {
+        let reason = Reason::new(
+            Code::AttemptCeiling,
+            "the attempt ceiling for this intent was reached; an admin must reset its breaker",
+        );
+        let mut outcome = outcome_of(current, Status::Refused, Some(reason));
+        outcome.attempt = current.attempts + 1;
+        let event = event(
+            AuditKind::Call,
+            now,
+            req.principal,
+            existing,
+            None,
+            &outcome,
+            &cap.name,
+            req.run_id,
+            json!({}),
+        );
+        return Decision {
+            action: Action::Respond,
+            record: None,
+            approval: None,
+            outcome,
+            event,
+        };
+    }
+
+    let mut record = current.clone();
+    record.attempts += 1;
+    record.updated_at = now;
+    let mut alerts = Vec::new();
+    if let (Some(first), Some(this)) = (current.run_id.as_deref(), req.run_id) {
+        if first != this {
+            alerts.push(Alert::CrossRun {
+                first_run: Some(first.to_owned()),
+                this_run: Some(this.to_owned()),
+            });
+        }
+    }
+
+    if let Some(ceiling) = cap.attempt_ceiling {
+        if record.attempts > ceiling {
+            record.breaker_tripped = true;
+            alerts.push(Alert::BreakerTripped { ceiling });
+            let reason = Reason::new(
+                Code::AttemptCeiling,
+                format!(
+                    "attempt ceiling of {ceiling} reached; the breaker is tripped until an admin resets it"
+                ),
+            );
+            let mut outcome = outcome_of(&record, Status::Refused, Some(reason));
+            outcome.alerts = alerts;
+            let event = event(
+                AuditKind::Call,
+                now,
+                req.principal,
+                existing,
+                Some(&record),
+                &outcome,
+                &cap.name,
+                req.run_id,
+                json!({"alerts": outcome.alerts}),
+            );
+            return Decision {
+                action: Action::Respond,
+                record: Some(record),
+                approval: None,
+                outcome,
+                event,
+            };
+        }
+    }
+
+    let window_open = now < current.created_at + cap.replay_window;
+    let finish = |action: Action,
+                  record: IntentRecord,
+                  approval: Option<Approval>,
+                  mut outcome: Outcome,
+                  alerts: Vec<Alert>| {
+        outcome.alerts = alerts;
+        let detail = json!({"alerts": outcome.alerts, "approval_id": outcome.approval_id});
+        let event = event(
+            AuditKind::Call,
+            now,
+            req.principal,
+            existing,
+            Some(&record),
+            &outcome,
+            &cap.name,
+            req.run_id,
+            detail,
+        );
+        Decision {
+            action,
+            record: Some(record),
+            approval,
+            outcome,
+            event,
+        }
+    };
+
+    match current.state {
+        IntentState::InFlight => {
+            let live = current.lease.as_ref().is_some_and(|l| now < l.expires_at);
+            if live {
+                let outcome = standing_outcome(&record);
+                return finish(Action::Respond, record, None, outcome, alerts);
+            }
+            // The holder died or stalled past its lease: the effect may have happened.
+            record.lease = None;
+            record.state = IntentState::Unknown;
+            record.error = Some(Reason::new(
+                Code::UpstreamUnknown,
+                "the attempt's lease expired before its outcome was recorded",
+            ));
+            unknown_path(record, req, cap, now, alerts, &finish)
+        }
+        IntentState::Unknown => unknown_path(record, req, cap, now, alerts, &finish),
+        IntentState::Applied | IntentState::Failed if window_open => {
+            let outcome = outcome_of(&record, Status::Replayed, None);
+            finish(Action::Respond, record, None, outcome, alerts)
+        }
+        IntentState::NotApplied if window_open => {
+            claim(&mut record, req.owner, cap, now);
+            let outcome = standing_outcome(&record);
+            finish(Action::Execute, record, None, outcome, alerts)
+        }
+        IntentState::Denied if window_open => {
+            let outcome = outcome_of(&record, Status::Denied, None);
+            finish(Action::Respond, record, None, outcome, alerts)
+        }
+        IntentState::PendingApproval => match req.approval {
+            Some(ap) if ap.state == ApprovalState::Pending && now >= ap.expires_at => {
+                let mut ap = ap.clone();
+                ap.state = ApprovalState::Expired;
+                record.state = IntentState::Denied;
+                record.error = Some(Reason::new(
+                    Code::ApprovalExpired,
+                    "nobody decided the approval in time",
+                ));
+                let outcome = outcome_of(&record, Status::Denied, None);
+                finish(Action::Respond, record, Some(ap), outcome, alerts)
+            }
+            _ => {
+                let outcome = outcome_of(&record, Status::PendingApproval, None);
+                finish(Action::Respond, record, None, outcome, alerts)
+            }
+        },
+        IntentState::Applied
+        | IntentState::Failed
+        | IntentState::NotApplied
+        | IntentState::Denied => {
+            // Outside the replay window: a new intent, through the full policy path.
+            let reason = (cap.after_window == AfterWindow::RequireApproval)
+                .then_some(ApprovalReason::OutsideWindow);
+            let mut d = new_generation(
+                existing,
+                req,
+                cap,
+                verdict,
+                now,
+                current.generation + 1,
+                reason,
+            );
+            d.outcome.alerts.extend(alerts);
+            d
+        }
+    }
+}
+
+type Finish<'f> =
+    dyn Fn(Action, IntentRecord, Option<Approval>, Outcome, Vec<Alert>) -> Decision + 'f;
+
+fn unknown_path(
+    mut record: IntentRecord,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    now: Timestamp,
+    alerts: Vec<Alert>,
+    finish: &Finish<'_>,
+) -> Decision {
+    match cap.on_unknown {
+        OnUnknown::Reconcile => {
+            let outcome = outcome_of(
+                &record,
+                Status::Unknown,
+                Some(Reason::new(
+                    Code::UpstreamUnknown,
+                    "outcome not yet known; oncegate is reconciling; do not re-issue",
+                )),
+            );
+            finish(Action::Reconcile, record, None, outcome, alerts)
+        }
+        OnUnknown::Retry => {
+            claim(&mut record, req.owner, cap, now);
+            let outcome = standing_outcome(&record);
+            finish(Action::Execute, record, None, outcome, alerts)
+        }
+        OnUnknown::Escalate => {
+            let ap = new_approval(
+                req.new_approval_id,
+                &record,
+                cap,
+                ApprovalReason::UnknownFirstAttempt,
+                ApprovalReason::UnknownFirstAttempt.explain().to_owned(),
+                now,
+            );
+            record.state = IntentState::PendingApproval;
+            record.approval_id = Some(ap.id.clone());
+            let outcome = outcome_of(&record, Status::PendingApproval, None);
+            finish(Action::Respond, record, Some(ap), outcome, alerts)
+        }
+        OnUnknown::Refuse => {
+            let reason = Reason::new(
+                Code::UnknownRefused,
+                "an earlier attempt's outcome is unknown and this capability refuses repeats; an operator must resolve it",
+            );
+            let outcome = outcome_of(&record, Status::Refused, Some(reason));
+            finish(Action::Respond, record, None, outcome, alerts)
+        }
+    }
+}
+
+fn new_generation(
+    previous: Option<&IntentRecord>,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    verdict: &PolicyVerdict,
+    now: Timestamp,
+    generation: u32,
+    forced: Option<ApprovalReason>,
+) -> Decision {
+    let mut alerts = Vec::new();
+    let mut forced = forced;
+    if generation == 1 {
+        if let Some(other) = req.other_run {
+            alerts.push(Alert::CrossRun {
+                first_run: other.run_id.clone(),
+                this_run: req.run_id.map(str::to_owned),
+            });
+            match cap.cross_run {
+                CrossRun::Allow => {}
+                CrossRun::RequireApproval => forced = forced.or(Some(ApprovalReason::CrossRun)),
+                CrossRun::Refuse => {
+                    let mut outcome = no_record_outcome(
+                        req,
+                        generation,
+                        Status::Refused,
+                        Some(Reason::new(
+                            Code::CrossRunRefused,
+                            format!(
+                                "the same intent was already issued by run {:?}",
+                                other.run_id
+                            ),
+                        )),
+                    );
+                    outcome.alerts = alerts;
+                    let event = event(
+                        AuditKind::Call,
+                        now,
+                        req.principal,
+                        previous,
+                        None,
+                        &outcome,
+                        &cap.name,
+                        req.run_id,
+                        json!({"alerts": outcome.alerts}),
+                    );
+                    return Decision {
+                        action: Action::Respond,
+                        record: None,
+                        approval: None,
+                        outcome,
+                        event,
+                    };
+                }
+            }
+        }
+    }
+
+    let respond_without_record =
+        |status: Status, reason: Option<Reason>, alerts: Vec<Alert>, detail: Value| {
+            let mut outcome = no_record_outcome(req, generation, status, reason);
+            outcome.alerts = alerts;
+            let event = event(
+                AuditKind::Call,
+                now,
+                req.principal,
+                previous,
+                None,
+                &outcome,
+                &cap.name,
+                req.run_id,
+                detail,
+            );
+            Decision {
+                action: Action::Respond,
+                record: None,
+                approval: None,
+                outcome,
+                event,
+            }
+        };
+
+    let mut record = fresh_record(req, cap, generation, now);
+    let (reason, detail) = match verdict {
+        PolicyVerdict::Deny { reason } => {
+            return respond_without_record(
+                Status::Denied,
+                Some(Reason::new(Code::PolicyDenied, reason.clone())),
+                alerts,
+                json!({"policy": reason}),
+            );
+        }
+        PolicyVerdict::DryRun => {
+            return respond_without_record(
+                Status::DryRun,
+                None,
+                alerts,
+                json!({"dry_run": "policy"}),
+            );
+        }
+        _ if cap.dry_run => {
+            return respond_without_record(
+                Status::DryRun,
+                None,
+                alerts,
+                json!({"dry_run": "capability"}),
+            );
+        }
+        PolicyVerdict::RequireApproval { policies } => (
+            Some(ApprovalReason::Policy),
+            format!(
+                "{} (policies: {})",
+                ApprovalReason::Policy.explain(),
+                policies.join(", ")
+            ),
+        ),
+        PolicyVerdict::Allow => (
+            forced,
+            forced.map(|r| r.explain().to_owned()).unwrap_or_default(),
+        ),
+    };
+
+    let (action, approval, status) = match reason {
+        Some(reason) => {
+            let ap = new_approval(req.new_approval_id, &record, cap, reason, detail, now);
+            record.state = IntentState::PendingApproval;
+            record.approval_id = Some(ap.id.clone());
+            (Action::Respond, Some(ap), Status::PendingApproval)
+        }
+        None => {
+            claim(&mut record, req.owner, cap, now);
+            (Action::Execute, None, Status::InFlight)
+        }
+    };
+    let mut outcome = outcome_of(&record, status, None);
+    outcome.alerts = alerts;
+    let detail = json!({"alerts": outcome.alerts, "approval_id": outcome.approval_id, "previous_generation": previous.map(|p| p.generation)});
+    let event = event(
+        AuditKind::Call,
+        now,
+        req.principal,
+        previous,
+        Some(&record),
+        &outcome,
+        &cap.name,
+        req.run_id,
+        detail,
+    );
+    Decision {
+        action,
+        record: Some(record),
+        approval,
+        outcome,
+        event,
+    }
+}
+
+/// Records what the upstream said. `record` is the intent as currently stored.
+pub fn record_effect(
+    record: &IntentRecord,
+    result: EffectResult,
+    cap: &Capability,
+    actor: &str,
+    now: Timestamp,
+) -> Decision {
+    let mut next = record.clone();
+    next.lease = None;
+    next.updated_at = now;
+    let status = match &result {
+        EffectResult::Applied { effect_ref, result } => {
+            next.state = IntentState::Applied;
+            next.effect_ref = effect_ref.clone();
+            next.result = Some(result.clone());
+            next.error = None;
+            Status::Applied
+        }
+        EffectResult::Failed { result, message } => {
+            next.state = IntentState::Failed;
+            next.result = Some(result.clone());
+            next.error = Some(Reason::new(Code::UpstreamRejected, message.clone()));
+            Status::Failed
+        }
+        EffectResult::Unknown { message } => {
+            next.state = IntentState::Unknown;
+            next.error = Some(Reason::new(
+                Code::UpstreamUnknown,
+                format!(
+                    "{message}; the effect may have happened: do not re-issue, oncegate reconciles"
+                ),
+            ));
+            Status::Unknown
+        }
+        EffectResult::NotSent { message } => {
+            next.state = IntentState::NotApplied;
+            next.error = Some(Reason::new(
+                Code::UpstreamRejected,
+                format!("{message}; nothing was sent, a repeat executes it with the same key"),
+            ));
+            Status::Failed
+        }
+    };
+    // An effect that did happen is the truth whatever happened meanwhile; anything
+    // else must not overwrite a state someone else has since established.
+    let stale = record.state != IntentState::InFlight && record.state != IntentState::Unknown;
+    let overwrite = !stale
+        || matches!(result, EffectResult::Applied { .. }) && record.state != IntentState::Applied;
+    if !overwrite {
+        let outcome = standing_outcome(record);
+        let event = event(
+            AuditKind::Effect,
+            now,
+            actor,
+            Some(record),
+            None,
+            &outcome,
+            &cap.name,
+            record.run_id.as_deref(),
+            json!({"late_result": format!("{result:?}")}),
+        );
+        return Decision {
+            action: Action::Respond,
+            record: None,
+            approval: None,
+            outcome,
+            event,
+        };
+    }
+    let outcome = outcome_of(&next, status, None);
+    let event = event(
+        AuditKind::Effect,
+        now,
+        actor,
+        Some(record),
+        Some(&next),
+        &outcome,
+        &cap.name,
+        record.run_id.as_deref(),
+        json!({"effect_ref": next.effect_ref}),
+    );
+    Decision {
+        action: Action::Respond,
+        record: Some(next),
+        approval: None,
+        outcome,
+        event,
+    }
+}
+
+/// Applies a reconciliation read to an unknown intent.
+pub fn after_reconcile(
+    record: &IntentRecord,
+    result: ReconcileResult,
+    cap: &Capability,
+    actor: &str,
+    owner: &str,
+    new_approval_id: &str,
+    now: Timestamp,
+) -> Decision {
+    let mut next = record.clone();
+    next.updated_at = now;
+    if record.state != IntentState::Unknown {
+        // Someone else resolved it meanwhile.
+        let outcome = standing_outcome(record);
+        let event = event(
+            AuditKind::Reconcile,
+            now,
+            actor,
+            Some(record),
+            None,
+            &outcome,
+            &cap.name,
+            record.run_id.as_deref(),
+            json!({"stale": true}),
+        );
+        return Decision {
+            action: Action::Respond,
+            record: None,
+            approval: None,
+            outcome,
+            event,
+        };
+    }
+    let (action, approval, outcome, detail) = match result {
+        ReconcileResult::Found { effect_ref, result } => {
+            next.state = IntentState::Applied;
+            next.effect_ref = effect_ref;
+            next.result = Some(result);
+            next.error = None;
+            let outcome = outcome_of(&next, Status::Replayed, None);
+            (
+                Action::Respond,
+                None,
+                outcome,
+                json!({"reconciled": "found", "effect_ref": next.effect_ref}),
+            )
+        }
+        ReconcileResult::NotFound => {
+            claim(&mut next, owner, cap, now);
+            let outcome = standing_outcome(&next);
+            (
+                Action::Execute,
+                None,
+                outcome,
+                json!({"reconciled": "not_found"}),
+            )
+        }
+        ReconcileResult::Undecidable { message } => {
+            let ap = new_approval(
+                new_approval_id,
+                &next,
+                cap,
+                ApprovalReason::UnknownFirstAttempt,
+                format!(
+                    "{} ({message})",
+                    ApprovalReason::UnknownFirstAttempt.explain()
+                ),
+                now,
+            );
+            next.state = IntentState::PendingApproval;
+            next.approval_id = Some(ap.id.clone());
+            let outcome = outcome_of(&next, Status::PendingApproval, None);
+            (
+                Action::Respond,
+                Some(ap),
+                outcome,
+                json!({"reconciled": "undecidable", "why": message}),
+            )
+        }
+    };
+    let event = event(
+        AuditKind::Reconcile,
+        now,
+        actor,
+        Some(record),
+        Some(&next),
+        &outcome,
+        &cap.name,
+        record.run_id.as_deref(),
+        detail,
+    );
+    Decision {
+        action,
+        record: Some(next),
+        approval,
+        outcome,
+        event,
+    }
+}
+
+/// Decides a human's approve or deny.
+pub fn decide_approval(
+    record: &IntentRecord,
+    approval: &Approval,
+    actor: &str,
+    role: Role,
+    choice: Choice,
+    cap: &Capability,
+    owner: &str,
+    now: Timestamp,
+) -> ApprovalDecision {
+    if role == Role::Agent {
+        return ApprovalDecision::Rejected(Reason::new(
+            Code::Forbidden,
+            "agents cannot decide approvals",
+        ));
+    }
+    if actor == approval.principal {
+        return ApprovalDecision::Rejected(Reason::new(
+            Code::Forbidden,
+            "nobody may approve their own call",
+        ));
+    }
+    let decided = |action,
+                   rec: Option<IntentRecord>,
+                   ap: Option<Approval>,
+                   outcome: Outcome,
+                   detail: Value| {
+        let event = event(
+            AuditKind::Approval,
+            now,
+            actor,
+            Some(record),
+            rec.as_ref(),
+            &outcome,
+            &cap.name,
+            record.run_id.as_deref(),
+            detail,
+        );
+        ApprovalDecision::Decided {
+            action,
+            record: rec,
+            approval: ap,
+            outcome,
+            event,
+        }
+    };
+    match (approval.state, choice) {
+        // Single use and idempotent: a second approval returns the first one's result.
+        (ApprovalState::Approved, Choice::Approve) | (ApprovalState::Denied, Choice::Deny) => {
+            return decided(
+                Action::Respond,
+                None,
+                None,
+                standing_outcome(record),
+                json!({"approval_id": approval.id, "repeat": true}),
+            );
+        }
+        (ApprovalState::Approved, Choice::Deny) => {
+            return ApprovalDecision::Rejected(Reason::new(
+                Code::Forbidden,
+                format!(
+                    "approval {} was already approved by {}",
+                    approval.id,
+                    approval.decided_by.as_deref().unwrap_or("someone")
+                ),
+            ));
+        }
+        (ApprovalState::Denied, Choice::Approve) => {
+            return ApprovalDecision::Rejected(Reason::new(
+                Code::ApprovalDenied,
+                format!(
+                    "approval {} was already denied by {}",
+                    approval.id,
+                    approval.decided_by.as_deref().unwrap_or("someone")
+                ),
+            ));
+        }
+        (ApprovalState::Expired, _) => {
+            return ApprovalDecision::Rejected(Reason::new(
+                Code::ApprovalExpired,
+                format!("approval {} expired", approval.id),
+            ));
+        }
+        (ApprovalState::Void, _) => {
+            return ApprovalDecision::Rejected(Reason::new(
+                Code::ApprovalVoid,
+                format!("approval {} is void", approval.id),
+            ));
+        }
+        (ApprovalState::Pending, _) => {}
+    }
+    let mut ap = approval.clone();
+    let mut next = record.clone();
+    next.updated_at = now;
+    let void_reason = if now >= approval.expires_at {
+        Some((
+            ApprovalState::Expired,
+            Reason::new(Code::ApprovalExpired, "nobody decided the approval in time"),
+        ))
+    } else if approval.policy_hash != cap.policy_hash() {
+        Some((
+            ApprovalState::Void,
+            Reason::new(
+                Code::ApprovalVoid,
+                "the policy changed since the approval was asked; the call must be asked again",
+            ),
+        ))
+    } else if approval.args_digest != record.args_digest
+        || approval.generation != record.generation
+        || record.state != IntentState::PendingApproval
+        || record.approval_id.as_deref() != Some(&approval.id)
+    {
+        Some((
+            ApprovalState::Void,
+            Reason::new(
+                Code::ApprovalVoid,
+                "the held call changed since the approval was asked",
+            ),
+        ))
+    } else {
+        None
+    };
+    if let Some((state, reason)) = void_reason {
+        ap.state = state;
+        let rec = (record.state == IntentState::PendingApproval
+            && record.approval_id.as_deref() == Some(&approval.id))
+        .then(|| {
+            next.state = IntentState::Denied;
+            next.error = Some(reason.clone());
+            next
+        });
+        let mut outcome = outcome_of(
+            rec.as_ref().unwrap_or(record),
+            Status::Denied,
+            Some(reason.clone()),
+        );
+        outcome.approval_id = Some(approval.id.clone());
+        return decided(
+            Action::Respond,
+            rec,
+            Some(ap),
+            outcome,
+            json!({"approval_id": approval.id, "void": reason.message}),
+        );
+    }
+    ap.decided_by = Some(actor.to_owned());
+    ap.decided_at = Some(now);
+    match choice {
+        Choice::Approve => {
+            ap.state = ApprovalState::Approved;
+            claim(&mut next, owner, cap, now);
+            let outcome = standing_outcome(&next);
+            decided(
+                Action::Execute,
+                Some(next),
+                Some(ap),
+                outcome,
+                json!({"approval_id": approval.id, "choice": "approve"}),
+            )
+        }
+        Choice::Deny => {
+            ap.state = ApprovalState::Denied;
+            next.state = IntentState::Denied;
+            next.error = Some(Reason::new(
+                Code::ApprovalDenied,
+                format!("denied by {actor}"),
+            ));
+            let outcome = outcome_of(&next, Status::Denied, None);
+            decided(
+                Action::Respond,
+                Some(next),
+                Some(ap),
+                outcome,
+                json!({"approval_id": approval.id, "choice": "deny"}),
+            )
+        }
+    }
+}
+
+/// An admin resets a tripped breaker: the attempt count starts again.
+pub fn reset_breaker(
+    record: &IntentRecord,
+    actor: &str,
+    cap: &Capability,
+    now: Timestamp,
+) -> Decision {
+    let mut next = record.clone();
+    next.breaker_tripped = false;
+    next.attempts = 0;
+    next.updated_at = now;
+    let outcome = standing_outcome(&next);
+    let event = AuditEvent {
+        kind: AuditKind::Admin,
+        ..event(
+            AuditKind::Admin,
+            now,
+            actor,
+            Some(record),
+            Some(&next),
+            &outcome,
+            &cap.name,
+            None,
+            json!({"breaker": "reset"}),
+        )
+    };
+    Decision {
+        action: Action::Respond,
+        record: Some(next),
+        approval: None,
+        outcome,
+        event,
+    }
+}

@@ -1,0 +1,346 @@
+//! Intent records, approvals and the outcomes callers see.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::codes::Code;
+use crate::key::IntentKey;
+
+/// The state of one intent generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentState {
+    /// Claimed; a lease is held while the effect runs.
+    InFlight,
+    /// The effect happened.
+    Applied,
+    /// The upstream said no: nothing happened (definite).
+    Failed,
+    /// It may or may not have happened.
+    Unknown,
+    /// Confirmed not to have happened: the same key may execute again.
+    NotApplied,
+    /// Waiting for a human.
+    PendingApproval,
+    /// Policy or a human said no; final for this generation.
+    Denied,
+}
+
+impl IntentState {
+    /// The wire and database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntentState::InFlight => "in_flight",
+            IntentState::Applied => "applied",
+            IntentState::Failed => "failed",
+            IntentState::Unknown => "unknown",
+            IntentState::NotApplied => "not_applied",
+            IntentState::PendingApproval => "pending_approval",
+            IntentState::Denied => "denied",
+        }
+    }
+
+    /// Parses [`IntentState::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "in_flight" => IntentState::InFlight,
+            "applied" => IntentState::Applied,
+            "failed" => IntentState::Failed,
+            "unknown" => IntentState::Unknown,
+            "not_applied" => IntentState::NotApplied,
+            "pending_approval" => IntentState::PendingApproval,
+            "denied" => IntentState::Denied,
+            _ => return None,
+        })
+    }
+}
+
+/// A held claim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// Who holds it (a gateway instance or process id).
+    pub owner: String,
+    /// After this, the holder is presumed dead and the intent is unknown.
+    pub expires_at: Timestamp,
+}
+
+/// A reason with its stable code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reason {
+    /// The stable code.
+    pub code: Code,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+impl Reason {
+    /// Builds a reason.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// One intent generation, as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntentRecord {
+    /// The intent key.
+    pub key: IntentKey,
+    /// 1 for the first intent; +1 for each repeat after the replay window.
+    pub generation: u32,
+    /// The capability.
+    pub capability: String,
+    /// The tenant.
+    pub tenant: String,
+    /// Who first issued it (always recorded, whether or not it is in the key).
+    pub principal: String,
+    /// The run that issued it.
+    pub run_id: Option<String>,
+    /// The step that issued it.
+    pub step_id: Option<String>,
+    /// The normalised business reference.
+    pub business_ref: Option<String>,
+    /// The key without its run part, for cross-run detection (run/step scopes only).
+    pub cross_key: Option<IntentKey>,
+    /// SHA-256 of the canonical normalised arguments; approvals are bound to it.
+    pub args_digest: String,
+    /// The normalised significant arguments.
+    pub normalised: Value,
+    /// The arguments of the call that created this generation (to execute it later,
+    /// after an approval).
+    pub arguments: Value,
+    /// Where it stands.
+    pub state: IntentState,
+    /// Calls seen on this generation (repeats included); the ceiling applies to it.
+    pub attempts: u32,
+    /// Times the effect was started upstream.
+    pub executions: u32,
+    /// The claim, while in flight.
+    pub lease: Option<Lease>,
+    /// The upstream's reference for the effect (charge id, message id).
+    pub effect_ref: Option<String>,
+    /// The upstream's answer, replayed to repeats.
+    pub result: Option<Value>,
+    /// Why it failed, was denied or is unknown.
+    pub error: Option<Reason>,
+    /// The open or last approval.
+    pub approval_id: Option<String>,
+    /// Set when the attempt ceiling tripped; cleared by an admin.
+    pub breaker_tripped: bool,
+    /// When this generation started; the replay window runs from here.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// Optimistic concurrency: every write increments it.
+    pub version: u64,
+}
+
+impl IntentRecord {
+    /// The key threaded upstream: the intent key, with the generation after the first so
+    /// a keyed provider does not replay an old generation's effect.
+    pub fn upstream_key(&self) -> String {
+        upstream_key(&self.key, self.generation)
+    }
+}
+
+/// See [`IntentRecord::upstream_key`].
+pub fn upstream_key(key: &IntentKey, generation: u32) -> String {
+    if generation <= 1 {
+        key.to_string()
+    } else {
+        format!("{key}-g{generation}")
+    }
+}
+
+/// Why an approval was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalReason {
+    /// A policy annotated `@oncegate("require_approval")` decided it.
+    Policy,
+    /// The first attempt's status is unknown and cannot be reconciled.
+    UnknownFirstAttempt,
+    /// It repeats an intent whose replay window has closed.
+    OutsideWindow,
+    /// The same intent was issued by another run.
+    CrossRun,
+}
+
+impl ApprovalReason {
+    /// The sentence an approver reads.
+    pub fn explain(self) -> &'static str {
+        match self {
+            ApprovalReason::Policy => "policy requires a human approval for this call",
+            ApprovalReason::UnknownFirstAttempt => {
+                "the first attempt's status is UNKNOWN (it may already have taken effect) and the upstream could not confirm either way; approving executes it again with the same key"
+            }
+            ApprovalReason::OutsideWindow => {
+                "this repeats an intent that was already decided, outside its replay window; approving executes it again as a new intent"
+            }
+            ApprovalReason::CrossRun => "the same intent was already issued by another run",
+        }
+    }
+}
+
+/// The state of an approval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalState {
+    /// Waiting.
+    Pending,
+    /// Approved (single use: the intent executed, or is executing).
+    Approved,
+    /// Denied.
+    Denied,
+    /// Nobody decided in time.
+    Expired,
+    /// The call or the policy changed since it was asked.
+    Void,
+}
+
+impl ApprovalState {
+    /// The wire and database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalState::Pending => "pending",
+            ApprovalState::Approved => "approved",
+            ApprovalState::Denied => "denied",
+            ApprovalState::Expired => "expired",
+            ApprovalState::Void => "void",
+        }
+    }
+
+    /// Parses [`ApprovalState::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => ApprovalState::Pending,
+            "approved" => ApprovalState::Approved,
+            "denied" => ApprovalState::Denied,
+            "expired" => ApprovalState::Expired,
+            "void" => ApprovalState::Void,
+            _ => return None,
+        })
+    }
+}
+
+/// An approval request, bound to exactly one call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    /// `ap_...`.
+    pub id: String,
+    /// The intent it holds.
+    pub key: IntentKey,
+    /// Its generation.
+    pub generation: u32,
+    /// The capability.
+    pub capability: String,
+    /// The principal whose call it holds (who may never approve it).
+    pub principal: String,
+    /// Bound: a changed argument voids the approval.
+    pub args_digest: String,
+    /// Bound: a changed policy voids the approval.
+    pub policy_hash: String,
+    /// Why it was asked.
+    pub reason: ApprovalReason,
+    /// Details (determining policies, the unknown attempt).
+    pub detail: String,
+    /// Where it stands.
+    pub state: ApprovalState,
+    /// Who decided.
+    pub decided_by: Option<String>,
+    /// When.
+    pub decided_at: Option<Timestamp>,
+    /// Asked at.
+    pub created_at: Timestamp,
+    /// After this, it is expired.
+    pub expires_at: Timestamp,
+    /// Optimistic concurrency.
+    pub version: u64,
+}
+
+/// What a caller is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Executed now.
+    Applied,
+    /// Executed before within the replay window; nothing re-executed.
+    Replayed,
+    /// Another attempt holds the claim: poll, do not re-issue.
+    InFlight,
+    /// Not yet known; oncegate is reconciling: do not re-issue.
+    Unknown,
+    /// Waiting for a human.
+    PendingApproval,
+    /// Policy or a human said no.
+    Denied,
+    /// Ceiling, breaker, kill switch, hold.
+    Refused,
+    /// What would happen; nothing executed.
+    DryRun,
+    /// The upstream definitely said no (first time; repeats get `replayed`).
+    Failed,
+}
+
+impl Status {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Applied => "applied",
+            Status::Replayed => "replayed",
+            Status::InFlight => "in_flight",
+            Status::Unknown => "unknown",
+            Status::PendingApproval => "pending_approval",
+            Status::Denied => "denied",
+            Status::Refused => "refused",
+            Status::DryRun => "dry_run",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// The outcome envelope: what every caller gets back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// What happened.
+    pub status: Status,
+    /// The intent key (absent for read pass-through).
+    pub key: Option<IntentKey>,
+    /// The generation.
+    pub generation: u32,
+    /// Calls seen on this intent generation, this one included.
+    pub attempt: u32,
+    /// The intent's state after this call.
+    pub state: Option<IntentState>,
+    /// The effect reference, where known.
+    pub effect_ref: Option<String>,
+    /// The upstream's stored answer (for applied, replayed and failed).
+    pub result: Option<Value>,
+    /// The approval, for pending_approval.
+    pub approval_id: Option<String>,
+    /// Why, with a stable code, for anything but success.
+    pub reason: Option<Reason>,
+    /// Alerts raised by this call (cross-run duplicate, breaker tripped).
+    pub alerts: Vec<Alert>,
+}
+
+/// Something an operator should hear about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Alert {
+    /// The same intent arrived from a different run.
+    CrossRun {
+        /// The run that issued it first.
+        first_run: Option<String>,
+        /// This run.
+        this_run: Option<String>,
+    },
+    /// The attempt ceiling tripped the breaker.
+    BreakerTripped {
+        /// The ceiling.
+        ceiling: u32,
+    },
+}

@@ -1,0 +1,316 @@
+//! Intent keys: derived by oncegate from validated, normalised inputs and structural
+//! state, never from the model.
+//!
+//! key = SHA-256 over the RFC 8785 canonical JSON of
+//! `{v, tenant, principal?, capability, business_ref, args, scope}`. Attempt numbers,
+//! timestamps, tool-use ids, request text and undeclared arguments never enter it.
+
+use std::fmt;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::config::{Capability, KeyPrincipal, Scope};
+use crate::normalise::NormaliseError;
+
+/// Version of the key material layout. Changing it changes every key: never do it
+/// without a migration plan (the snapshot tests pin it).
+pub const KEY_VERSION: u32 = 1;
+
+/// A SHA-256 intent key, lowercase hex.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct IntentKey(String);
+
+impl IntentKey {
+    /// Wraps a hex string read back from a store.
+    pub fn from_hex(hex: impl Into<String>) -> Self {
+        Self(hex.into())
+    }
+
+    /// The hex string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn of(material: &Value) -> Self {
+        let canonical = canonical_json(material);
+        Self(hex::encode(Sha256::digest(canonical.as_bytes())))
+    }
+}
+
+impl fmt::Display for IntentKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// RFC 8785 canonical JSON.
+pub fn canonical_json(value: &Value) -> String {
+    serde_json_canonicalizer::to_string(value).expect("a serde_json::Value always serialises")
+}
+
+/// SHA-256 hex of a value's canonical JSON.
+pub fn digest(value: &Value) -> String {
+    hex::encode(Sha256::digest(canonical_json(value).as_bytes()))
+}
+
+/// The structural inputs of one call, from the orchestrator (never from arguments).
+#[derive(Clone, Debug, Default)]
+pub struct CallScope<'a> {
+    /// `Oncegate-Run-Id` / `_meta["dev.oncegate/run_id"]`.
+    pub run_id: Option<&'a str>,
+    /// `Oncegate-Step-Id` / `_meta["dev.oncegate/step_id"]`.
+    pub step_id: Option<&'a str>,
+}
+
+/// Why a key could not be derived.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The arguments are not a JSON object.
+    #[error("arguments must be a JSON object")]
+    NotAnObject,
+    /// The declared business reference is missing.
+    #[error("the business reference `{0}` is missing from the arguments")]
+    MissingBusinessRef(String),
+    /// The business reference is not a string or an integer.
+    #[error("the business reference `{path}` must be a string or an integer, got {got}")]
+    BadBusinessRef {
+        /// The declared path.
+        path: String,
+        /// What was found.
+        got: String,
+    },
+    /// A required significant argument is missing.
+    #[error("the significant argument `{0}` is missing")]
+    MissingArgument(String),
+    /// A significant argument did not normalise.
+    #[error("argument `{path}`: {source}")]
+    Invalid {
+        /// The argument.
+        path: String,
+        /// Why.
+        source: NormaliseError,
+    },
+}
+
+/// One input that entered the key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeyInput {
+    /// The argument path.
+    pub arg: String,
+    /// The normaliser applied.
+    pub normaliser: String,
+    /// The value as the caller sent it (null when absent).
+    pub raw: Value,
+    /// The value that entered the key.
+    pub normalised: Value,
+}
+
+/// Which inputs made a key and why: what `oncegate keys derive` prints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeyExplanation {
+    /// The key.
+    pub key: IntentKey,
+    /// The key without its run part (run and step scopes), for cross-run detection.
+    pub cross_run_key: Option<IntentKey>,
+    /// The exact canonical JSON that was hashed.
+    pub material: String,
+    /// The tenant.
+    pub tenant: String,
+    /// The capability.
+    pub capability: String,
+    /// The principal, and whether it entered the key.
+    pub principal: String,
+    /// `true` when the capability sets `key_principal = "principal"`.
+    pub principal_in_key: bool,
+    /// The business reference's path and normalised value.
+    pub business_ref: Option<KeyInput>,
+    /// The significant arguments.
+    pub inputs: Vec<KeyInput>,
+    /// The scope and its value.
+    pub scope: Value,
+    /// Notes (fallbacks taken).
+    pub notes: Vec<String>,
+    /// Top-level arguments that did not enter the key.
+    pub ignored: Vec<String>,
+}
+
+/// A derived key with what decide() and policy need.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DerivedKey {
+    /// The intent key.
+    pub key: IntentKey,
+    /// See [`KeyExplanation::cross_run_key`].
+    pub cross_key: Option<IntentKey>,
+    /// The normalised business reference.
+    pub business_ref: Option<String>,
+    /// Normalised significant arguments by declared path.
+    pub normalised: Map<String, Value>,
+    /// SHA-256 of `{business_ref, args}`: approvals are bound to it.
+    pub args_digest: String,
+    /// The explanation.
+    pub explanation: KeyExplanation,
+}
+
+/// Derives the intent key of a call.
+///
+/// `now` and `tz` only matter for `day` scopes; they are injected, never read.
+pub fn derive(
+    tenant: &str,
+    principal: &str,
+    capability: &Capability,
+    arguments: &Value,
+    scope: &CallScope<'_>,
+    now: Timestamp,
+    tz: &TimeZone,
+) -> Result<DerivedKey, KeyError> {
+    let Value::Object(top) = arguments else {
+        return Err(KeyError::NotAnObject);
+    };
+    let recipe = &capability.key;
+    let mut used_roots: Vec<&str> = Vec::new();
+
+    let business_ref = match &recipe.business_ref {
+        None => None,
+        Some(path) => {
+            used_roots.push(path.root());
+            let raw = path
+                .lookup(arguments)
+                .ok_or_else(|| KeyError::MissingBusinessRef(path.to_string()))?;
+            let value = match raw {
+                Value::String(s) if !s.trim().is_empty() => s.trim().to_owned(),
+                Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+                other => {
+                    return Err(KeyError::BadBusinessRef {
+                        path: path.to_string(),
+                        got: other.to_string(),
+                    });
+                }
+            };
+            Some(KeyInput {
+                arg: path.to_string(),
+                normaliser: "id".into(),
+                raw: raw.clone(),
+                normalised: Value::String(value),
+            })
+        }
+    };
+
+    let mut normalised = Map::new();
+    let mut inputs = Vec::new();
+    for arg in &recipe.significant {
+        used_roots.push(arg.path.root());
+        if let crate::normalise::Normaliser::Money {
+            currency_arg: Some(c),
+            ..
+        } = &arg.normaliser
+        {
+            used_roots.push(c.root());
+        }
+        let value = match arg.path.lookup(arguments) {
+            Some(raw) => {
+                arg.normaliser
+                    .apply(raw, arguments)
+                    .map_err(|source| KeyError::Invalid {
+                        path: arg.path.to_string(),
+                        source,
+                    })?
+            }
+            None if arg.optional => Value::Null,
+            None => return Err(KeyError::MissingArgument(arg.path.to_string())),
+        };
+        inputs.push(KeyInput {
+            arg: arg.path.to_string(),
+            normaliser: arg.normaliser.type_name().into(),
+            raw: arg.path.lookup(arguments).cloned().unwrap_or(Value::Null),
+            normalised: value.clone(),
+        });
+        normalised.insert(arg.path.to_string(), value);
+    }
+
+    let mut notes = Vec::new();
+    let (scope_value, cross_scope) = match recipe.scope {
+        Scope::Global => (json!({"kind": "global"}), None),
+        Scope::Day => {
+            let date = now.to_zoned(tz.clone()).date();
+            (json!({"kind": "day", "date": date.to_string()}), None)
+        }
+        Scope::Run | Scope::Step => {
+            if scope.run_id.is_none() {
+                notes.push(
+                    "no run id was given: the key falls back to the replay window alone (never a random value)"
+                        .to_owned(),
+                );
+            }
+            let mut v = json!({"kind": if recipe.scope == Scope::Run { "run" } else { "step" }, "run": scope.run_id});
+            if recipe.scope == Scope::Step {
+                if scope.step_id.is_none() && scope.run_id.is_some() {
+                    notes.push(
+                        "no step id was given: the key is scoped to the run alone".to_owned(),
+                    );
+                }
+                v["step"] = json!(scope.step_id);
+            }
+            (v, Some(json!({"kind": "any_run"})))
+        }
+    };
+
+    let principal_in_key = capability.key_principal == KeyPrincipal::Principal;
+    let business_value = business_ref
+        .as_ref()
+        .map(|b| b.normalised.clone())
+        .unwrap_or(Value::Null);
+    let mut material = json!({
+        "v": KEY_VERSION,
+        "tenant": tenant,
+        "capability": capability.name,
+        "business_ref": business_value,
+        "args": Value::Object(normalised.clone()),
+        "scope": scope_value,
+    });
+    if principal_in_key {
+        material["principal"] = Value::String(principal.to_owned());
+    }
+    let key = IntentKey::of(&material);
+    let cross_key = cross_scope.map(|s| {
+        let mut m = material.clone();
+        m["scope"] = s;
+        IntentKey::of(&m)
+    });
+    let args_digest =
+        digest(&json!({"business_ref": business_value, "args": Value::Object(normalised.clone())}));
+
+    let mut ignored: Vec<String> = top
+        .keys()
+        .filter(|k| !used_roots.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    ignored.sort();
+
+    let explanation = KeyExplanation {
+        key: key.clone(),
+        cross_run_key: cross_key.clone(),
+        material: canonical_json(&material),
+        tenant: tenant.to_owned(),
+        capability: capability.name.clone(),
+        principal: principal.to_owned(),
+        principal_in_key,
+        business_ref: business_ref.clone(),
+        inputs,
+        scope: material["scope"].clone(),
+        notes,
+        ignored,
+    };
+    Ok(DerivedKey {
+        key,
+        cross_key,
+        business_ref: business_ref.map(|b| b.normalised.as_str().unwrap_or_default().to_owned()),
+        normalised,
+        args_digest,
+        explanation,
+    })
+}

@@ -1,0 +1,254 @@
+//! Cedar policy evaluation for capabilities.
+//!
+//! principal = `Agent::"name"` (with its `role`), action = `Action::"<capability>"`,
+//! resource = `Tenant::"<tenant>"`, context = the normalised significant arguments
+//! (money as minor-unit `Long` plus `<name>_currency`) and `business_ref`. Cedar answers
+//! allow or deny; an `@oncegate("require_approval")` or `@oncegate("dry_run")` annotation
+//! on any determining policy refines an allow. Policies are validated at load against a
+//! schema generated from the registry, so a policy that names a context attribute the
+//! capability does not have fails `check-config`.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use cedar_policy::{
+    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid,
+    PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::config::{Capability, Role};
+use crate::normalise::Normaliser;
+
+/// What policy says about one call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum PolicyVerdict {
+    /// Go ahead.
+    Allow,
+    /// A human must approve first.
+    RequireApproval {
+        /// The determining policies that asked for approval.
+        policies: Vec<String>,
+    },
+    /// Say what would happen; execute nothing.
+    DryRun,
+    /// No.
+    Deny {
+        /// Why (determining forbid policies, or "no permit matched").
+        reason: String,
+    },
+}
+
+/// A validated policy set for the capabilities that reference one file.
+#[derive(Debug)]
+pub struct PolicyEngine {
+    policies: PolicySet,
+    schema: Schema,
+    hash: String,
+}
+
+/// The context attribute name for a significant argument path.
+pub fn context_attr(path: &str) -> String {
+    path.replace('.', "_")
+}
+
+/// The Cedar schema (human syntax) generated from the capabilities.
+pub fn generate_schema(capabilities: &[&Capability]) -> String {
+    let mut out = String::from("entity Agent = { role: String };\nentity Tenant;\n");
+    for cap in capabilities {
+        let mut attrs = vec!["business_ref?: String".to_owned()];
+        for arg in &cap.key.significant {
+            let name = context_attr(arg.path.as_str());
+            let opt = if arg.optional { "?" } else { "" };
+            match &arg.normaliser {
+                Normaliser::Money { .. } => {
+                    attrs.push(format!("\"{name}\"{opt}: Long"));
+                    attrs.push(format!("\"{name}_currency\"{opt}: String"));
+                }
+                Normaliser::Integer => attrs.push(format!("\"{name}\"{opt}: Long")),
+                Normaliser::Set => attrs.push(format!("\"{name}\"{opt}: Set<String>")),
+                _ => attrs.push(format!("\"{name}\"{opt}: String")),
+            }
+        }
+        out.push_str(&format!(
+            "action \"{}\" appliesTo {{ principal: [Agent], resource: [Tenant], context: {{ {} }} }};\n",
+            cap.name,
+            attrs.join(", ")
+        ));
+    }
+    out
+}
+
+impl PolicyEngine {
+    /// Parses `text` and validates it (strict mode) against the capabilities' schema.
+    pub fn new(text: &str, capabilities: &[&Capability]) -> Result<Self, String> {
+        let schema_text = generate_schema(capabilities);
+        let (schema, _warnings) = Schema::from_cedarschema_str(&schema_text)
+            .map_err(|e| format!("generated schema is invalid: {e}"))?;
+        let policies =
+            PolicySet::from_str(text).map_err(|e| format!("cannot parse policies: {e}"))?;
+        let result = Validator::new(schema.clone()).validate(&policies, ValidationMode::Strict);
+        if !result.validation_passed() {
+            let errors: Vec<String> = result.validation_errors().map(|e| e.to_string()).collect();
+            return Err(format!(
+                "policies do not validate against the registry's schema: {}",
+                errors.join("; ")
+            ));
+        }
+        for policy in policies.policies() {
+            if let Some(value) = policy.annotation("oncegate") {
+                if !matches!(value, "require_approval" | "dry_run") {
+                    return Err(format!(
+                        "policy {} has @oncegate(\"{value}\"); use \"require_approval\" or \"dry_run\"",
+                        policy.id()
+                    ));
+                }
+            }
+        }
+        let hash = hex::encode(Sha256::digest(text.as_bytes()));
+        Ok(Self {
+            policies,
+            schema,
+            hash,
+        })
+    }
+
+    /// SHA-256 of the policy text: approvals are bound to it.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// Evaluates one call. `normalised` is the key's normalised argument object.
+    pub fn evaluate(
+        &self,
+        principal: &str,
+        role: Role,
+        tenant: &str,
+        capability: &Capability,
+        business_ref: Option<&str>,
+        normalised: &Map<String, Value>,
+    ) -> PolicyVerdict {
+        match self.try_evaluate(
+            principal,
+            role,
+            tenant,
+            capability,
+            business_ref,
+            normalised,
+        ) {
+            Ok(verdict) => verdict,
+            // Fail closed: a request Cedar cannot even evaluate is a denial.
+            Err(e) => PolicyVerdict::Deny {
+                reason: format!("policy evaluation failed: {e}"),
+            },
+        }
+    }
+
+    fn try_evaluate(
+        &self,
+        principal: &str,
+        role: Role,
+        tenant: &str,
+        capability: &Capability,
+        business_ref: Option<&str>,
+        normalised: &Map<String, Value>,
+    ) -> Result<PolicyVerdict, String> {
+        let agent_type = EntityTypeName::from_str("Agent").map_err(|e| e.to_string())?;
+        let principal_uid = EntityUid::from_type_name_and_id(agent_type, EntityId::new(principal));
+        let action = EntityUid::from_type_name_and_id(
+            EntityTypeName::from_str("Action").map_err(|e| e.to_string())?,
+            EntityId::new(&capability.name),
+        );
+        let resource = EntityUid::from_type_name_and_id(
+            EntityTypeName::from_str("Tenant").map_err(|e| e.to_string())?,
+            EntityId::new(tenant),
+        );
+        let context_json = cedar_context(capability, business_ref, normalised);
+        let context = Context::from_json_value(context_json, Some((&self.schema, &action)))
+            .map_err(|e| e.to_string())?;
+        let request = Request::new(
+            principal_uid.clone(),
+            action,
+            resource,
+            context,
+            Some(&self.schema),
+        )
+        .map_err(|e| e.to_string())?;
+        let attrs = HashMap::from([(
+            "role".to_owned(),
+            RestrictedExpression::new_string(role.as_str().to_owned()),
+        )]);
+        let agent =
+            Entity::new(principal_uid, attrs, Default::default()).map_err(|e| e.to_string())?;
+        let entities =
+            Entities::from_entities([agent], Some(&self.schema)).map_err(|e| e.to_string())?;
+        let response = Authorizer::new().is_authorized(&request, &self.policies, &entities);
+        let determining: Vec<_> = response.diagnostics().reason().cloned().collect();
+        if response.decision() == Decision::Deny {
+            let reason = if determining.is_empty() {
+                "no policy permits this call".to_owned()
+            } else {
+                let ids: Vec<String> = determining.iter().map(ToString::to_string).collect();
+                format!("forbidden by policy {}", ids.join(", "))
+            };
+            return Ok(PolicyVerdict::Deny { reason });
+        }
+        let annotated = |want: &str| -> Vec<String> {
+            determining
+                .iter()
+                .filter(|id| self.policies.annotation(id, "oncegate") == Some(want))
+                .map(ToString::to_string)
+                .collect()
+        };
+        if !annotated("dry_run").is_empty() {
+            return Ok(PolicyVerdict::DryRun);
+        }
+        let approval = annotated("require_approval");
+        if !approval.is_empty() {
+            return Ok(PolicyVerdict::RequireApproval { policies: approval });
+        }
+        Ok(PolicyVerdict::Allow)
+    }
+}
+
+/// The Cedar context for a call: normalised args typed for Cedar.
+pub fn cedar_context(
+    capability: &Capability,
+    business_ref: Option<&str>,
+    normalised: &Map<String, Value>,
+) -> Value {
+    let mut ctx = Map::new();
+    if let Some(r) = business_ref {
+        ctx.insert("business_ref".into(), Value::String(r.to_owned()));
+    }
+    for arg in &capability.key.significant {
+        let Some(value) = normalised.get(arg.path.as_str()) else {
+            continue;
+        };
+        let name = context_attr(arg.path.as_str());
+        match &arg.normaliser {
+            Normaliser::Money { .. } => {
+                let minor = value["minor"]
+                    .as_str()
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .unwrap_or(0);
+                ctx.insert(name.clone(), Value::from(minor));
+                ctx.insert(format!("{name}_currency"), value["currency"].clone());
+            }
+            Normaliser::Integer => {
+                let n = value
+                    .as_str()
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .unwrap_or(0);
+                ctx.insert(name, Value::from(n));
+            }
+            _ => {
+                ctx.insert(name, value.clone());
+            }
+        }
+    }
+    Value::Object(ctx)
+}

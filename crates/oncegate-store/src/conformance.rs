@@ -1,0 +1,377 @@
+//! The store conformance suite: written once, run against every backend.
+//!
+//! Each check takes a fresh, empty store and panics with a message on a violation.
+//! Backends call [`run_all`] from their integration tests (see `tests/it`).
+
+use jiff::Timestamp;
+use oncegate_core::audit::{AuditEvent, AuditKind, verify_shard};
+use oncegate_core::intent::{Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState};
+use oncegate_core::key::IntentKey;
+use serde_json::json;
+
+use crate::{Commit, IntentFilter, Store, StoreError};
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + secs).expect("valid timestamp")
+}
+
+/// A record for tests: `key` is hex-ish text.
+pub fn sample_record(key: &str, generation: u32) -> IntentRecord {
+    IntentRecord {
+        key: IntentKey::from_hex(key),
+        generation,
+        capability: "charge_card".into(),
+        tenant: "acme".into(),
+        principal: "planner".into(),
+        run_id: Some("run-1".into()),
+        step_id: None,
+        business_ref: Some("A-1".into()),
+        cross_key: Some(IntentKey::from_hex(format!("x{key}"))),
+        args_digest: "d".into(),
+        normalised: json!({"amount": {"currency": "USD", "minor": "1250"}}),
+        arguments: json!({"order_id": "A-1", "amount": "12.50"}),
+        state: IntentState::InFlight,
+        attempts: 1,
+        executions: 1,
+        lease: None,
+        effect_ref: None,
+        result: None,
+        error: None,
+        approval_id: None,
+        breaker_tripped: false,
+        created_at: at(0),
+        updated_at: at(0),
+        version: 0,
+    }
+}
+
+fn sample_event(key: &str, n: u32) -> AuditEvent {
+    AuditEvent {
+        at: at(i64::from(n)),
+        kind: AuditKind::Call,
+        key: Some(IntentKey::from_hex(key)),
+        generation: 1,
+        capability: Some("charge_card".into()),
+        actor: "planner".into(),
+        run_id: None,
+        from: None,
+        to: Some(IntentState::InFlight),
+        status: None,
+        code: None,
+        detail: json!({"n": n}),
+    }
+}
+
+fn sample_approval(id: &str, key: &str) -> Approval {
+    Approval {
+        id: id.into(),
+        key: IntentKey::from_hex(key),
+        generation: 1,
+        capability: "refund".into(),
+        principal: "planner".into(),
+        args_digest: "d".into(),
+        policy_hash: "p".into(),
+        reason: ApprovalReason::Policy,
+        detail: String::new(),
+        state: ApprovalState::Pending,
+        decided_by: None,
+        decided_at: None,
+        created_at: at(0),
+        expires_at: at(3600),
+        version: 0,
+    }
+}
+
+/// Insert, then compare-and-set: versions advance and stale writers lose.
+pub async fn compare_and_set<S: Store>(store: &S) {
+    let key = "aa01";
+    let rec = sample_record(key, 1);
+    store
+        .commit(Commit {
+            record: Some(rec.clone()),
+            approval: None,
+            event: sample_event(key, 1),
+        })
+        .await
+        .expect("insert");
+    let dup = store
+        .commit(Commit {
+            record: Some(rec.clone()),
+            approval: None,
+            event: sample_event(key, 2),
+        })
+        .await;
+    assert!(
+        matches!(dup, Err(StoreError::Conflict)),
+        "a second insert of one (key, generation) must conflict, got {dup:?}"
+    );
+
+    let stored = store
+        .load(&rec.key)
+        .await
+        .expect("load")
+        .expect("record exists");
+    assert_eq!(stored.version, 1);
+    let mut next = stored.clone();
+    next.state = IntentState::Applied;
+    next.effect_ref = Some("ch_1".into());
+    store
+        .commit(Commit {
+            record: Some(next.clone()),
+            approval: None,
+            event: sample_event(key, 3),
+        })
+        .await
+        .expect("cas");
+    let stale = store
+        .commit(Commit {
+            record: Some(next),
+            approval: None,
+            event: sample_event(key, 4),
+        })
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::Conflict)),
+        "a stale version must conflict, got {stale:?}"
+    );
+    let reread = store.load(&rec.key).await.unwrap().unwrap();
+    assert_eq!(
+        (reread.state, reread.version, reread.effect_ref.as_deref()),
+        (IntentState::Applied, 2, Some("ch_1"))
+    );
+}
+
+/// A conflicting commit writes nothing: neither its approval nor its audit event.
+pub async fn conflict_is_atomic<S: Store>(store: &S) {
+    let key = "bb02";
+    let rec = sample_record(key, 1);
+    store
+        .commit(Commit {
+            record: Some(rec.clone()),
+            approval: None,
+            event: sample_event(key, 1),
+        })
+        .await
+        .unwrap();
+    let before = store.audit_after(0, 10_000).await.unwrap().len();
+    let loser = store
+        .commit(Commit {
+            record: Some(rec),
+            approval: Some(sample_approval("ap_lost", key)),
+            event: sample_event(key, 2),
+        })
+        .await;
+    assert!(matches!(loser, Err(StoreError::Conflict)));
+    assert!(
+        store.approval("ap_lost").await.unwrap().is_none(),
+        "a lost race must not leave its approval"
+    );
+    assert_eq!(
+        store.audit_after(0, 10_000).await.unwrap().len(),
+        before,
+        "a lost race must not leave audit records"
+    );
+}
+
+/// Generations: load returns the newest; approvals round-trip and CAS.
+pub async fn generations_and_approvals<S: Store>(store: &S) {
+    let key = "cc03";
+    store
+        .commit(Commit {
+            record: Some(sample_record(key, 1)),
+            approval: None,
+            event: sample_event(key, 1),
+        })
+        .await
+        .unwrap();
+    let mut g2 = sample_record(key, 2);
+    g2.state = IntentState::PendingApproval;
+    g2.approval_id = Some("ap_1".into());
+    store
+        .commit(Commit {
+            record: Some(g2),
+            approval: Some(sample_approval("ap_1", key)),
+            event: sample_event(key, 2),
+        })
+        .await
+        .unwrap();
+    let latest = store
+        .load(&IntentKey::from_hex(key))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.generation, 2);
+
+    let pending = store
+        .list_approvals(Some(ApprovalState::Pending))
+        .await
+        .unwrap();
+    assert!(pending.iter().any(|a| a.id == "ap_1"));
+    let mut ap = store.approval("ap_1").await.unwrap().unwrap();
+    assert_eq!(ap.version, 1);
+    ap.state = ApprovalState::Approved;
+    store
+        .commit(Commit {
+            record: None,
+            approval: Some(ap.clone()),
+            event: sample_event(key, 3),
+        })
+        .await
+        .unwrap();
+    let again = store
+        .commit(Commit {
+            record: None,
+            approval: Some(ap),
+            event: sample_event(key, 4),
+        })
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::Conflict)),
+        "approving twice from one read must conflict"
+    );
+    assert!(
+        store
+            .list_approvals(Some(ApprovalState::Pending))
+            .await
+            .unwrap()
+            .iter()
+            .all(|a| a.id != "ap_1")
+    );
+}
+
+/// Listing filters and the cross-run lookup.
+pub async fn listing_and_cross_run<S: Store>(store: &S) {
+    let mut applied = sample_record("dd04", 1);
+    applied.state = IntentState::Applied;
+    store
+        .commit(Commit {
+            record: Some(applied.clone()),
+            approval: None,
+            event: sample_event("dd04", 1),
+        })
+        .await
+        .unwrap();
+    let mut tripped = sample_record("dd05", 1);
+    tripped.state = IntentState::Applied;
+    tripped.breaker_tripped = true;
+    tripped.capability = "refund".into();
+    store
+        .commit(Commit {
+            record: Some(tripped),
+            approval: None,
+            event: sample_event("dd05", 1),
+        })
+        .await
+        .unwrap();
+
+    let by_cap = store
+        .list_intents(&IntentFilter {
+            capability: Some("refund".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(by_cap.iter().all(|r| r.capability == "refund") && !by_cap.is_empty());
+    let breakers = store
+        .list_intents(&IntentFilter {
+            breaker_tripped: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        breakers.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+        vec!["dd05"]
+    );
+    let applied_list = store
+        .list_intents(&IntentFilter {
+            state: Some(IntentState::Applied),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(applied_list.len() >= 2);
+
+    let cross = applied.cross_key.clone().unwrap();
+    let other = store.find_other_run(&cross, Some("run-2")).await.unwrap();
+    assert_eq!(
+        other.map(|r| r.key),
+        Some(applied.key.clone()),
+        "another run must find run-1's intent"
+    );
+    assert!(
+        store
+            .find_other_run(&cross, Some("run-1"))
+            .await
+            .unwrap()
+            .is_none(),
+        "the same run is not another run"
+    );
+}
+
+/// Every commit appends one chained audit record; all shards verify.
+pub async fn audit_chain<S: Store>(store: &S) {
+    for i in 0..40u32 {
+        let key = format!("{:04x}ee", i * 1637);
+        store
+            .commit(Commit {
+                record: None,
+                approval: None,
+                event: sample_event(&key, i),
+            })
+            .await
+            .unwrap();
+    }
+    let all = store.audit_after(0, 100_000).await.unwrap();
+    assert!(all.len() >= 40);
+    assert!(all.windows(2).all(|w| w[0].0 < w[1].0), "export is ordered");
+    let shards = store.audit_shards().await.unwrap();
+    assert!(shards.len() > 1, "audit records spread over shards");
+    for shard in shards {
+        let records = store.audit_shard(shard).await.unwrap();
+        verify_shard(shard, &records).unwrap_or_else(|b| panic!("shard {shard} broken: {b:?}"));
+    }
+}
+
+/// Many concurrent inserts of one (key, generation): exactly one wins.
+pub async fn one_insert_wins<S: Store>(store: &S) {
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rec = sample_record("ff06", 1);
+            rec.principal = format!("agent-{i}");
+            store
+                .commit(Commit {
+                    record: Some(rec),
+                    approval: None,
+                    event: sample_event("ff06", i),
+                })
+                .await
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(()) => wins += 1,
+            Err(StoreError::Conflict) => {}
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    assert_eq!(wins, 1, "exactly one concurrent insert may win");
+}
+
+/// Runs every check; `fresh` makes an empty store per check.
+pub async fn run_all<S, F, Fut>(fresh: F)
+where
+    S: Store,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = S>,
+{
+    compare_and_set(&fresh().await).await;
+    conflict_is_atomic(&fresh().await).await;
+    generations_and_approvals(&fresh().await).await;
+    listing_and_cross_run(&fresh().await).await;
+    audit_chain(&fresh().await).await;
+    one_insert_wins(&fresh().await).await;
+}

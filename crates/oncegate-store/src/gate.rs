@@ -1,0 +1,707 @@
+//! `Gate`: the in-process engine. Load, decide, commit, execute, record.
+//!
+//! A Rust agent runtime uses it directly:
+//!
+//! ```no_run
+//! # async fn demo(registry: oncegate_core::Registry) -> Result<(), oncegate_store::GateError> {
+//! use oncegate_core::EffectResult;
+//! use oncegate_store::{Call, Gate};
+//!
+//! let gate = Gate::open(registry).await?;
+//! let call = Call::new("charge_card", serde_json::json!({"order_id": "A-1", "amount": "12.50"}));
+//! let outcome = gate
+//!     .invoke("planner", call, |intent| async move {
+//!         // Call the provider with `intent.key` as its Idempotency-Key.
+//!         EffectResult::Applied { effect_ref: Some("ch_1".into()), result: serde_json::json!({"id": "ch_1"}) }
+//!     })
+//!     .await?;
+//! println!("{:?}", outcome.status);
+//! # Ok(()) }
+//! ```
+//!
+//! The effect runs in its own task: a caller that drops the `invoke` future never
+//! aborts a side effect half-way, and the result is recorded regardless.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use oncegate_core::Registry;
+use oncegate_core::codes::Code;
+use oncegate_core::config::{Capability, Role};
+use oncegate_core::decide::{
+    self, Action, CallRequest, Choice, Decision, EffectResult, ReconcileResult, decide_approval,
+};
+use oncegate_core::intent::{IntentRecord, Outcome, Reason, Status};
+use oncegate_core::key::{CallScope, IntentKey, KeyError, derive};
+use oncegate_core::policy::PolicyVerdict;
+use rand::Rng;
+use serde_json::Value;
+
+use crate::clock::{Clock, SystemClock};
+use crate::sqlite::SqliteStore;
+use crate::{Commit, Store, StoreError, resolve_sqlite_path};
+
+/// How many lost races one call tolerates before giving up with `OG-0015`.
+const MAX_RACES: usize = 256;
+
+/// A call as the agent made it.
+#[derive(Clone, Debug)]
+pub struct Call {
+    /// The capability (tool) name.
+    pub capability: String,
+    /// The arguments.
+    pub arguments: Value,
+    /// The orchestrator's run id (never from the arguments).
+    pub run_id: Option<String>,
+    /// The orchestrator's step id.
+    pub step_id: Option<String>,
+}
+
+impl Call {
+    /// A call without run or step ids.
+    pub fn new(capability: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            capability: capability.into(),
+            arguments,
+            run_id: None,
+            step_id: None,
+        }
+    }
+
+    /// Sets the run id.
+    pub fn run(mut self, run_id: impl Into<String>) -> Self {
+        self.run_id = Some(run_id.into());
+        self
+    }
+
+    /// Sets the step id.
+    pub fn step(mut self, step_id: impl Into<String>) -> Self {
+        self.step_id = Some(step_id.into());
+        self
+    }
+}
+
+/// What an effect receives: the key to thread upstream and the call to make.
+#[derive(Clone, Debug)]
+pub struct IntentHandle {
+    /// Thread this upstream (`Idempotency-Key`).
+    pub key: String,
+    /// The intent key.
+    pub intent_key: IntentKey,
+    /// The generation.
+    pub generation: u32,
+    /// The capability.
+    pub capability: String,
+    /// The arguments of the call that created this generation.
+    pub arguments: Value,
+    /// The normalised significant arguments.
+    pub normalised: Value,
+    /// The business reference.
+    pub business_ref: Option<String>,
+    /// The run id.
+    pub run_id: Option<String>,
+    /// The step id.
+    pub step_id: Option<String>,
+}
+
+impl IntentHandle {
+    fn of(record: &IntentRecord) -> Self {
+        Self {
+            key: record.upstream_key(),
+            intent_key: record.key.clone(),
+            generation: record.generation,
+            capability: record.capability.clone(),
+            arguments: record.arguments.clone(),
+            normalised: record.normalised.clone(),
+            business_ref: record.business_ref.clone(),
+            run_id: record.run_id.clone(),
+            step_id: record.step_id.clone(),
+        }
+    }
+}
+
+/// Runs effects and reconciliation reads for a gate.
+pub trait Executor: Send + Sync + 'static {
+    /// Executes the effect, threading `intent.key` upstream.
+    fn execute(&self, intent: IntentHandle) -> impl Future<Output = EffectResult> + Send;
+    /// Asks the upstream whether the intent already took effect.
+    fn reconcile(&self, intent: IntentHandle) -> impl Future<Output = ReconcileResult> + Send {
+        let _ = intent;
+        async {
+            ReconcileResult::Undecidable {
+                message: "no reconciliation read is available in this process".into(),
+            }
+        }
+    }
+}
+
+struct FnExecutor<F>(F);
+
+impl<F, Fut> Executor for FnExecutor<F>
+where
+    F: Fn(IntentHandle) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = EffectResult> + Send + 'static,
+{
+    fn execute(&self, intent: IntentHandle) -> impl Future<Output = EffectResult> + Send {
+        (self.0)(intent)
+    }
+}
+
+/// Why a call could not be decided at all (as opposed to an outcome such as `denied`).
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    /// No such capability.
+    #[error("unknown capability `{0}`")]
+    UnknownCapability(String),
+    /// No such principal, or the wrong role.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The arguments do not make a key.
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(#[from] KeyError),
+    /// No such approval.
+    #[error("unknown approval `{0}`")]
+    UnknownApproval(String),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl GateError {
+    /// The stable code.
+    pub fn code(&self) -> Code {
+        match self {
+            GateError::UnknownCapability(_) => Code::UnknownCapability,
+            GateError::Forbidden(_) => Code::Forbidden,
+            GateError::InvalidArguments(_) => Code::InvalidArguments,
+            GateError::UnknownApproval(_) => Code::ApprovalVoid,
+            GateError::Store(_) => Code::StoreUnavailable,
+        }
+    }
+}
+
+/// The engine.
+pub struct Gate<S: Store = SqliteStore> {
+    registry: Arc<Registry>,
+    store: S,
+    clock: Arc<dyn Clock>,
+    owner: String,
+}
+
+impl<S: Store> Clone for Gate<S> {
+    fn clone(&self) -> Self {
+        Self {
+            registry: self.registry.clone(),
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            owner: self.owner.clone(),
+        }
+    }
+}
+
+impl Gate<SqliteStore> {
+    /// Opens the store the registry names (relative SQLite paths resolve against the
+    /// config file's directory).
+    pub async fn open(registry: Registry) -> Result<Self, GateError> {
+        let dir = registry
+            .source
+            .parent()
+            .map(ToOwned::to_owned)
+            .unwrap_or_default();
+        let path = resolve_sqlite_path(&registry.store_url, &dir)
+            .ok_or_else(|| StoreError::UnsupportedUrl(registry.store_url.clone()))?;
+        let store = SqliteStore::open(&path).await?;
+        Ok(Self::with_store(registry, store, Arc::new(SystemClock)))
+    }
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut rng = rand::rng();
+    (0..bytes)
+        .map(|_| format!("{:02x}", rng.random::<u8>()))
+        .collect()
+}
+
+fn store_down(record: Option<&IntentRecord>, key: Option<&IntentKey>, e: &StoreError) -> Outcome {
+    Outcome {
+        status: Status::Refused,
+        key: key.cloned().or_else(|| record.map(|r| r.key.clone())),
+        generation: record.map_or(1, |r| r.generation),
+        attempt: record.map_or(1, |r| r.attempts),
+        state: record.map(|r| r.state),
+        effect_ref: None,
+        result: None,
+        approval_id: None,
+        reason: Some(Reason::new(
+            Code::StoreUnavailable,
+            format!(
+                "the intent store is unavailable, so consequential calls are refused (fail closed): {e}"
+            ),
+        )),
+        alerts: Vec::new(),
+    }
+}
+
+fn contention(key: &IntentKey) -> Outcome {
+    Outcome {
+        status: Status::Refused,
+        key: Some(key.clone()),
+        generation: 1,
+        attempt: 0,
+        state: None,
+        effect_ref: None,
+        result: None,
+        approval_id: None,
+        reason: Some(Reason::new(
+            Code::Contention,
+            "too many concurrent writers on this intent; poll and do not re-issue",
+        )),
+        alerts: Vec::new(),
+    }
+}
+
+impl<S: Store> Gate<S> {
+    /// A gate over any store, with an injected clock.
+    pub fn with_store(registry: Registry, store: S, clock: Arc<dyn Clock>) -> Self {
+        let owner = format!("pid{}-{}", std::process::id(), random_hex(4));
+        Self {
+            registry: Arc::new(registry),
+            store,
+            clock,
+            owner,
+        }
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    fn capability(&self, name: &str) -> Result<Arc<Capability>, GateError> {
+        self.registry
+            .capability(name)
+            .cloned()
+            .ok_or_else(|| GateError::UnknownCapability(name.to_owned()))
+    }
+
+    /// Invokes a capability with an effect closure that receives the intent.
+    pub async fn invoke<F, Fut>(
+        &self,
+        principal: &str,
+        call: Call,
+        effect: F,
+    ) -> Result<Outcome, GateError>
+    where
+        F: Fn(IntentHandle) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = EffectResult> + Send + 'static,
+    {
+        self.invoke_with(principal, call, Arc::new(FnExecutor(effect)))
+            .await
+    }
+
+    /// Invokes a capability with an executor that can also reconcile.
+    pub async fn invoke_with<E: Executor>(
+        &self,
+        principal: &str,
+        call: Call,
+        executor: Arc<E>,
+    ) -> Result<Outcome, GateError> {
+        let cap = self.capability(&call.capability)?;
+        let who = self
+            .registry
+            .principal(principal)
+            .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{principal}`")))?;
+        if who.role != Role::Agent && who.role != Role::Admin {
+            return Err(GateError::Forbidden(format!(
+                "`{principal}` is an {} and cannot call capabilities",
+                who.role.as_str()
+            )));
+        }
+        let now = self.clock.now();
+        let scope = CallScope {
+            run_id: call.run_id.as_deref(),
+            step_id: call.step_id.as_deref(),
+        };
+        let tenant = &self.registry.gateway.tenant;
+        let derived = derive(
+            tenant,
+            principal,
+            &cap,
+            &call.arguments,
+            &scope,
+            now,
+            &self.registry.gateway.time_zone,
+        )?;
+        let verdict = match &cap.policy {
+            Some(engine) => engine.evaluate(
+                principal,
+                who.role,
+                tenant,
+                &cap,
+                derived.business_ref.as_deref(),
+                &derived.normalised,
+            ),
+            None => PolicyVerdict::Allow,
+        };
+
+        for _ in 0..MAX_RACES {
+            let now = self.clock.now();
+            let loaded = async {
+                let existing = self.store.load(&derived.key).await?;
+                let approval = match existing.as_ref().and_then(|r| r.approval_id.as_deref()) {
+                    Some(id) => self.store.approval(id).await?,
+                    None => None,
+                };
+                let other_run = match (&existing, &derived.cross_key) {
+                    (None, Some(cross)) => {
+                        self.store
+                            .find_other_run(cross, call.run_id.as_deref())
+                            .await?
+                    }
+                    _ => None,
+                };
+                Ok::<_, StoreError>((existing, approval, other_run))
+            }
+            .await;
+            let (existing, approval, other_run) = match loaded {
+                Ok(l) => l,
+                Err(e) if cap.category.is_consequential() => {
+                    return Ok(store_down(None, Some(&derived.key), &e));
+                }
+                Err(_) => (None, None, None),
+            };
+            let approval_id = format!("ap_{}", random_hex(8));
+            let req = CallRequest {
+                principal,
+                tenant,
+                derived: &derived,
+                arguments: &call.arguments,
+                run_id: call.run_id.as_deref(),
+                step_id: call.step_id.as_deref(),
+                owner: &self.owner,
+                approval: approval.as_ref(),
+                other_run: other_run.as_ref(),
+                kill_switch: None,
+                new_approval_id: &approval_id,
+            };
+            let decision = decide::decide(existing.as_ref(), &req, &cap, &verdict, now);
+            if decision.action == Action::PassThrough {
+                // Reads claim nothing; their audit entry is best effort.
+                let _ = self
+                    .store
+                    .commit(Commit {
+                        record: None,
+                        approval: None,
+                        event: decision.event,
+                    })
+                    .await;
+                let mut outcome = decision.outcome;
+                let handle = IntentHandle {
+                    key: String::new(),
+                    intent_key: derived.key.clone(),
+                    generation: 0,
+                    capability: cap.name.clone(),
+                    arguments: call.arguments.clone(),
+                    normalised: Value::Object(derived.normalised.clone()),
+                    business_ref: derived.business_ref.clone(),
+                    run_id: call.run_id.clone(),
+                    step_id: call.step_id.clone(),
+                };
+                match executor.execute(handle).await {
+                    EffectResult::Applied { effect_ref, result } => {
+                        outcome.effect_ref = effect_ref;
+                        outcome.result = Some(result);
+                    }
+                    other => {
+                        outcome.status = Status::Failed;
+                        outcome.reason =
+                            Some(Reason::new(Code::UpstreamRejected, format!("{other:?}")));
+                    }
+                }
+                return Ok(outcome);
+            }
+            match self
+                .apply(decision, &cap, principal, executor.clone())
+                .await
+            {
+                Ok(outcome) => return Ok(outcome),
+                Err(StoreError::Conflict) => {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                Err(e) => return Ok(store_down(existing.as_ref(), Some(&derived.key), &e)),
+            }
+        }
+        Ok(contention(&derived.key))
+    }
+
+    /// Commits a decision and carries out its action. `Conflict` means re-decide.
+    async fn apply<E: Executor>(
+        &self,
+        decision: Decision,
+        cap: &Arc<Capability>,
+        actor: &str,
+        executor: Arc<E>,
+    ) -> Result<Outcome, StoreError> {
+        let Decision {
+            action,
+            record,
+            approval,
+            outcome,
+            event,
+        } = decision;
+        self.store
+            .commit(Commit {
+                record: record.clone(),
+                approval,
+                event,
+            })
+            .await?;
+        log_alerts(&outcome, cap);
+        match action {
+            Action::Respond | Action::PassThrough => Ok(outcome),
+            Action::Execute => {
+                let claimed = bump(record.expect("an Execute decision writes the claim"));
+                Ok(self
+                    .execute(claimed, cap.clone(), actor.to_owned(), executor)
+                    .await)
+            }
+            Action::Reconcile => {
+                let current = bump(record.expect("a Reconcile decision writes the record"));
+                let answer = executor.reconcile(IntentHandle::of(&current)).await;
+                let approval_id = format!("ap_{}", random_hex(8));
+                let next = decide::after_reconcile(
+                    &current,
+                    answer,
+                    cap,
+                    actor,
+                    &self.owner,
+                    &approval_id,
+                    self.clock.now(),
+                );
+                let mut outcome = Box::pin(self.apply(next, cap, actor, executor)).await?;
+                outcome.attempt = current.attempts;
+                Ok(outcome)
+            }
+        }
+    }
+
+    /// Runs the effect in its own task and records its result there, so nothing the
+    /// caller does (dropping this future included) can lose it.
+    async fn execute<E: Executor>(
+        &self,
+        claimed: IntentRecord,
+        cap: Arc<Capability>,
+        actor: String,
+        executor: Arc<E>,
+    ) -> Outcome {
+        let gate = self.clone();
+        let held = claimed.clone();
+        let task = tokio::spawn(async move {
+            let result = executor.execute(IntentHandle::of(&held)).await;
+            gate.record(&held, result, &cap, &actor).await
+        });
+        match task.await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::error!(key = %claimed.key, error = %e, "effect task panicked; the intent reads unknown once its lease expires");
+                decide::outcome_of(
+                    &claimed,
+                    Status::Unknown,
+                    Some(Reason::new(
+                        Code::UpstreamUnknown,
+                        "the effect task failed; the outcome is unknown; do not re-issue",
+                    )),
+                )
+            }
+        }
+    }
+
+    /// Records an effect's result, re-reading on lost races.
+    async fn record(
+        &self,
+        claimed: &IntentRecord,
+        result: EffectResult,
+        cap: &Capability,
+        actor: &str,
+    ) -> Outcome {
+        let mut current = claimed.clone();
+        for _ in 0..MAX_RACES {
+            let decision =
+                decide::record_effect(&current, result.clone(), cap, actor, self.clock.now());
+            let outcome = decision.outcome.clone();
+            match self
+                .store
+                .commit(Commit {
+                    record: decision.record,
+                    approval: None,
+                    event: decision.event,
+                })
+                .await
+            {
+                Ok(()) => {
+                    let mut outcome = outcome;
+                    outcome.attempt = current.attempts;
+                    return outcome;
+                }
+                Err(StoreError::Conflict) => match self.store.load(&claimed.key).await {
+                    Ok(Some(fresh)) if fresh.generation == claimed.generation => current = fresh,
+                    _ => break,
+                },
+                Err(e) => {
+                    tracing::error!(key = %claimed.key, error = %e, "could not record an effect's result; the intent will read unknown after its lease");
+                    let mut o = decide::outcome_of(
+                        claimed,
+                        Status::Unknown,
+                        Some(Reason::new(
+                            Code::StoreUnavailable,
+                            format!(
+                                "the effect ran but its result could not be recorded ({e}); do not re-issue"
+                            ),
+                        )),
+                    );
+                    o.effect_ref = None;
+                    return o;
+                }
+            }
+        }
+        decide::outcome_of(
+            claimed,
+            Status::Unknown,
+            Some(Reason::new(
+                Code::Contention,
+                "the result could not be recorded after repeated races; do not re-issue",
+            )),
+        )
+    }
+
+    /// A human approves or denies. Approving executes the held intent once, here.
+    pub async fn decide_approval<E: Executor>(
+        &self,
+        actor: &str,
+        approval_id: &str,
+        choice: Choice,
+        executor: Arc<E>,
+    ) -> Result<Outcome, GateError> {
+        let who = self
+            .registry
+            .principal(actor)
+            .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{actor}`")))?;
+        for _ in 0..MAX_RACES {
+            let approval = self
+                .store
+                .approval(approval_id)
+                .await?
+                .ok_or_else(|| GateError::UnknownApproval(approval_id.to_owned()))?;
+            let cap = self.capability(&approval.capability)?;
+            let record = self
+                .load_generation(&approval.key, approval.generation)
+                .await?;
+            let Some(record) = record else {
+                return Err(GateError::UnknownApproval(approval_id.to_owned()));
+            };
+            match decide_approval(
+                &record,
+                &approval,
+                actor,
+                who.role,
+                choice,
+                &cap,
+                &self.owner,
+                self.clock.now(),
+            ) {
+                decide::ApprovalDecision::Rejected(reason) => {
+                    if reason.code == Code::Forbidden {
+                        return Err(GateError::Forbidden(reason.message));
+                    }
+                    let mut o = decide::standing_outcome(&record);
+                    o.status = Status::Denied;
+                    o.reason = Some(reason);
+                    return Ok(o);
+                }
+                decide::ApprovalDecision::Decided {
+                    action,
+                    record: next,
+                    approval,
+                    outcome,
+                    event,
+                } => {
+                    let d = Decision {
+                        action,
+                        record: next,
+                        approval,
+                        outcome,
+                        event,
+                    };
+                    match self.apply(d, &cap, actor, executor.clone()).await {
+                        Ok(o) => return Ok(o),
+                        Err(StoreError::Conflict) => continue,
+                        Err(e) => return Ok(store_down(Some(&record), None, &e)),
+                    }
+                }
+            }
+        }
+        Err(GateError::Store(StoreError::Conflict))
+    }
+
+    async fn load_generation(
+        &self,
+        key: &IntentKey,
+        generation: u32,
+    ) -> Result<Option<IntentRecord>, StoreError> {
+        Ok(self
+            .store
+            .load(key)
+            .await?
+            .filter(|r| r.generation == generation))
+    }
+
+    /// An admin resets a tripped breaker.
+    pub async fn reset_breaker(&self, actor: &str, key: &IntentKey) -> Result<Outcome, GateError> {
+        let who = self
+            .registry
+            .principal(actor)
+            .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{actor}`")))?;
+        if who.role != Role::Admin {
+            return Err(GateError::Forbidden("only admins reset breakers".into()));
+        }
+        for _ in 0..MAX_RACES {
+            let Some(record) = self.store.load(key).await? else {
+                return Err(GateError::Forbidden(format!("no intent {key}")));
+            };
+            let cap = self.capability(&record.capability)?;
+            let d = decide::reset_breaker(&record, actor, &cap, self.clock.now());
+            match self
+                .store
+                .commit(Commit {
+                    record: d.record,
+                    approval: None,
+                    event: d.event,
+                })
+                .await
+            {
+                Ok(()) => return Ok(d.outcome),
+                Err(StoreError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(GateError::Store(StoreError::Conflict))
+    }
+}
+
+/// The stored version after a commit of `record`.
+fn bump(mut record: IntentRecord) -> IntentRecord {
+    record.version += 1;
+    record
+}
+
+fn log_alerts(outcome: &Outcome, cap: &Capability) {
+    for alert in &outcome.alerts {
+        tracing::warn!(capability = %cap.name, key = ?outcome.key, alert = ?alert, "oncegate alert");
+    }
+}

@@ -1,0 +1,434 @@
+//! The embedded SQLite backend.
+//!
+//! WAL with `synchronous=FULL`: a commit is on disk when it returns. One writer task
+//! owns the only write connection and group-commits: it drains every commit queued
+//! while the previous fsync ran and applies them in one transaction, each under its
+//! own savepoint so a lost compare-and-set rolls back alone. Durability therefore does
+//! not cap throughput at one fsync per decision. Readers use their own pool.
+//!
+//! The writer runs as a spawned task, never under a caller's future: a caller that
+//! gives up cannot cancel a transaction half-way.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncegate_core::audit::{AuditRecord, ChainHead, seal};
+use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
+use oncegate_core::key::IntentKey;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Connection, Row, SqliteConnection};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{Commit, IntentFilter, StoreError, StoreRead, StoreWrite};
+
+/// Commits applied in one transaction at most.
+const MAX_BATCH: usize = 256;
+
+type Job = (Commit, oneshot::Sender<Result<(), StoreError>>);
+
+/// The SQLite store. Cheap to clone.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    readers: SqlitePool,
+    writer: mpsc::Sender<Job>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+fn millis(t: jiff::Timestamp) -> i64 {
+    t.as_millisecond()
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and runs migrations.
+    pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(unavailable)?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(5));
+        let mut writer = SqliteConnection::connect_with(&options)
+            .await
+            .map_err(unavailable)?;
+        sqlx::migrate!("migrations/sqlite")
+            .run(&mut writer)
+            .await
+            .map_err(unavailable)?;
+        let readers = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options.clone())
+            .await
+            .map_err(unavailable)?;
+        let inode = std::fs::metadata(path).map_err(unavailable)?.ino();
+        let (tx, rx) = mpsc::channel(4096);
+        tokio::spawn(writer_loop(writer, rx, path.to_owned(), inode));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                readers,
+                writer: tx,
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Closes the reader pool (the writer stops when the last clone is dropped).
+    pub async fn close(&self) {
+        self.inner.readers.close().await;
+    }
+}
+
+async fn writer_loop(
+    mut conn: SqliteConnection,
+    mut rx: mpsc::Receiver<Job>,
+    path: PathBuf,
+    inode: u64,
+) {
+    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        // A database file that was removed or replaced under us would swallow writes
+        // into an unlinked inode: refuse instead (fail closed).
+        let same_file = std::fs::metadata(&path)
+            .map(|m| m.ino() == inode)
+            .unwrap_or(false);
+        let results = if same_file {
+            apply_batch(&mut conn, &batch).await
+        } else {
+            Err(StoreError::Unavailable(format!(
+                "the database file {} was removed or replaced",
+                path.display()
+            )))
+        };
+        match results {
+            Ok(results) => {
+                for ((_, reply), result) in batch.drain(..).zip(results) {
+                    let _ = reply.send(result);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, batch = batch.len(), "store write failed");
+                let message = e.to_string();
+                for (_, reply) in batch.drain(..) {
+                    let _ = reply.send(Err(StoreError::Unavailable(message.clone())));
+                }
+            }
+        }
+    }
+}
+
+async fn apply_batch(
+    conn: &mut SqliteConnection,
+    batch: &[Job],
+) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    let mut results = Vec::with_capacity(batch.len());
+    for (commit, _) in batch {
+        sqlx::query("SAVEPOINT one")
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        let outcome = apply_one(conn, commit).await;
+        match outcome {
+            Ok(()) => {
+                if let Err(e) = sqlx::query("RELEASE one").execute(&mut *conn).await {
+                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                    return Err(unavailable(e));
+                }
+                results.push(Ok(()));
+            }
+            Err(StoreError::Conflict) => {
+                let rolled = sqlx::query("ROLLBACK TO one").execute(&mut *conn).await;
+                let released = sqlx::query("RELEASE one").execute(&mut *conn).await;
+                if let Err(e) = rolled.and(released) {
+                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                    return Err(unavailable(e));
+                }
+                results.push(Err(StoreError::Conflict));
+            }
+            Err(e) => {
+                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                return Err(e);
+            }
+        }
+    }
+    if let Err(e) = sqlx::query("COMMIT").execute(&mut *conn).await {
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        return Err(unavailable(e));
+    }
+    Ok(results)
+}
+
+async fn apply_one(conn: &mut SqliteConnection, commit: &Commit) -> Result<(), StoreError> {
+    if let Some(record) = &commit.record {
+        let mut stored = record.clone();
+        stored.version = record.version + 1;
+        let body = serde_json::to_string(&stored).map_err(corrupt)?;
+        let rows = if record.version == 0 {
+            sqlx::query(
+                "INSERT INTO intents (key, generation, capability, state, cross_key, run_id, business_ref, breaker_tripped, updated_at, version, body)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key, generation) DO NOTHING",
+            )
+        } else {
+            sqlx::query(
+                "UPDATE intents SET capability = ?3, state = ?4, cross_key = ?5, run_id = ?6, business_ref = ?7,
+                        breaker_tripped = ?8, updated_at = ?9, version = ?10, body = ?11
+                 WHERE key = ?1 AND generation = ?2 AND version = ?10 - 1",
+            )
+        }
+        .bind(stored.key.as_str())
+        .bind(i64::from(stored.generation))
+        .bind(&stored.capability)
+        .bind(stored.state.as_str())
+        .bind(stored.cross_key.as_ref().map(IntentKey::as_str))
+        .bind(stored.run_id.as_deref())
+        .bind(stored.business_ref.as_deref())
+        .bind(stored.breaker_tripped)
+        .bind(millis(stored.updated_at))
+        .bind(stored.version as i64)
+        .bind(body)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?
+        .rows_affected();
+        if rows != 1 {
+            return Err(StoreError::Conflict);
+        }
+    }
+    if let Some(approval) = &commit.approval {
+        let mut stored = approval.clone();
+        stored.version = approval.version + 1;
+        let body = serde_json::to_string(&stored).map_err(corrupt)?;
+        let rows = if approval.version == 0 {
+            sqlx::query(
+                "INSERT INTO approvals (id, key, generation, state, created_at, version, body)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO NOTHING",
+            )
+        } else {
+            sqlx::query(
+                "UPDATE approvals SET key = ?2, generation = ?3, state = ?4, created_at = ?5, version = ?6, body = ?7
+                 WHERE id = ?1 AND version = ?6 - 1",
+            )
+        }
+        .bind(&stored.id)
+        .bind(stored.key.as_str())
+        .bind(i64::from(stored.generation))
+        .bind(stored.state.as_str())
+        .bind(millis(stored.created_at))
+        .bind(stored.version as i64)
+        .bind(body)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?
+        .rows_affected();
+        if rows != 1 {
+            return Err(StoreError::Conflict);
+        }
+    }
+    let shard = commit.event.shard();
+    let head = sqlx::query("SELECT seq, hash FROM audit_heads WHERE shard = ?")
+        .bind(i64::from(shard))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?
+        .map(|row| ChainHead {
+            seq: row.get::<i64, _>(0) as u64,
+            hash: row.get(1),
+        })
+        .unwrap_or_else(ChainHead::genesis);
+    let sealed = seal(commit.event.clone(), &head);
+    let body = serde_json::to_string(&sealed.event).map_err(corrupt)?;
+    sqlx::query("INSERT INTO audit (shard, seq, prev_hash, hash, body) VALUES (?, ?, ?, ?, ?)")
+        .bind(i64::from(sealed.shard))
+        .bind(sealed.seq as i64)
+        .bind(&sealed.prev_hash)
+        .bind(&sealed.hash)
+        .bind(body)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    sqlx::query("INSERT INTO audit_heads (shard, seq, hash) VALUES (?1, ?2, ?3) ON CONFLICT (shard) DO UPDATE SET seq = ?2, hash = ?3")
+        .bind(i64::from(sealed.shard))
+        .bind(sealed.seq as i64)
+        .bind(&sealed.hash)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    Ok(())
+}
+
+fn decode<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, StoreError> {
+    serde_json::from_str(body).map_err(corrupt)
+}
+
+fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError> {
+    Ok(AuditRecord {
+        shard: row.get::<i64, _>("shard") as u32,
+        seq: row.get::<i64, _>("seq") as u64,
+        prev_hash: row.get("prev_hash"),
+        hash: row.get("hash"),
+        event: decode(row.get::<&str, _>("body"))?,
+    })
+}
+
+impl StoreRead for SqliteStore {
+    async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
+        let row =
+            sqlx::query("SELECT body FROM intents WHERE key = ? ORDER BY generation DESC LIMIT 1")
+                .bind(key.as_str())
+                .fetch_optional(&self.inner.readers)
+                .await
+                .map_err(unavailable)?;
+        row.map(|r| decode(r.get::<&str, _>(0))).transpose()
+    }
+
+    async fn find_other_run(
+        &self,
+        cross_key: &IntentKey,
+        run_id: Option<&str>,
+    ) -> Result<Option<IntentRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT body FROM intents WHERE cross_key = ? AND run_id IS NOT ? AND state NOT IN ('denied', 'failed', 'not_applied')
+             ORDER BY updated_at DESC LIMIT 1",
+        )
+        .bind(cross_key.as_str())
+        .bind(run_id)
+        .fetch_optional(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        row.map(|r| decode(r.get::<&str, _>(0))).transpose()
+    }
+
+    async fn list_intents(&self, filter: &IntentFilter) -> Result<Vec<IntentRecord>, StoreError> {
+        let limit = if filter.limit == 0 { 100 } else { filter.limit };
+        let rows = sqlx::query(
+            "SELECT body FROM intents WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR capability = ?2)
+             AND (?3 = 0 OR breaker_tripped = 1) ORDER BY updated_at DESC LIMIT ?4",
+        )
+        .bind(filter.state.map(|s| s.as_str()))
+        .bind(filter.capability.as_deref())
+        .bind(filter.breaker_tripped)
+        .bind(i64::from(limit))
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(|r| decode(r.get::<&str, _>(0))).collect()
+    }
+
+    async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
+        let row = sqlx::query("SELECT body FROM approvals WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.inner.readers)
+            .await
+            .map_err(unavailable)?;
+        row.map(|r| decode(r.get::<&str, _>(0))).transpose()
+    }
+
+    async fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+    ) -> Result<Vec<Approval>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT body FROM approvals WHERE (?1 IS NULL OR state = ?1) ORDER BY created_at, id",
+        )
+        .bind(state.map(|s| s.as_str()))
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(|r| decode(r.get::<&str, _>(0))).collect()
+    }
+
+    async fn audit_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, AuditRecord)>, StoreError> {
+        let rows = sqlx::query("SELECT id, shard, seq, prev_hash, hash, body FROM audit WHERE id > ? ORDER BY id LIMIT ?")
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| Ok((r.get::<i64, _>("id"), audit_row(r)?)))
+            .collect()
+    }
+
+    async fn audit_shard(&self, shard: u32) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE shard = ? ORDER BY seq",
+        )
+        .bind(i64::from(shard))
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(audit_row).collect()
+    }
+
+    async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
+        let rows = sqlx::query("SELECT DISTINCT shard FROM audit ORDER BY shard")
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(unavailable)?;
+        Ok(rows.iter().map(|r| r.get::<i64, _>(0) as u32).collect())
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let meta = std::fs::metadata(&self.inner.path).map_err(unavailable)?;
+        if meta.permissions().readonly() {
+            return Err(StoreError::Unavailable(format!(
+                "{} is read-only",
+                self.inner.path.display()
+            )));
+        }
+        sqlx::query("SELECT 1")
+            .execute(&self.inner.readers)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
+
+impl StoreWrite for SqliteStore {
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .writer
+            .send((commit, tx))
+            .await
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+    }
+}
