@@ -627,9 +627,11 @@ impl<'a> Locator<'a> {
                     // An array of tables has no useful span of its own for `[[x]]`;
                     // point at its first key instead.
                     best = match item.get_ref() {
-                        DeValue::Table(t) => {
-                            t.iter().next().map(|(k, _)| k.span()).or(Some(item.span()))
-                        }
+                        DeValue::Table(t) => t
+                            .iter()
+                            .map(|(k, _)| k.span())
+                            .min_by_key(|s| s.start)
+                            .or(Some(item.span())),
                         _ => Some(item.span()),
                     };
                     value = Some(item.get_ref());
@@ -641,26 +643,35 @@ impl<'a> Locator<'a> {
 
     /// The field path whose value contains `offset`, for serde errors.
     fn path_at(&self, offset: usize) -> String {
+        fn contains(value: &toml::Spanned<DeValue<'_>>, offset: usize) -> bool {
+            value.span().contains(&offset)
+                || match value.get_ref() {
+                    DeValue::Table(t) => t
+                        .iter()
+                        .any(|(k, v)| k.span().contains(&offset) || contains(v, offset)),
+                    DeValue::Array(items) => items.iter().any(|i| contains(i, offset)),
+                    _ => false,
+                }
+        }
         fn walk(value: &DeValue<'_>, offset: usize, path: &mut Vec<Seg>) {
             match value {
                 DeValue::Table(t) => {
-                    for (k, v) in t.iter() {
-                        if v.span().contains(&offset) || k.span().contains(&offset) {
-                            path.push(Seg::Key(k.get_ref().to_string()));
-                            walk(v.get_ref(), offset, path);
-                            return;
-                        }
+                    if let Some((k, v)) = t
+                        .iter()
+                        .find(|(k, v)| k.span().contains(&offset) || contains(v, offset))
+                    {
+                        path.push(Seg::Key(k.get_ref().to_string()));
+                        walk(v.get_ref(), offset, path);
                     }
                 }
                 DeValue::Array(items) => {
-                    for (i, item) in items.iter().enumerate() {
-                        let inside = item.span().contains(&offset)
-                            || matches!(item.get_ref(), DeValue::Table(t) if t.iter().any(|(k, v)| k.span().contains(&offset) || v.span().contains(&offset)));
-                        if inside {
-                            path.push(Seg::Index(i));
-                            walk(item.get_ref(), offset, path);
-                            return;
-                        }
+                    if let Some((i, item)) = items
+                        .iter()
+                        .enumerate()
+                        .find(|(_, item)| contains(item, offset))
+                    {
+                        path.push(Seg::Index(i));
+                        walk(item.get_ref(), offset, path);
                     }
                 }
                 _ => {}

@@ -116,6 +116,13 @@ impl PolicyEngine {
         })
     }
 
+    /// A policy's `@id("...")` annotation, or Cedar's positional id.
+    fn name_of(&self, id: &cedar_policy::PolicyId) -> String {
+        self.policies
+            .annotation(id, "id")
+            .map_or_else(|| id.to_string(), str::to_owned)
+    }
+
     /// SHA-256 of the policy text: approvals are bound to it.
     pub fn hash(&self) -> &str {
         &self.hash
@@ -191,7 +198,7 @@ impl PolicyEngine {
             let reason = if determining.is_empty() {
                 "no policy permits this call".to_owned()
             } else {
-                let ids: Vec<String> = determining.iter().map(ToString::to_string).collect();
+                let ids: Vec<String> = determining.iter().map(|id| self.name_of(id)).collect();
                 format!("forbidden by policy {}", ids.join(", "))
             };
             return Ok(PolicyVerdict::Deny { reason });
@@ -200,7 +207,7 @@ impl PolicyEngine {
             determining
                 .iter()
                 .filter(|id| self.policies.annotation(id, "oncegate") == Some(want))
-                .map(ToString::to_string)
+                .map(|id| self.name_of(id))
                 .collect()
         };
         if !annotated("dry_run").is_empty() {

@@ -1,0 +1,155 @@
+//! Config errors name the file, line and field, and say how to fix it.
+
+use crate::{examples, parse, payments};
+
+fn base() -> String {
+    std::fs::read_to_string(examples().join("payments.toml")).unwrap()
+}
+
+fn error_for(text: &str) -> oncegate_core::config::ConfigError {
+    let errors = parse(text).expect_err("the config must be refused");
+    errors.0.into_iter().next().unwrap()
+}
+
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .expect("needle in text")
+        + 1
+}
+
+#[test]
+fn the_example_loads_with_documented_defaults() {
+    let r = payments();
+    assert_eq!(r.capabilities().len(), 5);
+    let ledger = r.capability("append_ledger").unwrap();
+    assert_eq!(
+        ledger.replay_window,
+        jiff::SignedDuration::from_hours(24),
+        "non_idempotent default window"
+    );
+    assert_eq!(ledger.attempt_ceiling, Some(10));
+    let read = r.capability("get_order").unwrap();
+    assert_eq!(read.attempt_ceiling, None);
+    assert_eq!(r.first_agent().unwrap().name, "planner");
+}
+
+#[test]
+fn unknown_field_names_file_line_and_field() {
+    let text = base().replace(
+        "attempt_ceiling = 5\n",
+        "attempt_ceiling = 5\nattempt_cieling = 6\n",
+    );
+    let e = error_for(&text);
+    assert!(e.file.ends_with("test.toml"));
+    assert_eq!(e.line, line_of(&text, "attempt_cieling"));
+    assert!(e.message.contains("attempt_cieling"), "{}", e.message);
+    assert!(e.field.starts_with("capabilities[2]"), "{e}");
+    assert!(e.help.is_some());
+}
+
+#[test]
+fn inline_tokens_are_refused_with_a_hint() {
+    let text = base().replace(
+        "token_env = \"ONCEGATE_TOKEN_PLANNER\"",
+        "token = \"s3cret\"",
+    );
+    let e = error_for(&text);
+    assert_eq!(e.line, line_of(&text, "token = \"s3cret\""));
+    assert!(e.help.unwrap().contains("token_env"));
+}
+
+#[test]
+fn non_idempotent_without_a_key_recipe_is_an_error() {
+    let text = r#"
+[[capabilities]]
+name = "send_sms"
+category = "non_idempotent"
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:1/sms"
+"#;
+    let e = error_for(text);
+    assert_eq!(e.field, "capabilities[0].key");
+    assert!(e.message.contains("no key recipe"), "{}", e.message);
+    assert_eq!(e.line, line_of(text, "name = \"send_sms\""));
+}
+
+#[test]
+fn keyed_without_key_threading_is_an_error() {
+    let text = r#"
+[[capabilities]]
+name = "pay"
+category = "keyed"
+key = { business_ref = "invoice" }
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:1/pay"
+idempotency = "none"
+"#;
+    let e = error_for(text);
+    assert_eq!(e.field, "capabilities[0].upstream.idempotency");
+    assert_eq!(e.line, line_of(text, "idempotency = \"none\""));
+}
+
+#[test]
+fn semantic_errors_point_at_their_line() {
+    let cases = [
+        (
+            "replay_window = \"10m\"",
+            "replay_window = \"ten minutes\"",
+            "replay_window",
+        ),
+        (
+            "default_currency = \"USD\" },\n]\n\n[capabilities.upstream]\nkind = \"http\"\nmethod = \"POST\"",
+            "default_currency = \"USX\" },\n]\n\n[capabilities.upstream]\nkind = \"http\"\nmethod = \"POST\"",
+            "USX",
+        ),
+        (
+            "url = \"{env.SANDBOX_URL}/v1/emails\"",
+            "url = \"{env.SANDBOX_URL}/v1/emails/{nope}\"",
+            "nope",
+        ),
+        (
+            "time_zone = \"UTC\"",
+            "time_zone = \"Mars/Olympus\"",
+            "Mars",
+        ),
+        (
+            "currency = \"{norm.amount.currency}\", memo",
+            "currency = \"{norm.amont.currency}\", memo",
+            "amont",
+        ),
+    ];
+    for (from, to, needle) in cases {
+        let text = base().replacen(from, to, 1);
+        assert_ne!(text, base(), "case {needle} did not apply");
+        let e = error_for(&text);
+        assert!(e.to_string().contains(needle), "{e}");
+        assert!(e.line > 0, "{e}");
+        let line = text.lines().nth(e.line - 1).unwrap();
+        let field_leaf = e.field.rsplit('.').next().unwrap();
+        assert!(
+            line.contains(needle) || line.contains(field_leaf),
+            "line {} `{line}` for {e}",
+            e.line
+        );
+    }
+}
+
+#[test]
+fn non_idempotent_cannot_retry_unknowns() {
+    let text = base().replace("on_unknown = \"escalate\"", "on_unknown = \"retry\"");
+    let e = error_for(&text);
+    assert_eq!(e.line, line_of(&text, "on_unknown = \"retry\""));
+}
+
+#[test]
+fn errors_display_as_file_line_column_field() {
+    let text = base().replace("attempt_ceiling = 5\n", "attempt_ceiling = \"five\"\n");
+    let shown = error_for(&text).to_string();
+    let line = line_of(&text, "attempt_ceiling = \"five\"");
+    assert!(shown.contains(&format!("test.toml:{line}:")), "{shown}");
+}

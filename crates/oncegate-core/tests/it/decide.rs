@@ -1,0 +1,819 @@
+//! The decision state machine, table-driven over (state x request x time).
+
+use jiff::{SignedDuration, Timestamp};
+use oncegate_core::codes::Code;
+use oncegate_core::config::{Capability, Role};
+use oncegate_core::decide::{
+    Action, ApprovalDecision, CallRequest, Choice, EffectResult, ReconcileResult, after_reconcile,
+    decide, decide_approval, record_effect,
+};
+use oncegate_core::intent::{
+    Alert, Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState, Lease, Status,
+};
+use oncegate_core::key::{CallScope, DerivedKey, derive};
+use oncegate_core::policy::PolicyVerdict;
+use serde_json::json;
+
+use crate::payments;
+
+fn t0() -> Timestamp {
+    "2026-11-30T10:00:00Z".parse().unwrap()
+}
+
+fn mins(m: i64) -> SignedDuration {
+    SignedDuration::from_mins(m)
+}
+
+struct Fixture {
+    cap: Capability,
+    derived: DerivedKey,
+    args: serde_json::Value,
+}
+
+fn fixture(capability: &str) -> Fixture {
+    fixture_with(capability, |c| c)
+}
+
+fn fixture_with(capability: &str, tweak: impl FnOnce(Capability) -> Capability) -> Fixture {
+    let registry = payments();
+    let cap = tweak((**registry.capability(capability).unwrap()).clone());
+    let args = match capability {
+        "send_email" => json!({"order_id": "A-1", "to": "a@b.co", "template": "receipt"}),
+        "append_ledger" => json!({"entry_ref": "E-1", "account": "4000", "amount": "1.00"}),
+        _ => json!({"order_id": "A-1", "amount": "12.50"}),
+    };
+    let derived = derive(
+        "acme",
+        "planner",
+        &cap,
+        &args,
+        &CallScope {
+            run_id: Some("run-1"),
+            step_id: Some("s1"),
+        },
+        t0(),
+        &registry.gateway.time_zone,
+    )
+    .unwrap();
+    Fixture { cap, derived, args }
+}
+
+impl Fixture {
+    fn req<'a>(
+        &'a self,
+        approval: Option<&'a Approval>,
+        other: Option<&'a IntentRecord>,
+    ) -> CallRequest<'a> {
+        CallRequest {
+            principal: "planner",
+            tenant: "acme",
+            derived: &self.derived,
+            arguments: &self.args,
+            run_id: Some("run-1"),
+            step_id: Some("s1"),
+            owner: "gw-1",
+            approval,
+            other_run: other,
+            kill_switch: None,
+            new_approval_id: "ap_new",
+        }
+    }
+
+    /// A stored record in `state`, created at t0.
+    fn record(&self, state: IntentState) -> IntentRecord {
+        let first = decide(
+            None,
+            &self.req(None, None),
+            &self.cap,
+            &PolicyVerdict::Allow,
+            t0(),
+        );
+        let mut r = first.record.unwrap();
+        r.version = 1;
+        r.state = state;
+        match state {
+            IntentState::InFlight => {
+                r.lease = Some(Lease {
+                    owner: "gw-0".into(),
+                    expires_at: t0() + self.cap.lease,
+                })
+            }
+            IntentState::Applied => {
+                r.lease = None;
+                r.effect_ref = Some("ch_1".into());
+                r.result = Some(json!({"id": "ch_1"}));
+            }
+            _ => r.lease = None,
+        }
+        r
+    }
+}
+
+struct Row {
+    name: &'static str,
+    capability: &'static str,
+    state: Option<IntentState>,
+    at: SignedDuration,
+    verdict: PolicyVerdict,
+    action: Action,
+    status: Status,
+    next_state: Option<IntentState>,
+    generation: u32,
+}
+
+fn row(
+    name: &'static str,
+    capability: &'static str,
+    state: Option<IntentState>,
+    at: SignedDuration,
+    action: Action,
+    status: Status,
+    next_state: Option<IntentState>,
+) -> Row {
+    Row {
+        name,
+        capability,
+        state,
+        at,
+        verdict: PolicyVerdict::Allow,
+        action,
+        status,
+        next_state,
+        generation: 1,
+    }
+}
+
+#[test]
+fn transitions() {
+    use IntentState as S;
+    let require = PolicyVerdict::RequireApproval {
+        policies: vec!["p".into()],
+    };
+    let deny = PolicyVerdict::Deny {
+        reason: "no".into(),
+    };
+    let day = SignedDuration::from_hours(24);
+    let rows = vec![
+        row(
+            "first call claims",
+            "charge_card",
+            None,
+            mins(0),
+            Action::Execute,
+            Status::InFlight,
+            Some(S::InFlight),
+        ),
+        Row {
+            verdict: deny.clone(),
+            ..row(
+                "first call denied by policy writes no intent",
+                "charge_card",
+                None,
+                mins(0),
+                Action::Respond,
+                Status::Denied,
+                None,
+            )
+        },
+        Row {
+            verdict: require.clone(),
+            ..row(
+                "first call held by policy",
+                "refund",
+                None,
+                mins(0),
+                Action::Respond,
+                Status::PendingApproval,
+                Some(S::PendingApproval),
+            )
+        },
+        Row {
+            verdict: PolicyVerdict::DryRun,
+            ..row(
+                "dry run executes nothing",
+                "charge_card",
+                None,
+                mins(0),
+                Action::Respond,
+                Status::DryRun,
+                None,
+            )
+        },
+        row(
+            "repeat while lease live is in flight",
+            "charge_card",
+            Some(S::InFlight),
+            mins(0),
+            Action::Respond,
+            Status::InFlight,
+            Some(S::InFlight),
+        ),
+        row(
+            "expired lease is unknown, reconciled, never re-executed",
+            "charge_card",
+            Some(S::InFlight),
+            mins(5),
+            Action::Reconcile,
+            Status::Unknown,
+            Some(S::Unknown),
+        ),
+        row(
+            "expired lease escalates where there is no reconciler",
+            "append_ledger",
+            Some(S::InFlight),
+            mins(5),
+            Action::Respond,
+            Status::PendingApproval,
+            Some(S::PendingApproval),
+        ),
+        row(
+            "applied repeat inside window replays",
+            "charge_card",
+            Some(S::Applied),
+            mins(60),
+            Action::Respond,
+            Status::Replayed,
+            Some(S::Applied),
+        ),
+        row(
+            "definite failure inside window replays",
+            "charge_card",
+            Some(S::Failed),
+            mins(60),
+            Action::Respond,
+            Status::Replayed,
+            Some(S::Failed),
+        ),
+        row(
+            "unknown + reconcile reconciles",
+            "charge_card",
+            Some(S::Unknown),
+            mins(1),
+            Action::Reconcile,
+            Status::Unknown,
+            Some(S::Unknown),
+        ),
+        row(
+            "unknown + escalate asks a human",
+            "append_ledger",
+            Some(S::Unknown),
+            mins(1),
+            Action::Respond,
+            Status::PendingApproval,
+            Some(S::PendingApproval),
+        ),
+        row(
+            "not_applied re-executes with the same key",
+            "charge_card",
+            Some(S::NotApplied),
+            mins(1),
+            Action::Execute,
+            Status::InFlight,
+            Some(S::InFlight),
+        ),
+        row(
+            "denied inside window stays denied",
+            "charge_card",
+            Some(S::Denied),
+            mins(1),
+            Action::Respond,
+            Status::Denied,
+            Some(S::Denied),
+        ),
+        row(
+            "pending repeat gets the same approval",
+            "refund",
+            Some(S::PendingApproval),
+            mins(1),
+            Action::Respond,
+            Status::PendingApproval,
+            Some(S::PendingApproval),
+        ),
+        Row {
+            generation: 2,
+            ..row(
+                "applied outside window: next generation held for a human",
+                "refund",
+                Some(S::Applied),
+                day + mins(1),
+                Action::Respond,
+                Status::PendingApproval,
+                Some(S::PendingApproval),
+            )
+        },
+        Row {
+            generation: 2,
+            verdict: deny,
+            ..row(
+                "outside window faces policy: denied",
+                "refund",
+                Some(S::Applied),
+                day + mins(1),
+                Action::Respond,
+                Status::Denied,
+                None,
+            )
+        },
+    ];
+    for r in rows {
+        let f = fixture(r.capability);
+        let existing = r.state.map(|s| f.record(s));
+        let approval = existing
+            .as_ref()
+            .filter(|e| e.state == S::PendingApproval)
+            .map(|e| pending_approval(&f, e));
+        let d = decide(
+            existing.as_ref(),
+            &f.req(approval.as_ref(), None),
+            &f.cap,
+            &r.verdict,
+            t0() + r.at,
+        );
+        assert_eq!(d.action, r.action, "{}: action", r.name);
+        assert_eq!(d.outcome.status, r.status, "{}: status", r.name);
+        assert_eq!(
+            d.record.as_ref().map(|x| x.state),
+            r.next_state,
+            "{}: next state",
+            r.name
+        );
+        assert_eq!(d.outcome.generation, r.generation, "{}: generation", r.name);
+        assert_eq!(
+            d.outcome.key.as_ref(),
+            Some(&f.derived.key),
+            "{}: key",
+            r.name
+        );
+        if let Some(rec) = &d.record {
+            if let Some(e) = &existing {
+                if rec.generation == e.generation {
+                    assert_eq!(
+                        rec.attempts,
+                        e.attempts + 1,
+                        "{}: attempts count every call",
+                        r.name
+                    );
+                    assert_eq!(
+                        rec.version, e.version,
+                        "{}: CAS against the read version",
+                        r.name
+                    );
+                }
+            }
+            if rec.state == S::InFlight && r.action == Action::Execute {
+                assert_eq!(rec.lease.as_ref().unwrap().owner, "gw-1", "{}", r.name);
+            }
+        }
+        assert_eq!(d.event.status, Some(r.status), "{}: audited", r.name);
+    }
+}
+
+fn pending_approval(f: &Fixture, record: &IntentRecord) -> Approval {
+    let mut r = record.clone();
+    r.approval_id = Some("ap_1".into());
+    Approval {
+        id: "ap_1".into(),
+        key: r.key.clone(),
+        generation: r.generation,
+        capability: f.cap.name.clone(),
+        principal: "planner".into(),
+        args_digest: r.args_digest.clone(),
+        policy_hash: f.cap.policy_hash().into(),
+        reason: ApprovalReason::Policy,
+        detail: String::new(),
+        state: ApprovalState::Pending,
+        decided_by: None,
+        decided_at: None,
+        created_at: t0(),
+        expires_at: t0() + f.cap.approval_ttl,
+        version: 1,
+    }
+}
+
+#[test]
+fn unknown_with_refuse_is_refused() {
+    let f = fixture_with("append_ledger", |mut c| {
+        c.on_unknown = oncegate_core::config::OnUnknown::Refuse;
+        c
+    });
+    let d = decide(
+        Some(&f.record(IntentState::Unknown)),
+        &f.req(None, None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0(),
+    );
+    assert_eq!(
+        (d.action, d.outcome.status),
+        (Action::Respond, Status::Refused)
+    );
+    assert_eq!(d.outcome.reason.unwrap().code, Code::UnknownRefused);
+}
+
+#[test]
+fn attempt_ceiling_trips_the_breaker_then_refuses() {
+    let f = fixture("charge_card");
+    let mut rec = f.record(IntentState::Applied);
+    rec.attempts = 10;
+    let d = decide(
+        Some(&rec),
+        &f.req(None, None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(1),
+    );
+    assert_eq!(d.outcome.status, Status::Refused);
+    assert_eq!(
+        d.outcome.reason.as_ref().unwrap().code,
+        Code::AttemptCeiling
+    );
+    assert!(
+        d.outcome
+            .alerts
+            .contains(&Alert::BreakerTripped { ceiling: 10 })
+    );
+    let tripped = d.record.unwrap();
+    assert!(tripped.breaker_tripped);
+    let again = decide(
+        Some(&tripped),
+        &f.req(None, None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(2),
+    );
+    assert_eq!(again.outcome.status, Status::Refused);
+    assert!(
+        again.record.is_none(),
+        "a tripped breaker refuses without writing the intent"
+    );
+}
+
+#[test]
+fn cross_run_follows_policy() {
+    // charge_card: global scope, so a second run hits the same key: replay + alert.
+    let f = fixture("charge_card");
+    let mut rec = f.record(IntentState::Applied);
+    rec.run_id = Some("run-0".into());
+    let d = decide(
+        Some(&rec),
+        &f.req(None, None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(1),
+    );
+    assert_eq!(d.outcome.status, Status::Replayed);
+    assert!(matches!(
+        d.outcome.alerts.as_slice(),
+        [Alert::CrossRun { .. }]
+    ));
+
+    // append_ledger: step scope; the same intent from another run is found by cross key.
+    let f = fixture("append_ledger");
+    let mut other = f.record(IntentState::Applied);
+    other.run_id = Some("run-0".into());
+    let held = decide(
+        None,
+        &f.req(None, Some(&other)),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0(),
+    );
+    assert_eq!(
+        held.outcome.status,
+        Status::PendingApproval,
+        "cross_run = require_approval by default"
+    );
+    assert_eq!(held.approval.unwrap().reason, ApprovalReason::CrossRun);
+
+    let refuse = fixture_with("append_ledger", |mut c| {
+        c.cross_run = oncegate_core::config::CrossRun::Refuse;
+        c
+    });
+    let d = decide(
+        None,
+        &refuse.req(None, Some(&other)),
+        &refuse.cap,
+        &PolicyVerdict::Allow,
+        t0(),
+    );
+    assert_eq!(d.outcome.reason.unwrap().code, Code::CrossRunRefused);
+    assert!(d.record.is_none());
+
+    let allow = fixture_with("append_ledger", |mut c| {
+        c.cross_run = oncegate_core::config::CrossRun::Allow;
+        c
+    });
+    let d = decide(
+        None,
+        &allow.req(None, Some(&other)),
+        &allow.cap,
+        &PolicyVerdict::Allow,
+        t0(),
+    );
+    assert_eq!(d.action, Action::Execute);
+    assert!(
+        !d.outcome.alerts.is_empty(),
+        "allowed cross-run repeats still alert"
+    );
+}
+
+#[test]
+fn effects_are_recorded_and_late_failures_do_not_overwrite() {
+    let f = fixture("charge_card");
+    let claimed = f.record(IntentState::InFlight);
+    let applied = record_effect(
+        &claimed,
+        EffectResult::Applied {
+            effect_ref: Some("ch_9".into()),
+            result: json!({"id": "ch_9"}),
+        },
+        &f.cap,
+        "planner",
+        t0(),
+    );
+    assert_eq!(applied.outcome.status, Status::Applied);
+    let rec = applied.record.unwrap();
+    assert_eq!(
+        (rec.state, rec.effect_ref.as_deref(), rec.lease.is_none()),
+        (IntentState::Applied, Some("ch_9"), true)
+    );
+
+    for (result, state, status) in [
+        (
+            EffectResult::Failed {
+                result: json!({"error": "card_declined"}),
+                message: "402".into(),
+            },
+            IntentState::Failed,
+            Status::Failed,
+        ),
+        (
+            EffectResult::Unknown {
+                message: "timeout".into(),
+            },
+            IntentState::Unknown,
+            Status::Unknown,
+        ),
+        (
+            EffectResult::NotSent {
+                message: "connection refused".into(),
+            },
+            IntentState::NotApplied,
+            Status::Failed,
+        ),
+    ] {
+        let d = record_effect(&claimed, result, &f.cap, "planner", t0());
+        assert_eq!((d.record.unwrap().state, d.outcome.status), (state, status));
+    }
+    // An applied intent is never downgraded by a late timeout.
+    let late = record_effect(
+        &rec,
+        EffectResult::Unknown {
+            message: "late".into(),
+        },
+        &f.cap,
+        "planner",
+        t0(),
+    );
+    assert!(late.record.is_none());
+    assert_eq!(late.outcome.status, Status::Replayed);
+}
+
+#[test]
+fn reconciliation_outcomes() {
+    let f = fixture("charge_card");
+    let unknown = f.record(IntentState::Unknown);
+    let found = after_reconcile(
+        &unknown,
+        ReconcileResult::Found {
+            effect_ref: Some("ch_1".into()),
+            result: json!({}),
+        },
+        &f.cap,
+        "planner",
+        "gw-1",
+        "ap_x",
+        t0(),
+    );
+    assert_eq!(
+        (found.action, found.outcome.status),
+        (Action::Respond, Status::Replayed)
+    );
+    assert_eq!(found.record.unwrap().effect_ref.as_deref(), Some("ch_1"));
+
+    let absent = after_reconcile(
+        &unknown,
+        ReconcileResult::NotFound,
+        &f.cap,
+        "planner",
+        "gw-1",
+        "ap_x",
+        t0(),
+    );
+    assert_eq!(absent.action, Action::Execute);
+    let rec = absent.record.unwrap();
+    assert_eq!(
+        (rec.key.clone(), rec.generation),
+        (unknown.key.clone(), unknown.generation),
+        "same key, same generation"
+    );
+
+    let undecidable = after_reconcile(
+        &unknown,
+        ReconcileResult::Undecidable {
+            message: "502".into(),
+        },
+        &f.cap,
+        "planner",
+        "gw-1",
+        "ap_x",
+        t0(),
+    );
+    assert_eq!(undecidable.outcome.status, Status::PendingApproval);
+    let ap = undecidable.approval.unwrap();
+    assert_eq!(ap.reason, ApprovalReason::UnknownFirstAttempt);
+    assert!(
+        ap.detail.contains("UNKNOWN"),
+        "the approver is told the first attempt's status is unknown"
+    );
+}
+
+#[test]
+fn approvals_are_single_use_idempotent_and_bound() {
+    let f = fixture("refund");
+    let mut held = f.record(IntentState::PendingApproval);
+    held.approval_id = Some("ap_1".into());
+    let ap = pending_approval(&f, &held);
+
+    let agent = decide_approval(
+        &held,
+        &ap,
+        "subagent",
+        Role::Agent,
+        Choice::Approve,
+        &f.cap,
+        "gw",
+        t0(),
+    );
+    assert!(matches!(agent, ApprovalDecision::Rejected(r) if r.code == Code::Forbidden));
+    let own = decide_approval(
+        &held,
+        &ap,
+        "planner",
+        Role::Approver,
+        Choice::Approve,
+        &f.cap,
+        "gw",
+        t0(),
+    );
+    assert!(
+        matches!(own, ApprovalDecision::Rejected(r) if r.code == Code::Forbidden),
+        "nobody approves their own call"
+    );
+
+    let ApprovalDecision::Decided {
+        action,
+        record,
+        approval,
+        ..
+    } = decide_approval(
+        &held,
+        &ap,
+        "alice",
+        Role::Approver,
+        Choice::Approve,
+        &f.cap,
+        "gw",
+        t0(),
+    )
+    else {
+        panic!("approve must decide");
+    };
+    assert_eq!(action, Action::Execute);
+    let approved = approval.unwrap();
+    assert_eq!(approved.state, ApprovalState::Approved);
+    let mut executing = record.unwrap();
+    assert_eq!(executing.state, IntentState::InFlight);
+
+    // A second click (or a second approver) executes nothing and returns the first result.
+    executing.state = IntentState::Applied;
+    executing.effect_ref = Some("re_1".into());
+    let ApprovalDecision::Decided {
+        action,
+        record,
+        outcome,
+        ..
+    } = decide_approval(
+        &executing,
+        &approved,
+        "bob",
+        Role::Approver,
+        Choice::Approve,
+        &f.cap,
+        "gw",
+        t0(),
+    )
+    else {
+        panic!("a second approve answers");
+    };
+    assert_eq!((action, record.is_none()), (Action::Respond, true));
+    assert_eq!(
+        (outcome.status, outcome.effect_ref.as_deref()),
+        (Status::Replayed, Some("re_1"))
+    );
+
+    // Bound to the policy hash and expiry.
+    let mut changed = ap.clone();
+    changed.policy_hash = "old".into();
+    let ApprovalDecision::Decided {
+        approval, outcome, ..
+    } = decide_approval(
+        &held,
+        &changed,
+        "alice",
+        Role::Approver,
+        Choice::Approve,
+        &f.cap,
+        "gw",
+        t0(),
+    )
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (approval.unwrap().state, outcome.reason.unwrap().code),
+        (ApprovalState::Void, Code::ApprovalVoid)
+    );
+    let ApprovalDecision::Decided { approval, .. } = decide_approval(
+        &held,
+        &ap,
+        "alice",
+        Role::Approver,
+        Choice::Approve,
+        &f.cap,
+        "gw",
+        t0() + SignedDuration::from_hours(25),
+    ) else {
+        panic!()
+    };
+    assert_eq!(approval.unwrap().state, ApprovalState::Expired);
+    let mut other_args = ap.clone();
+    other_args.args_digest = "different".into();
+    let ApprovalDecision::Decided { approval, .. } = decide_approval(
+        &held,
+        &other_args,
+        "alice",
+        Role::Approver,
+        Choice::Approve,
+        &f.cap,
+        "gw",
+        t0(),
+    ) else {
+        panic!()
+    };
+    assert_eq!(approval.unwrap().state, ApprovalState::Void);
+
+    // Deny is final.
+    let ApprovalDecision::Decided { record, .. } = decide_approval(
+        &held,
+        &ap,
+        "alice",
+        Role::Approver,
+        Choice::Deny,
+        &f.cap,
+        "gw",
+        t0(),
+    ) else {
+        panic!()
+    };
+    assert_eq!(record.unwrap().state, IntentState::Denied);
+}
+
+#[test]
+fn expired_approval_denies_the_repeat() {
+    let f = fixture("refund");
+    let mut held = f.record(IntentState::PendingApproval);
+    held.approval_id = Some("ap_1".into());
+    let ap = pending_approval(&f, &held);
+    let d = decide(
+        Some(&held),
+        &f.req(Some(&ap), None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + SignedDuration::from_hours(25),
+    );
+    assert_eq!(d.outcome.status, Status::Denied);
+    assert_eq!(d.approval.unwrap().state, ApprovalState::Expired);
+}
+
+#[test]
+fn kill_switch_refuses() {
+    let f = fixture("charge_card");
+    let mut req = f.req(None, None);
+    req.kill_switch = Some("charge_card switched off by ops");
+    let d = decide(None, &req, &f.cap, &PolicyVerdict::Allow, t0());
+    assert_eq!(
+        (d.outcome.status, d.outcome.reason.unwrap().code),
+        (Status::Refused, Code::KillSwitch)
+    );
+}

@@ -1,0 +1,259 @@
+//! Intent keys: pinned bytes, drift-proofing, and what must and must not change a key.
+
+use jiff::Timestamp;
+use oncegate_core::key::{CallScope, derive};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use crate::payments;
+
+fn now() -> Timestamp {
+    "2026-11-30T10:00:00Z".parse().unwrap()
+}
+
+fn key_of(
+    cap: &str,
+    principal: &str,
+    args: Value,
+    run: Option<&str>,
+    step: Option<&str>,
+) -> String {
+    let registry = payments();
+    let cap = registry.capability(cap).unwrap();
+    let scope = CallScope {
+        run_id: run,
+        step_id: step,
+    };
+    derive(
+        "acme",
+        principal,
+        cap,
+        &args,
+        &scope,
+        now(),
+        &registry.gateway.time_zone,
+    )
+    .unwrap()
+    .key
+    .to_string()
+}
+
+/// The exact key bytes for the example config: a refactor must not silently change
+/// every key in production.
+#[test]
+fn example_keys_are_pinned() {
+    let keys = json!({
+        "charge_card": key_of("charge_card", "planner", json!({"order_id": "A-1", "amount": "12.50", "currency": "USD"}), None, None),
+        "refund": key_of("refund", "planner", json!({"order_id": "A-1", "amount": "150.00"}), None, None),
+        "send_email": key_of("send_email", "planner", json!({"order_id": "A-1", "to": "Ann@Example.com", "template": "receipt"}), None, None),
+        "append_ledger": key_of("append_ledger", "planner", json!({"entry_ref": "E-9", "account": "4000", "amount": "3.10"}), Some("run-7"), Some("step-2")),
+    });
+    insta::assert_json_snapshot!(keys);
+}
+
+#[test]
+fn explanation_lists_inputs_and_ignored_arguments() {
+    let registry = payments();
+    let cap = registry.capability("charge_card").unwrap();
+    let args = json!({"order_id": "A-1", "amount": "12.50 USD", "memo": "retry please", "tool_use_id": "toolu_9"});
+    let d = derive(
+        "acme",
+        "planner",
+        cap,
+        &args,
+        &CallScope::default(),
+        now(),
+        &registry.gateway.time_zone,
+    )
+    .unwrap();
+    insta::assert_json_snapshot!(d.explanation);
+}
+
+#[test]
+fn drifted_replans_are_one_intent() {
+    let base = key_of(
+        "charge_card",
+        "planner",
+        json!({"order_id": "A-1", "amount": "12.50", "currency": "USD", "memo": "x"}),
+        None,
+        None,
+    );
+    for args in [
+        json!({"order_id": "A-1", "amount": 12.5, "currency": "USD", "memo": "retry please"}),
+        json!({"order_id": "A-1", "amount": "USD 12.50", "memo": "the charge failed, reissue it"}),
+        json!({"order_id": "A-1", "amount": {"minor": 1250}, "currency": "usd"}),
+        json!({"order_id": " A-1 ", "amount": "12.5 USD", "idempotency_key": "uuid-from-the-model"}),
+    ] {
+        assert_eq!(
+            key_of(
+                "charge_card",
+                "planner",
+                args.clone(),
+                Some("other-run"),
+                None
+            ),
+            base,
+            "{args}"
+        );
+    }
+    // Two subagents with their own identities charging one order: one intent.
+    assert_eq!(
+        key_of(
+            "charge_card",
+            "subagent",
+            json!({"order_id": "A-1", "amount": "12.50"}),
+            None,
+            None
+        ),
+        base
+    );
+}
+
+#[test]
+fn bad_arguments_are_errors_not_guesses() {
+    let registry = payments();
+    let cap = registry.capability("charge_card").unwrap();
+    let tz = &registry.gateway.time_zone;
+    for args in [
+        json!({"amount": "12.50"}),
+        json!({"order_id": "A-1"}),
+        json!({"order_id": "A-1", "amount": "12.505"}),
+        json!({"order_id": "A-1", "amount": "12.50 EUR", "currency": "USD"}),
+        json!({"order_id": {"nested": 1}, "amount": "1"}),
+        json!([1, 2]),
+    ] {
+        assert!(
+            derive(
+                "acme",
+                "planner",
+                cap,
+                &args,
+                &CallScope::default(),
+                now(),
+                tz
+            )
+            .is_err(),
+            "{args}"
+        );
+    }
+}
+
+#[test]
+fn step_scope_uses_run_and_step_and_falls_back_without_them() {
+    let args = json!({"entry_ref": "E-1", "account": "4000", "amount": "1.00"});
+    let a = key_of(
+        "append_ledger",
+        "planner",
+        args.clone(),
+        Some("r1"),
+        Some("s1"),
+    );
+    assert_ne!(
+        a,
+        key_of(
+            "append_ledger",
+            "planner",
+            args.clone(),
+            Some("r2"),
+            Some("s1")
+        )
+    );
+    assert_ne!(
+        a,
+        key_of(
+            "append_ledger",
+            "planner",
+            args.clone(),
+            Some("r1"),
+            Some("s2")
+        )
+    );
+    // No run id: a stable key (never random), bounded by the replay window.
+    assert_eq!(
+        key_of("append_ledger", "planner", args.clone(), None, None),
+        key_of("append_ledger", "planner", args, None, None)
+    );
+}
+
+fn arb_order() -> impl Strategy<Value = String> {
+    "[A-Z]-[0-9]{1,6}"
+}
+
+proptest! {
+    #[test]
+    fn undeclared_arguments_never_change_the_key(
+        order in arb_order(),
+        minor in 1_i64..10_000_000,
+        junk_key in "[a-z_]{1,12}",
+        junk in any::<i64>(),
+    ) {
+        prop_assume!(!["order_id", "amount", "currency"].contains(&junk_key.as_str()));
+        let amount = rust_decimal::Decimal::new(minor, 2).to_string();
+        let plain = json!({"order_id": order, "amount": amount});
+        let mut noisy = plain.clone();
+        noisy[junk_key.as_str()] = json!(junk);
+        noisy["memo"] = json!(format!("attempt {junk}"));
+        prop_assert_eq!(key_of("charge_card", "planner", plain, None, None), key_of("charge_card", "planner", noisy, None, None));
+    }
+
+    #[test]
+    fn every_money_spelling_gives_one_key(order in arb_order(), minor in 1_i64..10_000_000) {
+        let major = rust_decimal::Decimal::new(minor, 2);
+        let spellings = [
+            json!(major.to_string()),
+            json!(format!("{major} USD")),
+            json!(format!("USD {major}")),
+            json!({"minor": minor}),
+            serde_json::from_str::<Value>(&major.normalize().to_string()).unwrap(),
+        ];
+        let keys: std::collections::BTreeSet<String> = spellings
+            .into_iter()
+            .map(|a| key_of("charge_card", "planner", json!({"order_id": order, "amount": a, "currency": "USD"}), None, None))
+            .collect();
+        prop_assert_eq!(keys.len(), 1);
+    }
+
+    #[test]
+    fn business_ref_capability_and_significant_values_always_change_it(
+        order in arb_order(),
+        other in arb_order(),
+        minor in 1_i64..10_000_000,
+        delta in 1_i64..1000,
+    ) {
+        prop_assume!(order != other);
+        let amount = |m: i64| rust_decimal::Decimal::new(m, 2).to_string();
+        let base = key_of("charge_card", "planner", json!({"order_id": order, "amount": amount(minor)}), None, None);
+        prop_assert_ne!(&base, &key_of("charge_card", "planner", json!({"order_id": other, "amount": amount(minor)}), None, None));
+        prop_assert_ne!(&base, &key_of("charge_card", "planner", json!({"order_id": order, "amount": amount(minor + delta)}), None, None));
+        prop_assert_ne!(&base, &key_of("refund", "planner", json!({"order_id": order, "amount": amount(minor)}), None, None));
+        prop_assert_ne!(&base, &key_of("charge_card", "planner", json!({"order_id": order, "amount": amount(minor), "currency": "EUR"}), None, None));
+    }
+}
+
+/// Where a capability keys on the principal, the principal always changes the key.
+#[test]
+fn principal_changes_the_key_only_when_declared() {
+    let text = std::fs::read_to_string(crate::examples().join("payments.toml"))
+        .unwrap()
+        .replace(
+            "name = \"charge_card\"\n",
+            "name = \"charge_card\"\nkey_principal = \"principal\"\n",
+        );
+    let registry = crate::parse(&text).unwrap();
+    let cap = registry.capability("charge_card").unwrap();
+    let args = json!({"order_id": "A-1", "amount": "12.50"});
+    let k = |p: &str| {
+        derive(
+            "acme",
+            p,
+            cap,
+            &args,
+            &CallScope::default(),
+            now(),
+            &registry.gateway.time_zone,
+        )
+        .unwrap()
+        .key
+    };
+    assert_ne!(k("planner"), k("subagent"));
+}
