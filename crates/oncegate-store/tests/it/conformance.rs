@@ -1,0 +1,51 @@
+//! The conformance suite against the SQLite backend, plus SQLite-specific durability.
+
+use oncegate_core::audit::verify_shard;
+use oncegate_store::conformance::{run_all, sample_record};
+use oncegate_store::{Commit, SqliteStore, StoreRead, StoreWrite};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_passes_the_conformance_suite() {
+    let dirs = std::sync::Mutex::new(Vec::new());
+    run_all(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        dirs.lock().unwrap().push(dir);
+        async move { SqliteStore::open(&path).await.unwrap() }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    let rec = sample_record("1234abcd", 1);
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let event = oncegate_core::audit::AuditEvent {
+            at: rec.created_at,
+            kind: oncegate_core::audit::AuditKind::Call,
+            key: Some(rec.key.clone()),
+            generation: 1,
+            capability: Some("pay".into()),
+            actor: "agent".into(),
+            run_id: None,
+            from: None,
+            to: Some(rec.state),
+            status: None,
+            code: None,
+            detail: serde_json::json!({}),
+        };
+        store.commit(Commit { record: Some(rec.clone()), approval: None, event }).await.unwrap();
+        store.close().await;
+    }
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    let mut back = reopened.load(&rec.key).await.unwrap().expect("the record survived");
+    assert_eq!(back.version, 1);
+    back.version = 0;
+    assert_eq!(back, rec);
+    for shard in reopened.audit_shards().await.unwrap() {
+        verify_shard(shard, &reopened.audit_shard(shard).await.unwrap()).unwrap();
+    }
+}
