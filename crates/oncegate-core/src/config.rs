@@ -1310,14 +1310,14 @@ impl Builder<'_> {
 
     fn check_norm_refs(&mut self, path: &[Seg], template: &Template, known: &BTreeSet<String>) {
         for source in template.sources() {
-            if let Source::Norm { name, .. } = source {
-                if !known.contains(name) {
-                    self.err(
-                        path,
-                        format!("`{{norm.{name}}}` names no significant argument"),
-                        Some("declare it under [[capabilities.key.significant]] or use {arg.PATH}"),
-                    );
-                }
+            if let Source::Norm { name, .. } = source
+                && !known.contains(name)
+            {
+                self.err(
+                    path,
+                    format!("`{{norm.{name}}}` names no significant argument"),
+                    Some("declare it under [[capabilities.key.significant]] or use {arg.PATH}"),
+                );
             }
         }
     }
@@ -1366,14 +1366,15 @@ impl Builder<'_> {
             self.err(&at(&["tool"]), "`tool` applies to MCP upstreams only", None);
         }
         for (name, pointer) in [("effect_ref", &raw.effect_ref)] {
-            if let Some(p) = pointer {
-                if !p.is_empty() && !p.starts_with('/') {
-                    self.err(
-                        &at(&[name]),
-                        format!("`{p}` is not a JSON pointer"),
-                        Some("JSON pointers start with `/`, e.g. \"/id\" or \"/charge/id\""),
-                    );
-                }
+            if let Some(p) = pointer
+                && !p.is_empty()
+                && !p.starts_with('/')
+            {
+                self.err(
+                    &at(&[name]),
+                    format!("`{p}` is not a JSON pointer"),
+                    Some("JSON pointers start with `/`, e.g. \"/id\" or \"/charge/id\""),
+                );
             }
         }
         let method = raw
@@ -1434,14 +1435,15 @@ impl Builder<'_> {
             );
         }
         for (name, pointer) in [("found", &raw.found), ("effect_ref", &raw.effect_ref)] {
-            if let Some(p) = pointer {
-                if !p.is_empty() && !p.starts_with('/') {
-                    self.err(
-                        &at(&[name]),
-                        format!("`{p}` is not a JSON pointer"),
-                        Some("JSON pointers start with `/`"),
-                    );
-                }
+            if let Some(p) = pointer
+                && !p.is_empty()
+                && !p.starts_with('/')
+            {
+                self.err(
+                    &at(&[name]),
+                    format!("`{p}` is not a JSON pointer"),
+                    Some("JSON pointers start with `/`"),
+                );
             }
         }
         let timeout = self.duration(&at(&["timeout"]), raw.timeout.as_deref(), DEFAULT_TIMEOUT);

@@ -132,6 +132,10 @@ pub enum Choice {
 
 /// The result of a human's decision on an approval.
 #[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "built once per human click; boxing buys nothing"
+)]
 pub enum ApprovalDecision {
     /// Write these and act.
     Decided {
@@ -187,6 +191,10 @@ pub fn standing_outcome(record: &IntentRecord) -> Outcome {
     outcome_of(record, status, reason)
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "private constructor of one flat audit record"
+)]
 fn event(
     kind: AuditKind,
     now: Timestamp,
@@ -402,46 +410,46 @@ pub fn decide(
     record.attempts += 1;
     record.updated_at = now;
     let mut alerts = Vec::new();
-    if let (Some(first), Some(this)) = (current.run_id.as_deref(), req.run_id) {
-        if first != this {
-            alerts.push(Alert::CrossRun {
-                first_run: Some(first.to_owned()),
-                this_run: Some(this.to_owned()),
-            });
-        }
+    if let (Some(first), Some(this)) = (current.run_id.as_deref(), req.run_id)
+        && first != this
+    {
+        alerts.push(Alert::CrossRun {
+            first_run: Some(first.to_owned()),
+            this_run: Some(this.to_owned()),
+        });
     }
 
-    if let Some(ceiling) = cap.attempt_ceiling {
-        if record.attempts > ceiling {
-            record.breaker_tripped = true;
-            alerts.push(Alert::BreakerTripped { ceiling });
-            let reason = Reason::new(
-                Code::AttemptCeiling,
-                format!(
-                    "attempt ceiling of {ceiling} reached; the breaker is tripped until an admin resets it"
-                ),
-            );
-            let mut outcome = outcome_of(&record, Status::Refused, Some(reason));
-            outcome.alerts = alerts;
-            let event = event(
-                AuditKind::Call,
-                now,
-                req.principal,
-                existing,
-                Some(&record),
-                &outcome,
-                &cap.name,
-                req.run_id,
-                json!({"alerts": outcome.alerts}),
-            );
-            return Decision {
-                action: Action::Respond,
-                record: Some(record),
-                approval: None,
-                outcome,
-                event,
-            };
-        }
+    if let Some(ceiling) = cap.attempt_ceiling
+        && record.attempts > ceiling
+    {
+        record.breaker_tripped = true;
+        alerts.push(Alert::BreakerTripped { ceiling });
+        let reason = Reason::new(
+            Code::AttemptCeiling,
+            format!(
+                "attempt ceiling of {ceiling} reached; the breaker is tripped until an admin resets it"
+            ),
+        );
+        let mut outcome = outcome_of(&record, Status::Refused, Some(reason));
+        outcome.alerts = alerts;
+        let event = event(
+            AuditKind::Call,
+            now,
+            req.principal,
+            existing,
+            Some(&record),
+            &outcome,
+            &cap.name,
+            req.run_id,
+            json!({"alerts": outcome.alerts}),
+        );
+        return Decision {
+            action: Action::Respond,
+            record: Some(record),
+            approval: None,
+            outcome,
+            event,
+        };
     }
 
     let window_open = now < current.created_at + cap.replay_window;
@@ -605,48 +613,48 @@ fn new_generation(
 ) -> Decision {
     let mut alerts = Vec::new();
     let mut forced = forced;
-    if generation == 1 {
-        if let Some(other) = req.other_run {
-            alerts.push(Alert::CrossRun {
-                first_run: other.run_id.clone(),
-                this_run: req.run_id.map(str::to_owned),
-            });
-            match cap.cross_run {
-                CrossRun::Allow => {}
-                CrossRun::RequireApproval => forced = forced.or(Some(ApprovalReason::CrossRun)),
-                CrossRun::Refuse => {
-                    let mut outcome = no_record_outcome(
-                        req,
-                        generation,
-                        Status::Refused,
-                        Some(Reason::new(
-                            Code::CrossRunRefused,
-                            format!(
-                                "the same intent was already issued by run {:?}",
-                                other.run_id
-                            ),
-                        )),
-                    );
-                    outcome.alerts = alerts;
-                    let event = event(
-                        AuditKind::Call,
-                        now,
-                        req.principal,
-                        previous,
-                        None,
-                        &outcome,
-                        &cap.name,
-                        req.run_id,
-                        json!({"alerts": outcome.alerts}),
-                    );
-                    return Decision {
-                        action: Action::Respond,
-                        record: None,
-                        approval: None,
-                        outcome,
-                        event,
-                    };
-                }
+    if generation == 1
+        && let Some(other) = req.other_run
+    {
+        alerts.push(Alert::CrossRun {
+            first_run: other.run_id.clone(),
+            this_run: req.run_id.map(str::to_owned),
+        });
+        match cap.cross_run {
+            CrossRun::Allow => {}
+            CrossRun::RequireApproval => forced = forced.or(Some(ApprovalReason::CrossRun)),
+            CrossRun::Refuse => {
+                let mut outcome = no_record_outcome(
+                    req,
+                    generation,
+                    Status::Refused,
+                    Some(Reason::new(
+                        Code::CrossRunRefused,
+                        format!(
+                            "the same intent was already issued by run {:?}",
+                            other.run_id
+                        ),
+                    )),
+                );
+                outcome.alerts = alerts;
+                let event = event(
+                    AuditKind::Call,
+                    now,
+                    req.principal,
+                    previous,
+                    None,
+                    &outcome,
+                    &cap.name,
+                    req.run_id,
+                    json!({"alerts": outcome.alerts}),
+                );
+                return Decision {
+                    action: Action::Respond,
+                    record: None,
+                    approval: None,
+                    outcome,
+                    event,
+                };
             }
         }
     }
@@ -943,6 +951,10 @@ pub fn after_reconcile(
 }
 
 /// Decides a human's approve or deny.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a pure function takes every input explicitly"
+)]
 pub fn decide_approval(
     record: &IntentRecord,
     approval: &Approval,

@@ -99,13 +99,13 @@ impl PolicyEngine {
             ));
         }
         for policy in policies.policies() {
-            if let Some(value) = policy.annotation("oncegate") {
-                if !matches!(value, "require_approval" | "dry_run") {
-                    return Err(format!(
-                        "policy {} has @oncegate(\"{value}\"); use \"require_approval\" or \"dry_run\"",
-                        policy.id()
-                    ));
-                }
+            if let Some(value) = policy.annotation("oncegate")
+                && !matches!(value, "require_approval" | "dry_run")
+            {
+                return Err(format!(
+                    "policy {} has @oncegate(\"{value}\"); use \"require_approval\" or \"dry_run\"",
+                    policy.id()
+                ));
             }
         }
         let hash = hex::encode(Sha256::digest(text.as_bytes()));

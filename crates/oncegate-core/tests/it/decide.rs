@@ -345,20 +345,20 @@ fn transitions() {
             r.name
         );
         if let Some(rec) = &d.record {
-            if let Some(e) = &existing {
-                if rec.generation == e.generation {
-                    assert_eq!(
-                        rec.attempts,
-                        e.attempts + 1,
-                        "{}: attempts count every call",
-                        r.name
-                    );
-                    assert_eq!(
-                        rec.version, e.version,
-                        "{}: CAS against the read version",
-                        r.name
-                    );
-                }
+            if let Some(e) = &existing
+                && rec.generation == e.generation
+            {
+                assert_eq!(
+                    rec.attempts,
+                    e.attempts + 1,
+                    "{}: attempts count every call",
+                    r.name
+                );
+                assert_eq!(
+                    rec.version, e.version,
+                    "{}: CAS against the read version",
+                    r.name
+                );
             }
             if rec.state == S::InFlight && r.action == Action::Execute {
                 assert_eq!(rec.lease.as_ref().unwrap().owner, "gw-1", "{}", r.name);

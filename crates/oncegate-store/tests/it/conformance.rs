@@ -37,11 +37,22 @@ async fn records_survive_a_restart() {
             code: None,
             detail: serde_json::json!({}),
         };
-        store.commit(Commit { record: Some(rec.clone()), approval: None, event }).await.unwrap();
+        store
+            .commit(Commit {
+                record: Some(rec.clone()),
+                approval: None,
+                event,
+            })
+            .await
+            .unwrap();
         store.close().await;
     }
     let reopened = SqliteStore::open(&path).await.unwrap();
-    let mut back = reopened.load(&rec.key).await.unwrap().expect("the record survived");
+    let mut back = reopened
+        .load(&rec.key)
+        .await
+        .unwrap()
+        .expect("the record survived");
     assert_eq!(back.version, 1);
     back.version = 0;
     assert_eq!(back, rec);

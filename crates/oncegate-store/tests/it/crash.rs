@@ -37,7 +37,10 @@ async fn killed_between_effect_and_record_reads_unknown() {
                 async move {
                     std::fs::write(&marker, b"started").unwrap();
                     tokio::time::sleep(Duration::from_secs(3600)).await;
-                    EffectResult::Applied { effect_ref: Some("never".into()), result: json!({}) }
+                    EffectResult::Applied {
+                        effect_ref: Some("never".into()),
+                        result: json!({}),
+                    }
                 }
             })
             .await;
@@ -53,8 +56,14 @@ async fn killed_between_effect_and_record_reads_unknown() {
     let marker = scratch.dir.path().join("effect-started");
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while !marker.exists() {
-        assert!(std::time::Instant::now() < deadline, "the child never started its effect");
-        assert!(child.try_wait().unwrap().is_none(), "the child exited before the effect started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never started its effect"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child exited before the effect started"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     child.kill().unwrap(); // SIGKILL: no destructor, no flush, no goodbye.
@@ -65,28 +74,59 @@ async fn killed_between_effect_and_record_reads_unknown() {
     clock.advance(SignedDuration::from_secs(31));
     let gate = gate_in(scratch.dir.path(), Arc::new(clock.clone())).await;
     let key = {
-        let listed = gate.store().list_intents(&Default::default()).await.unwrap();
+        let listed = gate
+            .store()
+            .list_intents(&Default::default())
+            .await
+            .unwrap();
         assert_eq!(listed.len(), 1);
         let r = &listed[0];
-        assert_eq!(r.state, IntentState::InFlight, "the claim was durable before the effect started");
-        assert!(r.lease.as_ref().unwrap().expires_at < clock_now(&clock), "the lease has expired");
+        assert_eq!(
+            r.state,
+            IntentState::InFlight,
+            "the claim was durable before the effect started"
+        );
+        assert!(
+            r.lease.as_ref().unwrap().expires_at < clock_now(&clock),
+            "the lease has expired"
+        );
         r.key.clone()
     };
 
     let executions = Arc::new(AtomicUsize::new(0));
     let counter = executions.clone();
     let outcome = gate
-        .invoke("agent", Call::new("ledger", json!({"entry": "E-1", "memo": "second try, please"})), move |_| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async { EffectResult::Applied { effect_ref: Some("dup".into()), result: json!({}) } }
-        })
+        .invoke(
+            "agent",
+            Call::new(
+                "ledger",
+                json!({"entry": "E-1", "memo": "second try, please"}),
+            ),
+            move |_| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async {
+                    EffectResult::Applied {
+                        effect_ref: Some("dup".into()),
+                        result: json!({}),
+                    }
+                }
+            },
+        )
         .await
         .unwrap();
-    assert_eq!(executions.load(Ordering::SeqCst), 0, "a repeat after a crash must not execute");
+    assert_eq!(
+        executions.load(Ordering::SeqCst),
+        0,
+        "a repeat after a crash must not execute"
+    );
     assert_eq!(outcome.status, Status::Refused);
     assert_eq!(outcome.reason.as_ref().unwrap().code, Code::UnknownRefused);
     let stored = gate.store().load(&key).await.unwrap().unwrap();
-    assert_eq!(stored.state, IntentState::Unknown, "after lease expiry the intent reads unknown, never applied");
+    assert_eq!(
+        stored.state,
+        IntentState::Unknown,
+        "after lease expiry the intent reads unknown, never applied"
+    );
     assert_eq!(stored.executions, 1);
 }
 
@@ -104,11 +144,16 @@ struct TimedOutButCommitted {
 impl Executor for TimedOutButCommitted {
     async fn execute(&self, _intent: IntentHandle) -> EffectResult {
         self.executions.fetch_add(1, Ordering::SeqCst);
-        EffectResult::Unknown { message: "timed out after 5s".into() }
+        EffectResult::Unknown {
+            message: "timed out after 5s".into(),
+        }
     }
 
     async fn reconcile(&self, intent: IntentHandle) -> ReconcileResult {
-        ReconcileResult::Found { effect_ref: Some(format!("ch_{}", &intent.key[..8])), result: json!({"found": true}) }
+        ReconcileResult::Found {
+            effect_ref: Some(format!("ch_{}", &intent.key[..8])),
+            result: json!({"found": true}),
+        }
     }
 }
 
@@ -116,17 +161,37 @@ impl Executor for TimedOutButCommitted {
 async fn timeout_after_commit_is_reconciled_not_repeated() {
     let scratch = Scratch::new();
     let gate = scratch.gate(Arc::new(SystemClock)).await;
-    let exec = Arc::new(TimedOutButCommitted { executions: AtomicUsize::new(0) });
-    let first = gate.invoke_with("agent", Call::new("pay", json!({"order_id": "A-1", "amount": "12.50"})), exec.clone()).await.unwrap();
+    let exec = Arc::new(TimedOutButCommitted {
+        executions: AtomicUsize::new(0),
+    });
+    let first = gate
+        .invoke_with(
+            "agent",
+            Call::new("pay", json!({"order_id": "A-1", "amount": "12.50"})),
+            exec.clone(),
+        )
+        .await
+        .unwrap();
     assert_eq!(first.status, Status::Unknown);
     // Three re-plans with drifting arguments.
     for amount in [json!(12.5), json!("USD 12.50"), json!({"minor": 1250})] {
         let again = gate
-            .invoke_with("agent2", Call::new("pay", json!({"order_id": "A-1", "amount": amount, "memo": "retry"})), exec.clone())
+            .invoke_with(
+                "agent2",
+                Call::new(
+                    "pay",
+                    json!({"order_id": "A-1", "amount": amount, "memo": "retry"}),
+                ),
+                exec.clone(),
+            )
             .await
             .unwrap();
         assert_eq!(again.status, Status::Replayed, "{again:?}");
         assert!(again.effect_ref.as_deref().unwrap().starts_with("ch_"));
     }
-    assert_eq!(exec.executions.load(Ordering::SeqCst), 1, "one execution for one intent");
+    assert_eq!(
+        exec.executions.load(Ordering::SeqCst),
+        1,
+        "one execution for one intent"
+    );
 }

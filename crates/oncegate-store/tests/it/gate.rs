@@ -23,7 +23,10 @@ struct Counting {
 
 impl Counting {
     fn new(delay_ms: u64) -> Arc<Self> {
-        Arc::new(Self { executions: AtomicUsize::new(0), delay: Duration::from_millis(delay_ms) })
+        Arc::new(Self {
+            executions: AtomicUsize::new(0),
+            delay: Duration::from_millis(delay_ms),
+        })
     }
     fn count(&self) -> usize {
         self.executions.load(Ordering::SeqCst)
@@ -34,7 +37,10 @@ impl Executor for Counting {
     async fn execute(&self, intent: IntentHandle) -> EffectResult {
         let n = self.executions.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;
-        EffectResult::Applied { effect_ref: Some(format!("fx_{n}")), result: json!({"key": intent.key}) }
+        EffectResult::Applied {
+            effect_ref: Some(format!("fx_{n}")),
+            result: json!({"key": intent.key}),
+        }
     }
 }
 
@@ -57,7 +63,13 @@ async fn sixty_four_racers_one_execution() {
     for t in tasks {
         let o = t.await.unwrap();
         *statuses.entry(o.status.as_str()).or_insert(0) += 1;
-        assert!(matches!(o.status, Status::Applied | Status::InFlight | Status::Replayed), "{o:?}");
+        assert!(
+            matches!(
+                o.status,
+                Status::Applied | Status::InFlight | Status::Replayed
+            ),
+            "{o:?}"
+        );
     }
     assert_eq!(exec.count(), 1, "exactly one execution: {statuses:?}");
     assert_eq!(statuses.get("applied"), Some(&1), "{statuses:?}");
@@ -73,7 +85,16 @@ async fn distinct_orders_are_distinct_intents() {
         let gate = gate.clone();
         let exec = exec.clone();
         tasks.push(tokio::spawn(async move {
-            gate.invoke_with("agent", Call::new("pay", json!({"order_id": format!("O-{i}"), "amount": "12.50"})), exec).await.unwrap()
+            gate.invoke_with(
+                "agent",
+                Call::new(
+                    "pay",
+                    json!({"order_id": format!("O-{i}"), "amount": "12.50"}),
+                ),
+                exec,
+            )
+            .await
+            .unwrap()
         }));
     }
     for t in tasks {
@@ -87,17 +108,36 @@ async fn concurrent_double_approval_executes_once() {
     let scratch = Scratch::new();
     let gate = scratch.gate(Arc::new(SystemClock)).await;
     let exec = Counting::new(50);
-    let held = gate.invoke_with("agent", Call::new("refund", json!({"order_id": "A-1", "amount": "250.00"})), exec.clone()).await.unwrap();
+    let held = gate
+        .invoke_with(
+            "agent",
+            Call::new("refund", json!({"order_id": "A-1", "amount": "250.00"})),
+            exec.clone(),
+        )
+        .await
+        .unwrap();
     assert_eq!(held.status, Status::PendingApproval);
     let id = held.approval_id.clone().unwrap();
     assert_eq!(exec.count(), 0);
 
     // The agent repeats while it waits: same approval, nothing runs.
-    let repeat = gate.invoke_with("agent", Call::new("refund", json!({"order_id": "A-1", "amount": 250})), exec.clone()).await.unwrap();
-    assert_eq!((repeat.status, repeat.approval_id.as_deref()), (Status::PendingApproval, Some(id.as_str())));
+    let repeat = gate
+        .invoke_with(
+            "agent",
+            Call::new("refund", json!({"order_id": "A-1", "amount": 250})),
+            exec.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (repeat.status, repeat.approval_id.as_deref()),
+        (Status::PendingApproval, Some(id.as_str()))
+    );
 
     // Agents cannot approve; nobody approves their own call.
-    let denied = gate.decide_approval("agent2", &id, Choice::Approve, exec.clone()).await;
+    let denied = gate
+        .decide_approval("agent2", &id, Choice::Approve, exec.clone())
+        .await;
     assert!(matches!(denied, Err(GateError::Forbidden(_))), "{denied:?}");
 
     let (a, b) = tokio::join!(
@@ -111,9 +151,19 @@ async fn concurrent_double_approval_executes_once() {
     assert_eq!(stored.state, ApprovalState::Approved);
 
     // A third click returns the first result.
-    let third = gate.decide_approval("bob", &id, Choice::Approve, exec.clone()).await.unwrap();
+    let third = gate
+        .decide_approval("bob", &id, Choice::Approve, exec.clone())
+        .await
+        .unwrap();
     assert_eq!((third.status, exec.count()), (Status::Replayed, 1));
-    let after = gate.invoke_with("agent", Call::new("refund", json!({"order_id": "A-1", "amount": "250"})), exec.clone()).await.unwrap();
+    let after = gate
+        .invoke_with(
+            "agent",
+            Call::new("refund", json!({"order_id": "A-1", "amount": "250"})),
+            exec.clone(),
+        )
+        .await
+        .unwrap();
     assert_eq!(after.status, Status::Replayed);
 }
 
@@ -125,17 +175,39 @@ async fn ceiling_trips_the_breaker_and_an_admin_resets_it() {
     let call = || Call::new("ledger", json!({"entry": "E-7"}));
     let mut refused = 0;
     for _ in 0..50 {
-        let o = gate.invoke_with("agent", call(), exec.clone()).await.unwrap();
+        let o = gate
+            .invoke_with("agent", call(), exec.clone())
+            .await
+            .unwrap();
         if o.status == Status::Refused {
             assert_eq!(o.reason.unwrap().code, Code::AttemptCeiling);
             refused += 1;
         }
     }
-    assert_eq!((exec.count(), refused), (1, 45), "ceiling 5: one execution, four replays, then refused");
-    let key = gate.store().list_intents(&oncegate_store::IntentFilter { breaker_tripped: true, ..Default::default() }).await.unwrap()[0].key.clone();
-    assert!(matches!(gate.reset_breaker("agent", &key).await, Err(GateError::Forbidden(_))));
+    assert_eq!(
+        (exec.count(), refused),
+        (1, 45),
+        "ceiling 5: one execution, four replays, then refused"
+    );
+    let key = gate
+        .store()
+        .list_intents(&oncegate_store::IntentFilter {
+            breaker_tripped: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()[0]
+        .key
+        .clone();
+    assert!(matches!(
+        gate.reset_breaker("agent", &key).await,
+        Err(GateError::Forbidden(_))
+    ));
     gate.reset_breaker("ops", &key).await.unwrap();
-    let o = gate.invoke_with("agent", call(), exec.clone()).await.unwrap();
+    let o = gate
+        .invoke_with("agent", call(), exec.clone())
+        .await
+        .unwrap();
     assert_eq!((o.status, exec.count()), (Status::Replayed, 1));
 }
 
@@ -144,13 +216,33 @@ async fn a_removed_database_fails_closed() {
     let scratch = Scratch::new();
     let gate = scratch.gate(Arc::new(SystemClock)).await;
     let exec = Counting::new(0);
-    assert_eq!(gate.invoke_with("agent", Call::new("pay", json!({"order_id": "A-1", "amount": "1"})), exec.clone()).await.unwrap().status, Status::Applied);
+    assert_eq!(
+        gate.invoke_with(
+            "agent",
+            Call::new("pay", json!({"order_id": "A-1", "amount": "1"})),
+            exec.clone()
+        )
+        .await
+        .unwrap()
+        .status,
+        Status::Applied
+    );
     std::fs::remove_file(scratch.db()).unwrap();
-    let o = gate.invoke_with("agent", Call::new("pay", json!({"order_id": "A-2", "amount": "1"})), exec.clone()).await.unwrap();
+    let o = gate
+        .invoke_with(
+            "agent",
+            Call::new("pay", json!({"order_id": "A-2", "amount": "1"})),
+            exec.clone(),
+        )
+        .await
+        .unwrap();
     assert_eq!(o.status, Status::Refused);
     assert_eq!(o.reason.unwrap().code, Code::StoreUnavailable);
     assert_eq!(exec.count(), 1, "no effect without a durable claim");
-    assert!(gate.store().ping().await.is_err(), "readiness reports the outage");
+    assert!(
+        gate.store().ping().await.is_err(),
+        "readiness reports the outage"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,25 +251,49 @@ async fn an_edited_audit_row_breaks_the_chain() {
     let gate = scratch.gate(Arc::new(SystemClock)).await;
     let exec = Counting::new(0);
     for i in 0..20 {
-        gate.invoke_with("agent", Call::new("pay", json!({"order_id": format!("O-{i}"), "amount": "1"})), exec.clone()).await.unwrap();
+        gate.invoke_with(
+            "agent",
+            Call::new("pay", json!({"order_id": format!("O-{i}"), "amount": "1"})),
+            exec.clone(),
+        )
+        .await
+        .unwrap();
     }
     let store = gate.store();
     let mut total = 0;
     for shard in store.audit_shards().await.unwrap() {
-        total += verify_shard(shard, &store.audit_shard(shard).await.unwrap()).unwrap().seq;
+        total += verify_shard(shard, &store.audit_shard(shard).await.unwrap())
+            .unwrap()
+            .seq;
     }
     assert_eq!(total, 40, "every decision (claim and record) is audited");
 
     // Tamper with one row directly in the database file.
     let (id, shard, seq): (i64, i64, i64) = {
-        let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", scratch.db().display())).await.unwrap();
-        let row: (i64, i64, i64) = sqlx::query_as("SELECT id, shard, seq FROM audit WHERE seq = 2 LIMIT 1").fetch_one(&pool).await.unwrap();
-        sqlx::query("UPDATE audit SET body = replace(body, '\"agent\"', '\"mallory\"') WHERE id = ?").bind(row.0).execute(&pool).await.unwrap();
+        let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", scratch.db().display()))
+            .await
+            .unwrap();
+        let row: (i64, i64, i64) =
+            sqlx::query_as("SELECT id, shard, seq FROM audit WHERE seq = 2 LIMIT 1")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        sqlx::query(
+            "UPDATE audit SET body = replace(body, '\"agent\"', '\"mallory\"') WHERE id = ?",
+        )
+        .bind(row.0)
+        .execute(&pool)
+        .await
+        .unwrap();
         pool.close().await;
         row
     };
     let _ = id;
-    let broken = verify_shard(shard as u32, &store.audit_shard(shard as u32).await.unwrap()).unwrap_err();
+    let broken = verify_shard(
+        shard as u32,
+        &store.audit_shard(shard as u32).await.unwrap(),
+    )
+    .unwrap_err();
     assert_eq!(broken.seq, seq as u64, "verify names the first broken link");
 }
 
@@ -189,11 +305,25 @@ async fn a_caller_that_hangs_up_does_not_lose_the_effect() {
     let call = || Call::new("pay", json!({"order_id": "H-1", "amount": "5"}));
     let g = gate.clone();
     let e = exec.clone();
-    let hung_up = tokio::time::timeout(Duration::from_millis(50), async move { g.invoke_with("agent", call(), e).await }).await;
+    let hung_up = tokio::time::timeout(Duration::from_millis(50), async move {
+        g.invoke_with("agent", call(), e).await
+    })
+    .await;
     assert!(hung_up.is_err(), "the caller gave up mid-call");
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let listed = gate.store().list_intents(&Default::default()).await.unwrap();
-    assert_eq!(listed[0].state, IntentState::Applied, "the effect finished and was recorded");
-    let o = gate.invoke_with("agent", call(), exec.clone()).await.unwrap();
+    let listed = gate
+        .store()
+        .list_intents(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        listed[0].state,
+        IntentState::Applied,
+        "the effect finished and was recorded"
+    );
+    let o = gate
+        .invoke_with("agent", call(), exec.clone())
+        .await
+        .unwrap();
     assert_eq!((o.status, exec.count()), (Status::Replayed, 1));
 }

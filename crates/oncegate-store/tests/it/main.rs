@@ -77,6 +77,12 @@ pub struct Scratch {
     pub dir: tempfile::TempDir,
 }
 
+impl Default for Scratch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Scratch {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
