@@ -817,3 +817,39 @@ fn kill_switch_refuses() {
         (Status::Refused, Code::KillSwitch)
     );
 }
+
+#[test]
+fn idempotent_writes_retry_unknowns_and_reads_pass_through() {
+    let f = fixture_with("charge_card", |mut c| {
+        c.category = oncegate_core::config::Category::IdempotentWrite;
+        c.on_unknown = oncegate_core::config::OnUnknown::Retry;
+        c
+    });
+    let d = decide(
+        Some(&f.record(IntentState::Unknown)),
+        &f.req(None, None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(1),
+    );
+    assert_eq!(
+        d.action,
+        Action::Execute,
+        "an idempotent write may re-execute an unknown with the same key"
+    );
+    assert_eq!(d.record.unwrap().executions, 2);
+
+    let read = fixture_with("charge_card", |mut c| {
+        c.category = oncegate_core::config::Category::Read;
+        c
+    });
+    let d = decide(
+        None,
+        &read.req(None, None),
+        &read.cap,
+        &PolicyVerdict::Allow,
+        t0(),
+    );
+    assert_eq!(d.action, Action::PassThrough);
+    assert!(d.record.is_none(), "reads claim nothing");
+}

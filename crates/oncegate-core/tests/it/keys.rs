@@ -257,3 +257,47 @@ fn principal_changes_the_key_only_when_declared() {
     };
     assert_ne!(k("planner"), k("subagent"));
 }
+
+/// `day` scope: the calendar date in the configured time zone enters the key.
+#[test]
+fn day_scope_follows_the_configured_time_zone() {
+    let text = r#"
+[gateway]
+tenant = "acme"
+time_zone = "America/New_York"
+
+[[capabilities]]
+name = "daily_report"
+category = "non_idempotent"
+key = { business_ref = "account", scope = "day" }
+"#;
+    let registry = crate::parse(text).unwrap();
+    let cap = registry.capability("daily_report").unwrap();
+    let args = json!({"account": "acc-1"});
+    let key_at = |t: &str| {
+        let d = derive(
+            "acme",
+            "planner",
+            cap,
+            &args,
+            &CallScope::default(),
+            t.parse().unwrap(),
+            &registry.gateway.time_zone,
+        )
+        .unwrap();
+        (
+            d.key.to_string(),
+            d.explanation.scope["date"].as_str().unwrap().to_owned(),
+        )
+    };
+    // 03:00 UTC on Dec 1 is still Nov 30 in New York.
+    let (a, date_a) = key_at("2026-11-30T15:00:00Z");
+    let (b, date_b) = key_at("2026-12-01T03:00:00Z");
+    let (c, date_c) = key_at("2026-12-01T06:00:00Z");
+    assert_eq!(
+        (date_a.as_str(), date_b.as_str(), date_c.as_str()),
+        ("2026-11-30", "2026-11-30", "2026-12-01")
+    );
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+}
