@@ -1308,6 +1308,16 @@ impl Builder<'_> {
             .collect()
     }
 
+    fn check_pointer(&mut self, path: &[Seg], pointer: Option<&str>) {
+        if let Some(p) = pointer
+            && !p.is_empty()
+            && !p.starts_with('/')
+        {
+            let help = "JSON pointers start with `/`, e.g. \"/id\" or \"/charge/id\"";
+            self.err(path, format!("`{p}` is not a JSON pointer"), Some(help));
+        }
+    }
+
     fn check_norm_refs(&mut self, path: &[Seg], template: &Template, known: &BTreeSet<String>) {
         for source in template.sources() {
             if let Source::Norm { name, .. } = source
@@ -1365,18 +1375,7 @@ impl Builder<'_> {
         if raw.kind == UpstreamKind::Http && raw.tool.is_some() {
             self.err(&at(&["tool"]), "`tool` applies to MCP upstreams only", None);
         }
-        for (name, pointer) in [("effect_ref", &raw.effect_ref)] {
-            if let Some(p) = pointer
-                && !p.is_empty()
-                && !p.starts_with('/')
-            {
-                self.err(
-                    &at(&[name]),
-                    format!("`{p}` is not a JSON pointer"),
-                    Some("JSON pointers start with `/`, e.g. \"/id\" or \"/charge/id\""),
-                );
-            }
-        }
+        self.check_pointer(&at(&["effect_ref"]), raw.effect_ref.as_deref());
         let method = raw
             .method
             .unwrap_or_else(|| "POST".to_owned())
@@ -1434,18 +1433,8 @@ impl Builder<'_> {
                 None,
             );
         }
-        for (name, pointer) in [("found", &raw.found), ("effect_ref", &raw.effect_ref)] {
-            if let Some(p) = pointer
-                && !p.is_empty()
-                && !p.starts_with('/')
-            {
-                self.err(
-                    &at(&[name]),
-                    format!("`{p}` is not a JSON pointer"),
-                    Some("JSON pointers start with `/`"),
-                );
-            }
-        }
+        self.check_pointer(&at(&["found"]), raw.found.as_deref());
+        self.check_pointer(&at(&["effect_ref"]), raw.effect_ref.as_deref());
         let timeout = self.duration(&at(&["timeout"]), raw.timeout.as_deref(), DEFAULT_TIMEOUT);
         let headers = self.headers(base, raw.headers);
         let arguments = raw.arguments.as_ref().map(|b| {

@@ -611,54 +611,6 @@ fn new_generation(
     generation: u32,
     forced: Option<ApprovalReason>,
 ) -> Decision {
-    let mut alerts = Vec::new();
-    let mut forced = forced;
-    if generation == 1
-        && let Some(other) = req.other_run
-    {
-        alerts.push(Alert::CrossRun {
-            first_run: other.run_id.clone(),
-            this_run: req.run_id.map(str::to_owned),
-        });
-        match cap.cross_run {
-            CrossRun::Allow => {}
-            CrossRun::RequireApproval => forced = forced.or(Some(ApprovalReason::CrossRun)),
-            CrossRun::Refuse => {
-                let mut outcome = no_record_outcome(
-                    req,
-                    generation,
-                    Status::Refused,
-                    Some(Reason::new(
-                        Code::CrossRunRefused,
-                        format!(
-                            "the same intent was already issued by run {:?}",
-                            other.run_id
-                        ),
-                    )),
-                );
-                outcome.alerts = alerts;
-                let event = event(
-                    AuditKind::Call,
-                    now,
-                    req.principal,
-                    previous,
-                    None,
-                    &outcome,
-                    &cap.name,
-                    req.run_id,
-                    json!({"alerts": outcome.alerts}),
-                );
-                return Decision {
-                    action: Action::Respond,
-                    record: None,
-                    approval: None,
-                    outcome,
-                    event,
-                };
-            }
-        }
-    }
-
     let respond_without_record =
         |status: Status, reason: Option<Reason>, alerts: Vec<Alert>, detail: Value| {
             let mut outcome = no_record_outcome(req, generation, status, reason);
@@ -682,6 +634,32 @@ fn new_generation(
                 event,
             }
         };
+
+    let mut alerts = Vec::new();
+    let mut forced = forced;
+    if generation == 1
+        && let Some(other) = req.other_run
+    {
+        alerts.push(Alert::CrossRun {
+            first_run: other.run_id.clone(),
+            this_run: req.run_id.map(str::to_owned),
+        });
+        match cap.cross_run {
+            CrossRun::Allow => {}
+            CrossRun::RequireApproval => forced = forced.or(Some(ApprovalReason::CrossRun)),
+            CrossRun::Refuse => {
+                let reason = Reason::new(
+                    Code::CrossRunRefused,
+                    format!(
+                        "the same intent was already issued by run {:?}",
+                        other.run_id
+                    ),
+                );
+                let detail = json!({"alerts": alerts});
+                return respond_without_record(Status::Refused, Some(reason), alerts, detail);
+            }
+        }
+    }
 
     let mut record = fresh_record(req, cap, generation, now);
     let (reason, detail) = match verdict {
