@@ -308,6 +308,7 @@ fn fresh_record(
         error: None,
         approval_id: None,
         breaker_tripped: false,
+        settled_at: None,
         created_at: now,
         updated_at: now,
         version: 0,
@@ -452,7 +453,7 @@ pub fn decide(
         };
     }
 
-    let window_open = now < current.created_at + cap.replay_window;
+    let window_open = now < current.settled_at.unwrap_or(current.created_at) + cap.replay_window;
     let finish = |action: Action,
                   record: IntentRecord,
                   approval: Option<Approval>,
@@ -515,6 +516,7 @@ pub fn decide(
                 let mut ap = ap.clone();
                 ap.state = ApprovalState::Expired;
                 record.state = IntentState::Denied;
+                record.settled_at = Some(now);
                 record.error = Some(Reason::new(
                     Code::ApprovalExpired,
                     "nobody decided the approval in time",
@@ -744,12 +746,26 @@ pub fn record_effect(
     actor: &str,
     now: Timestamp,
 ) -> Decision {
+    record_claim_effect(record, record.executions, result, cap, actor, now)
+}
+
+/// Records what the upstream said about execution number `execution` of this intent
+/// (the claim's `executions` when it was made).
+pub fn record_claim_effect(
+    record: &IntentRecord,
+    execution: u32,
+    result: EffectResult,
+    cap: &Capability,
+    actor: &str,
+    now: Timestamp,
+) -> Decision {
     let mut next = record.clone();
     next.lease = None;
     next.updated_at = now;
     let status = match &result {
         EffectResult::Applied { effect_ref, result } => {
             next.state = IntentState::Applied;
+            next.settled_at = Some(now);
             next.effect_ref = effect_ref.clone();
             next.result = Some(result.clone());
             next.error = None;
@@ -757,6 +773,7 @@ pub fn record_effect(
         }
         EffectResult::Failed { result, message } => {
             next.state = IntentState::Failed;
+            next.settled_at = Some(now);
             next.result = Some(result.clone());
             next.error = Some(Reason::new(Code::UpstreamRejected, message.clone()));
             Status::Failed
@@ -780,10 +797,12 @@ pub fn record_effect(
             Status::Failed
         }
     };
-    // An effect that did happen is the truth whatever happened meanwhile; anything
-    // else must not overwrite a state someone else has since established.
-    let stale = record.state != IntentState::InFlight && record.state != IntentState::Unknown;
-    let overwrite = !stale
+    // An effect that did happen is the truth whatever happened meanwhile. Anything else
+    // may only settle the claim it belongs to: `executions` is the fencing token, so a
+    // late timeout from an attempt whose lease expired cannot overwrite a newer claim.
+    let current_claim = execution == record.executions
+        && matches!(record.state, IntentState::InFlight | IntentState::Unknown);
+    let overwrite = current_claim
         || matches!(result, EffectResult::Applied { .. }) && record.state != IntentState::Applied;
     if !overwrite {
         let outcome = standing_outcome(record);
@@ -864,6 +883,7 @@ pub fn after_reconcile(
     let (action, approval, outcome, detail) = match result {
         ReconcileResult::Found { effect_ref, result } => {
             next.state = IntentState::Applied;
+            next.settled_at = Some(now);
             next.effect_ref = effect_ref;
             next.result = Some(result);
             next.error = None;
@@ -1061,6 +1081,7 @@ pub fn decide_approval(
             && record.approval_id.as_deref() == Some(&approval.id))
         .then(|| {
             next.state = IntentState::Denied;
+            next.settled_at = Some(now);
             next.error = Some(reason.clone());
             next
         });
@@ -1096,6 +1117,7 @@ pub fn decide_approval(
         Choice::Deny => {
             ap.state = ApprovalState::Denied;
             next.state = IntentState::Denied;
+            next.settled_at = Some(now);
             next.error = Some(Reason::new(
                 Code::ApprovalDenied,
                 format!("denied by {actor}"),

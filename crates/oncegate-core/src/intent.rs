@@ -130,7 +130,12 @@ pub struct IntentRecord {
     pub approval_id: Option<String>,
     /// Set when the attempt ceiling tripped; cleared by an admin.
     pub breaker_tripped: bool,
-    /// When this generation started; the replay window runs from here.
+    /// When this generation reached a decided state (applied, failed, denied); the
+    /// replay window runs from here, so a call that waited for an approval or a
+    /// reconciliation still gets its whole window.
+    #[serde(default)]
+    pub settled_at: Option<Timestamp>,
+    /// When this generation started (the window's start until it settles).
     pub created_at: Timestamp,
     /// Last change.
     pub updated_at: Timestamp,

@@ -39,6 +39,7 @@ pub fn sample_record(key: &str, generation: u32) -> IntentRecord {
         error: None,
         approval_id: None,
         breaker_tripped: false,
+        settled_at: None,
         created_at: at(0),
         updated_at: at(0),
         version: 0,

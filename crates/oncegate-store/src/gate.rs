@@ -522,7 +522,8 @@ impl<S: Store> Gate<S> {
         }
     }
 
-    /// Records an effect's result, re-reading on lost races.
+    /// Records an effect's result, re-reading on lost races and retrying a store that
+    /// is briefly unavailable: a result that happened must not be dropped.
     async fn record(
         &self,
         claimed: &IntentRecord,
@@ -531,11 +532,18 @@ impl<S: Store> Gate<S> {
         actor: &str,
     ) -> Outcome {
         let mut current = claimed.clone();
+        let mut outage = 0u32;
         for _ in 0..MAX_RACES {
-            let decision =
-                decide::record_effect(&current, result.clone(), cap, actor, self.clock.now());
+            let decision = decide::record_claim_effect(
+                &current,
+                claimed.executions,
+                result.clone(),
+                cap,
+                actor,
+                self.clock.now(),
+            );
             let outcome = decision.outcome.clone();
-            match self
+            let error = match self
                 .store
                 .commit(Commit {
                     record: decision.record,
@@ -549,13 +557,14 @@ impl<S: Store> Gate<S> {
                     outcome.attempt = current.attempts;
                     return outcome;
                 }
-                Err(StoreError::Conflict) => match self.store.load(&claimed.key).await {
-                    Ok(Some(fresh)) if fresh.generation == claimed.generation => current = fresh,
-                    _ => break,
-                },
-                Err(e) => {
-                    tracing::error!(key = %claimed.key, error = %e, "could not record an effect's result; the intent will read unknown after its lease");
-                    let mut o = decide::outcome_of(
+                Err(StoreError::Conflict) => None,
+                Err(e) => Some(e),
+            };
+            if let Some(e) = error {
+                outage += 1;
+                if outage > 5 {
+                    tracing::error!(key = %claimed.key, error = %e, "could not record an effect's result; the intent reads unknown after its lease and is reconciled");
+                    return decide::outcome_of(
                         claimed,
                         Status::Unknown,
                         Some(Reason::new(
@@ -565,9 +574,17 @@ impl<S: Store> Gate<S> {
                             ),
                         )),
                     );
-                    o.effect_ref = None;
-                    return o;
                 }
+                tokio::time::sleep(std::time::Duration::from_millis(50 << outage)).await;
+            }
+            match self
+                .store
+                .load_generation(&claimed.key, claimed.generation)
+                .await
+            {
+                Ok(Some(fresh)) => current = fresh,
+                Ok(None) => break,
+                Err(_) => continue,
             }
         }
         decide::outcome_of(

@@ -76,6 +76,12 @@ pub trait StoreRead: Send + Sync {
         &self,
         key: &IntentKey,
     ) -> impl Future<Output = Result<Option<IntentRecord>, StoreError>> + Send;
+    /// One generation of an intent.
+    fn load_generation(
+        &self,
+        key: &IntentKey,
+        generation: u32,
+    ) -> impl Future<Output = Result<Option<IntentRecord>, StoreError>> + Send;
     /// An intent with the same cross-run key issued by another run (live or applied).
     fn find_other_run(
         &self,

@@ -155,10 +155,10 @@ async fn apply_batch(
         .map_err(unavailable)?;
     let mut results = Vec::with_capacity(batch.len());
     for (commit, _) in batch {
-        sqlx::query("SAVEPOINT one")
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+        if let Err(e) = sqlx::query("SAVEPOINT one").execute(&mut *conn).await {
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            return Err(unavailable(e));
+        }
         let outcome = apply_one(conn, commit).await;
         match outcome {
             Ok(()) => {
@@ -310,6 +310,20 @@ impl StoreRead for SqliteStore {
                 .fetch_optional(&self.inner.readers)
                 .await
                 .map_err(unavailable)?;
+        row.map(|r| decode(r.get::<&str, _>(0))).transpose()
+    }
+
+    async fn load_generation(
+        &self,
+        key: &IntentKey,
+        generation: u32,
+    ) -> Result<Option<IntentRecord>, StoreError> {
+        let row = sqlx::query("SELECT body FROM intents WHERE key = ? AND generation = ?")
+            .bind(key.as_str())
+            .bind(i64::from(generation))
+            .fetch_optional(&self.inner.readers)
+            .await
+            .map_err(unavailable)?;
         row.map(|r| decode(r.get::<&str, _>(0))).transpose()
     }
 

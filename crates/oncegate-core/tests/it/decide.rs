@@ -853,3 +853,71 @@ fn idempotent_writes_retry_unknowns_and_reads_pass_through() {
     assert_eq!(d.action, Action::PassThrough);
     assert!(d.record.is_none(), "reads claim nothing");
 }
+
+#[test]
+fn a_late_result_cannot_overwrite_a_newer_claim() {
+    use oncegate_core::decide::record_claim_effect;
+    let f = fixture("charge_card");
+    // Claim #1 stalled past its lease; a repeat reconciled (not found) and claimed #2.
+    let mut newer = f.record(IntentState::InFlight);
+    newer.executions = 2;
+    for late in [
+        EffectResult::Unknown {
+            message: "timeout".into(),
+        },
+        EffectResult::NotSent {
+            message: "refused".into(),
+        },
+    ] {
+        let d = record_claim_effect(&newer, 1, late, &f.cap, "planner", t0());
+        assert!(
+            d.record.is_none(),
+            "a stale attempt's non-result must not settle claim #2"
+        );
+        assert_eq!(d.outcome.status, Status::InFlight);
+    }
+    // But a late *applied* is the truth: it happened.
+    let d = record_claim_effect(
+        &newer,
+        1,
+        EffectResult::Applied {
+            effect_ref: Some("ch_1".into()),
+            result: json!({}),
+        },
+        &f.cap,
+        "planner",
+        t0(),
+    );
+    assert_eq!(d.record.unwrap().state, IntentState::Applied);
+}
+
+#[test]
+fn the_replay_window_runs_from_when_the_intent_settled() {
+    let f = fixture("charge_card");
+    let held = f.record(IntentState::InFlight);
+    // Applied 23 hours after the claim (e.g. after a long approval).
+    let applied = record_effect(
+        &held,
+        EffectResult::Applied {
+            effect_ref: Some("ch_1".into()),
+            result: json!({}),
+        },
+        &f.cap,
+        "planner",
+        t0() + SignedDuration::from_hours(23),
+    )
+    .record
+    .unwrap();
+    let d = decide(
+        Some(&applied),
+        &f.req(None, None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + SignedDuration::from_hours(25),
+    );
+    assert_eq!(
+        (d.outcome.status, d.outcome.generation),
+        (Status::Replayed, 1),
+        "still inside the window counted from the effect"
+    );
+}
