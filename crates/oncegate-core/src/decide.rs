@@ -315,6 +315,19 @@ fn fresh_record(
     }
 }
 
+/// A held intent whose approval was denied, expired or voided. An intent held because
+/// its first attempt's status is unknown stays `unknown`: the effect may have happened,
+/// so it keeps being reconciled (and never silently becomes a new intent after the
+/// window). Anything else is denied for this generation.
+fn settle_refusal(record: &mut IntentRecord, reason: ApprovalReason, now: Timestamp) {
+    if reason == ApprovalReason::UnknownFirstAttempt {
+        record.state = IntentState::Unknown;
+    } else {
+        record.state = IntentState::Denied;
+        record.settled_at = Some(now);
+    }
+}
+
 /// Decides one call.
 pub fn decide(
     existing: Option<&IntentRecord>,
@@ -515,13 +528,12 @@ pub fn decide(
             Some(ap) if ap.state == ApprovalState::Pending && now >= ap.expires_at => {
                 let mut ap = ap.clone();
                 ap.state = ApprovalState::Expired;
-                record.state = IntentState::Denied;
-                record.settled_at = Some(now);
+                settle_refusal(&mut record, ap.reason, now);
                 record.error = Some(Reason::new(
                     Code::ApprovalExpired,
                     "nobody decided the approval in time",
                 ));
-                let outcome = outcome_of(&record, Status::Denied, None);
+                let outcome = standing_outcome(&record);
                 finish(Action::Respond, record, Some(ap), outcome, alerts)
             }
             _ => {
@@ -1080,8 +1092,7 @@ pub fn decide_approval(
         let rec = (record.state == IntentState::PendingApproval
             && record.approval_id.as_deref() == Some(&approval.id))
         .then(|| {
-            next.state = IntentState::Denied;
-            next.settled_at = Some(now);
+            settle_refusal(&mut next, approval.reason, now);
             next.error = Some(reason.clone());
             next
         });
@@ -1116,8 +1127,7 @@ pub fn decide_approval(
         }
         Choice::Deny => {
             ap.state = ApprovalState::Denied;
-            next.state = IntentState::Denied;
-            next.settled_at = Some(now);
+            settle_refusal(&mut next, approval.reason, now);
             next.error = Some(Reason::new(
                 Code::ApprovalDenied,
                 format!("denied by {actor}"),

@@ -921,3 +921,29 @@ fn the_replay_window_runs_from_when_the_intent_settled() {
         "still inside the window counted from the effect"
     );
 }
+
+#[test]
+fn denying_the_re_execution_of_an_unknown_keeps_it_unknown() {
+    let f = fixture("append_ledger");
+    let mut held = f.record(IntentState::PendingApproval);
+    held.approval_id = Some("ap_1".into());
+    let mut ap = pending_approval(&f, &held);
+    ap.reason = ApprovalReason::UnknownFirstAttempt;
+    let ApprovalDecision::Decided { record, .. } = decide_approval(
+        &held,
+        &ap,
+        "alice",
+        Role::Approver,
+        Choice::Deny,
+        &f.cap,
+        "gw",
+        t0(),
+    ) else {
+        panic!()
+    };
+    assert_eq!(
+        record.unwrap().state,
+        IntentState::Unknown,
+        "the effect may have happened: never denied, never a fresh intent"
+    );
+}
