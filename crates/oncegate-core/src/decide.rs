@@ -433,40 +433,6 @@ pub fn decide(
         });
     }
 
-    if let Some(ceiling) = cap.attempt_ceiling
-        && record.attempts > ceiling
-    {
-        record.breaker_tripped = true;
-        alerts.push(Alert::BreakerTripped { ceiling });
-        let reason = Reason::new(
-            Code::AttemptCeiling,
-            format!(
-                "attempt ceiling of {ceiling} reached; the breaker is tripped until an admin resets it"
-            ),
-        );
-        let mut outcome = outcome_of(&record, Status::Refused, Some(reason));
-        outcome.alerts = alerts;
-        let event = event(
-            AuditKind::Call,
-            now,
-            req.principal,
-            existing,
-            Some(&record),
-            &outcome,
-            &cap.name,
-            req.run_id,
-            json!({"alerts": outcome.alerts}),
-        );
-        return Decision {
-            action: Action::Respond,
-            record: Some(record),
-            approval: None,
-            outcome,
-            event,
-        };
-    }
-
-    let window_open = now < current.settled_at.unwrap_or(current.created_at) + cap.replay_window;
     let finish = |action: Action,
                   record: IntentRecord,
                   approval: Option<Approval>,
@@ -494,6 +460,22 @@ pub fn decide(
         }
     };
 
+    if let Some(ceiling) = cap.attempt_ceiling
+        && record.attempts > ceiling
+    {
+        record.breaker_tripped = true;
+        alerts.push(Alert::BreakerTripped { ceiling });
+        let reason = Reason::new(
+            Code::AttemptCeiling,
+            format!(
+                "attempt ceiling of {ceiling} reached; the breaker is tripped until an admin resets it"
+            ),
+        );
+        let outcome = outcome_of(&record, Status::Refused, Some(reason));
+        return finish(Action::Respond, record, None, outcome, alerts);
+    }
+
+    let window_open = now < current.settled_at.unwrap_or(current.created_at) + cap.replay_window;
     match current.state {
         IntentState::InFlight => {
             let live = current.lease.as_ref().is_some_and(|l| now < l.expires_at);
