@@ -9,6 +9,7 @@
 //! The writer runs as a spawned task, never under a caller's future: a caller that
 //! gives up cannot cancel a transaction half-way.
 
+use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -106,6 +107,10 @@ async fn writer_loop(
     path: PathBuf,
     inode: u64,
 ) {
+    // The chain heads live in memory: this task is the only writer of this file, so it
+    // need not read them back on every commit. They are reloaded after any failed batch
+    // (which also covers a second writer having appended meanwhile).
+    let mut heads = load_heads(&mut conn).await.unwrap_or_default();
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -115,19 +120,29 @@ async fn writer_loop(
                 Err(_) => break,
             }
         }
-        // A database file that was removed or replaced under us would swallow writes
-        // into an unlinked inode: refuse instead (fail closed).
-        let same_file = std::fs::metadata(&path)
-            .map(|m| m.ino() == inode)
-            .unwrap_or(false);
-        let results = if same_file {
-            apply_batch(&mut conn, &batch).await
-        } else {
-            Err(StoreError::Unavailable(format!(
-                "the database file {} was removed or replaced",
-                path.display()
-            )))
-        };
+        let mut results = Err(StoreError::Unavailable("not attempted".into()));
+        for _attempt in 0..2 {
+            // A database file that was removed or replaced under us would swallow
+            // writes into an unlinked inode: refuse instead (fail closed).
+            let same_file = std::fs::metadata(&path)
+                .map(|m| m.ino() == inode)
+                .unwrap_or(false);
+            if !same_file {
+                results = Err(StoreError::Unavailable(format!(
+                    "the database file {} was removed or replaced",
+                    path.display()
+                )));
+                break;
+            }
+            results = apply_batch(&mut conn, &batch, &mut heads).await;
+            if results.is_ok() {
+                break;
+            }
+            heads = match load_heads(&mut conn).await {
+                Ok(h) => h,
+                Err(_) => break,
+            };
+        }
         match results {
             Ok(results) => {
                 for ((_, reply), result) in batch.drain(..).zip(results) {
@@ -145,52 +160,97 @@ async fn writer_loop(
     }
 }
 
+/// The last record of every audit shard.
+async fn load_heads(conn: &mut SqliteConnection) -> Result<HashMap<u32, ChainHead>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT a.shard, a.seq, a.hash FROM audit a
+         JOIN (SELECT shard, MAX(seq) AS seq FROM audit GROUP BY shard) m ON a.shard = m.shard AND a.seq = m.seq",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            (
+                r.get::<i64, _>(0) as u32,
+                ChainHead {
+                    seq: r.get::<i64, _>(1) as u64,
+                    hash: r.get(2),
+                },
+            )
+        })
+        .collect())
+}
+
+async fn exec(conn: &mut SqliteConnection, sql: &'static str) -> Result<(), StoreError> {
+    sqlx::query(sql)
+        .execute(&mut *conn)
+        .await
+        .map(|_| ())
+        .map_err(unavailable)
+}
+
+/// Applies a batch in one transaction. Several commits each get a savepoint so a lost
+/// compare-and-set rolls back alone; a batch of one needs none (it rolls back whole).
+/// `heads` advances only if the transaction commits.
 async fn apply_batch(
     conn: &mut SqliteConnection,
     batch: &[Job],
+    heads: &mut HashMap<u32, ChainHead>,
 ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    let mut results = Vec::with_capacity(batch.len());
-    for (commit, _) in batch {
-        if let Err(e) = sqlx::query("SAVEPOINT one").execute(&mut *conn).await {
+    let mut tentative = heads.clone();
+    let result = async {
+        exec(conn, "BEGIN IMMEDIATE").await?;
+        let savepoints = batch.len() > 1;
+        let mut results = Vec::with_capacity(batch.len());
+        for (commit, _) in batch {
+            if savepoints {
+                exec(conn, "SAVEPOINT one").await?;
+            }
+            match apply_one(conn, commit, &mut tentative).await {
+                Ok(()) => {
+                    if savepoints {
+                        exec(conn, "RELEASE one").await?;
+                    }
+                    results.push(Ok(()));
+                }
+                Err(StoreError::Conflict) => {
+                    // A conflict is detected before the audit append, so the heads
+                    // did not move.
+                    if savepoints {
+                        exec(conn, "ROLLBACK TO one").await?;
+                        exec(conn, "RELEASE one").await?;
+                    } else {
+                        exec(conn, "ROLLBACK").await?;
+                        return Ok(vec![Err(StoreError::Conflict)]);
+                    }
+                    results.push(Err(StoreError::Conflict));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        exec(conn, "COMMIT").await?;
+        Ok(results)
+    }
+    .await;
+    match result {
+        Ok(results) => {
+            *heads = tentative;
+            Ok(results)
+        }
+        Err(e) => {
             let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            return Err(unavailable(e));
-        }
-        let outcome = apply_one(conn, commit).await;
-        match outcome {
-            Ok(()) => {
-                if let Err(e) = sqlx::query("RELEASE one").execute(&mut *conn).await {
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                    return Err(unavailable(e));
-                }
-                results.push(Ok(()));
-            }
-            Err(StoreError::Conflict) => {
-                let rolled = sqlx::query("ROLLBACK TO one").execute(&mut *conn).await;
-                let released = sqlx::query("RELEASE one").execute(&mut *conn).await;
-                if let Err(e) = rolled.and(released) {
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                    return Err(unavailable(e));
-                }
-                results.push(Err(StoreError::Conflict));
-            }
-            Err(e) => {
-                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                return Err(e);
-            }
+            Err(e)
         }
     }
-    if let Err(e) = sqlx::query("COMMIT").execute(&mut *conn).await {
-        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-        return Err(unavailable(e));
-    }
-    Ok(results)
 }
 
-async fn apply_one(conn: &mut SqliteConnection, commit: &Commit) -> Result<(), StoreError> {
+async fn apply_one(
+    conn: &mut SqliteConnection,
+    commit: &Commit,
+    heads: &mut HashMap<u32, ChainHead>,
+) -> Result<(), StoreError> {
     if let Some(record) = &commit.record {
         let mut stored = record.clone();
         stored.version = record.version + 1;
@@ -257,15 +317,9 @@ async fn apply_one(conn: &mut SqliteConnection, commit: &Commit) -> Result<(), S
         }
     }
     let shard = commit.event.shard();
-    let head = sqlx::query("SELECT seq, hash FROM audit_heads WHERE shard = ?")
-        .bind(i64::from(shard))
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(unavailable)?
-        .map(|row| ChainHead {
-            seq: row.get::<i64, _>(0) as u64,
-            hash: row.get(1),
-        })
+    let head = heads
+        .get(&shard)
+        .cloned()
         .unwrap_or_else(ChainHead::genesis);
     let sealed = seal(commit.event.clone(), &head);
     let body = serde_json::to_string(&sealed.event).map_err(corrupt)?;
@@ -278,13 +332,13 @@ async fn apply_one(conn: &mut SqliteConnection, commit: &Commit) -> Result<(), S
         .execute(&mut *conn)
         .await
         .map_err(unavailable)?;
-    sqlx::query("INSERT INTO audit_heads (shard, seq, hash) VALUES (?1, ?2, ?3) ON CONFLICT (shard) DO UPDATE SET seq = ?2, hash = ?3")
-        .bind(i64::from(sealed.shard))
-        .bind(sealed.seq as i64)
-        .bind(&sealed.hash)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+    heads.insert(
+        sealed.shard,
+        ChainHead {
+            seq: sealed.seq,
+            hash: sealed.hash,
+        },
+    );
     Ok(())
 }
 

@@ -60,3 +60,59 @@ async fn records_survive_a_restart() {
         verify_shard(shard, &reopened.audit_shard(shard).await.unwrap()).unwrap();
     }
 }
+
+fn event_for(key: &str, n: i64) -> oncegate_core::audit::AuditEvent {
+    oncegate_core::audit::AuditEvent {
+        at: jiff::Timestamp::from_second(1_800_000_000 + n).unwrap(),
+        kind: oncegate_core::audit::AuditKind::Call,
+        key: Some(oncegate_core::key::IntentKey::from_hex(key)),
+        generation: 1,
+        capability: Some("pay".into()),
+        actor: "agent".into(),
+        run_id: None,
+        from: None,
+        to: None,
+        status: None,
+        code: None,
+        detail: serde_json::json!({"n": n}),
+    }
+}
+
+/// The writer keeps chain heads in memory: after a restart, and with a second writer
+/// appending to the same file, every shard must still chain without gaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_chain_continues_across_restarts_and_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let key = "abcd0001";
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        for n in 0..3 {
+            store
+                .commit(Commit {
+                    record: None,
+                    approval: None,
+                    event: event_for(key, n),
+                })
+                .await
+                .unwrap();
+        }
+        store.close().await;
+    }
+    let first = SqliteStore::open(&path).await.unwrap();
+    let second = SqliteStore::open(&path).await.unwrap();
+    for n in 3..9 {
+        let store = if n % 2 == 0 { &first } else { &second };
+        store
+            .commit(Commit {
+                record: None,
+                approval: None,
+                event: event_for(key, n),
+            })
+            .await
+            .unwrap();
+    }
+    let shard = event_for(key, 0).shard();
+    let records = first.audit_shard(shard).await.unwrap();
+    assert_eq!(verify_shard(shard, &records).unwrap().seq, 9);
+}
