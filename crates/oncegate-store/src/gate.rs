@@ -474,17 +474,39 @@ impl<S: Store> Gate<S> {
             Action::Reconcile => {
                 let current = bump(record.expect("a Reconcile decision writes the record"));
                 let answer = executor.reconcile(IntentHandle::of(&current)).await;
-                let approval_id = format!("ap_{}", random_hex(8));
-                let next = decide::after_reconcile(
-                    &current,
-                    answer,
-                    cap,
-                    actor,
-                    &self.owner,
-                    &approval_id,
-                    self.clock.now(),
-                );
-                let mut outcome = Box::pin(self.apply(next, cap, actor, executor)).await?;
+                // Apply the one answer; a lost race re-reads this generation and applies
+                // it again (after_reconcile answers with the standing outcome once someone
+                // else has resolved the intent) instead of re-deciding the whole call,
+                // which would commit another reconcile and burn an attempt.
+                let mut latest = current.clone();
+                let mut outcome = None;
+                for _ in 0..MAX_RACES {
+                    let approval_id = format!("ap_{}", random_hex(8));
+                    let next = decide::after_reconcile(
+                        &latest,
+                        answer.clone(),
+                        cap,
+                        actor,
+                        &self.owner,
+                        &approval_id,
+                        self.clock.now(),
+                    );
+                    match Box::pin(self.apply(next, cap, actor, executor.clone())).await {
+                        Err(StoreError::Conflict) => match self
+                            .store
+                            .load_generation(&current.key, current.generation)
+                            .await?
+                        {
+                            Some(fresh) => latest = fresh,
+                            None => return Err(StoreError::Conflict),
+                        },
+                        other => {
+                            outcome = Some(other?);
+                            break;
+                        }
+                    }
+                }
+                let mut outcome = outcome.ok_or(StoreError::Conflict)?;
                 outcome.attempt = current.attempts;
                 Ok(outcome)
             }
@@ -584,7 +606,10 @@ impl<S: Store> Gate<S> {
             {
                 Ok(Some(fresh)) => current = fresh,
                 Ok(None) => break,
-                Err(_) => continue,
+                Err(_) => {
+                    outage += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << outage.min(6))).await;
+                }
             }
         }
         decide::outcome_of(

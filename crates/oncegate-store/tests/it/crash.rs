@@ -195,3 +195,41 @@ async fn timeout_after_commit_is_reconciled_not_repeated() {
         "one execution for one intent"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_repeats_of_an_unknown_all_get_the_reconciled_result() {
+    let scratch = Scratch::new();
+    let gate = scratch.gate(Arc::new(SystemClock)).await;
+    let exec = Arc::new(TimedOutButCommitted {
+        executions: AtomicUsize::new(0),
+    });
+    let call = || Call::new("pay", json!({"order_id": "U-1", "amount": "3.00"}));
+    assert_eq!(
+        gate.invoke_with("agent", call(), exec.clone())
+            .await
+            .unwrap()
+            .status,
+        Status::Unknown
+    );
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (gate, exec) = (gate.clone(), exec.clone());
+        tasks.push(tokio::spawn(async move {
+            gate.invoke_with("agent", call(), exec).await.unwrap()
+        }));
+    }
+    for t in tasks {
+        let o = t.await.unwrap();
+        assert_eq!(o.status, Status::Replayed, "{o:?}");
+    }
+    assert_eq!(exec.executions.load(Ordering::SeqCst), 1);
+    let stored = gate
+        .store()
+        .list_intents(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        stored[0].attempts, 17,
+        "every call counted once, no extra attempts from lost races"
+    );
+}
