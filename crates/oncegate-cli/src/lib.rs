@@ -30,6 +30,13 @@ enum Command {
     /// Verify or export the audit chain.
     #[command(subcommand)]
     Audit(cmd::audit::AuditCommand),
+    /// Run the gateway: the JSON API in front of the registry's upstreams.
+    Serve(cmd::serve::ServeArgs),
+    /// Run the simulated payment/email/ledger provider (for the demo, tests, benchmarks).
+    Sandbox(cmd::sandbox::SandboxArgs),
+    /// List and decide approvals on a running gateway.
+    #[command(subcommand)]
+    Approvals(cmd::approvals::ApprovalsCommand),
 }
 
 /// `--config PATH`, shared by every subcommand.
@@ -74,6 +81,9 @@ pub fn run() -> ExitCode {
         Command::Keys(c) => cmd::keys::run(c),
         Command::Intents(c) => runtime().and_then(|rt| rt.block_on(cmd::intents::run(c))),
         Command::Audit(c) => runtime().and_then(|rt| rt.block_on(cmd::audit::run(c))),
+        Command::Serve(a) => runtime().and_then(|rt| rt.block_on(cmd::serve::run(a))),
+        Command::Sandbox(a) => runtime().and_then(|rt| rt.block_on(cmd::sandbox::run(a))),
+        Command::Approvals(c) => runtime().and_then(|rt| rt.block_on(cmd::approvals::run(c))),
     };
     match result {
         Ok(code) => code,

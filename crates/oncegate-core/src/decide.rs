@@ -1160,3 +1160,64 @@ pub fn reset_breaker(
         event,
     }
 }
+
+/// The background sweep's use of a reconciliation read on an intent nobody is waiting
+/// for: record what the upstream says, but execute nothing (a confirmed-absent intent
+/// becomes `not_applied`, and the agent's next repeat executes it with the same key).
+/// `None` when there is nothing to write (undecidable, or no longer unknown).
+pub fn after_sweep(
+    record: &IntentRecord,
+    result: ReconcileResult,
+    cap: &Capability,
+    now: Timestamp,
+) -> Option<Decision> {
+    let lease_expired = record.state == IntentState::InFlight
+        && record.lease.as_ref().is_some_and(|l| now >= l.expires_at);
+    if record.state != IntentState::Unknown && !lease_expired {
+        return None;
+    }
+    let mut next = record.clone();
+    next.lease = None;
+    next.updated_at = now;
+    let (status, detail) = match result {
+        ReconcileResult::Found { effect_ref, result } => {
+            next.state = IntentState::Applied;
+            next.settled_at = Some(now);
+            next.effect_ref = effect_ref;
+            next.result = Some(result);
+            next.error = None;
+            (
+                Status::Replayed,
+                json!({"sweep": "found", "effect_ref": next.effect_ref}),
+            )
+        }
+        ReconcileResult::NotFound => {
+            next.state = IntentState::NotApplied;
+            next.error = Some(Reason::new(
+                Code::UpstreamRejected,
+                "reconciled: the upstream has no such effect; a repeat executes it with the same key",
+            ));
+            (Status::Failed, json!({"sweep": "not_found"}))
+        }
+        ReconcileResult::Undecidable { .. } => return None,
+    };
+    let outcome = outcome_of(&next, status, None);
+    let event = event(
+        AuditKind::Reconcile,
+        now,
+        "oncegate-sweep",
+        Some(record),
+        Some(&next),
+        &outcome,
+        &cap.name,
+        record.run_id.as_deref(),
+        detail,
+    );
+    Some(Decision {
+        action: Action::Respond,
+        record: Some(next),
+        approval: None,
+        outcome,
+        event,
+    })
+}

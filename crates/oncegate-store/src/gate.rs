@@ -22,8 +22,9 @@
 //! The effect runs in its own task: a caller that drops the `invoke` future never
 //! aborts a side effect half-way, and the result is recorded regardless.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use oncegate_core::Registry;
 use oncegate_core::codes::Code;
@@ -186,6 +187,8 @@ pub struct Gate<S: Store = SqliteStore> {
     store: S,
     clock: Arc<dyn Clock>,
     owner: String,
+    /// Kill switches by target (`capability:NAME`, `agent:NAME`) with their reason.
+    kill_switches: Arc<RwLock<HashMap<String, String>>>,
 }
 
 impl<S: Store> Clone for Gate<S> {
@@ -195,6 +198,7 @@ impl<S: Store> Clone for Gate<S> {
             store: self.store.clone(),
             clock: self.clock.clone(),
             owner: self.owner.clone(),
+            kill_switches: self.kill_switches.clone(),
         }
     }
 }
@@ -269,7 +273,60 @@ impl<S: Store> Gate<S> {
             store,
             clock,
             owner,
+            kill_switches: Arc::default(),
         }
+    }
+
+    /// Switches a capability or an agent off (`reason` Some) or on again (None).
+    /// `target` is `capability:NAME` or `agent:NAME`.
+    pub fn set_kill_switch(&self, target: &str, reason: Option<String>) {
+        let mut map = self
+            .kill_switches
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        match reason {
+            Some(r) => map.insert(target.to_owned(), r),
+            None => map.remove(target),
+        };
+    }
+
+    /// The kill switches that are on.
+    pub fn kill_switches(&self) -> HashMap<String, String> {
+        self.kill_switches
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn kill_switch_for(&self, capability: &str, principal: &str) -> Option<String> {
+        let map = self.kill_switches.read().unwrap_or_else(|e| e.into_inner());
+        map.get(&format!("capability:{capability}"))
+            .or_else(|| map.get(&format!("agent:{principal}")))
+            .map(|r| format!("switched off by an admin: {r}"))
+    }
+
+    /// Resolves an unknown (or lease-expired) intent nobody is waiting for, from the
+    /// upstream's record. Executes nothing. Used by the gateway's background sweep.
+    pub async fn sweep_one<E: Executor>(
+        &self,
+        record: &IntentRecord,
+        executor: Arc<E>,
+    ) -> Result<Option<Outcome>, StoreError> {
+        let Some(cap) = self.registry.capability(&record.capability).cloned() else {
+            return Ok(None);
+        };
+        let answer = executor.reconcile(IntentHandle::of(record)).await;
+        let Some(d) = decide::after_sweep(record, answer, &cap, self.clock.now()) else {
+            return Ok(None);
+        };
+        self.store
+            .commit(Commit {
+                record: d.record,
+                approval: None,
+                event: d.event,
+            })
+            .await?;
+        Ok(Some(d.outcome))
     }
 
     /// The registry.
@@ -312,6 +369,7 @@ impl<S: Store> Gate<S> {
         executor: Arc<E>,
     ) -> Result<Outcome, GateError> {
         let cap = self.capability(&call.capability)?;
+        let killed = self.kill_switch_for(&cap.name, principal);
         let who = self
             .registry
             .principal(principal)
@@ -386,7 +444,7 @@ impl<S: Store> Gate<S> {
                 owner: &self.owner,
                 approval: approval.as_ref(),
                 other_run: other_run.as_ref(),
-                kill_switch: None,
+                kill_switch: killed.as_deref(),
                 new_approval_id: &approval_id,
             };
             let decision = decide::decide(existing.as_ref(), &req, &cap, &verdict, now);

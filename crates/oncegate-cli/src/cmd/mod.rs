@@ -1,6 +1,9 @@
 //! One module per subcommand.
 
+pub mod approvals;
 pub mod audit;
 pub mod check_config;
 pub mod intents;
 pub mod keys;
+pub mod sandbox;
+pub mod serve;

@@ -1,0 +1,92 @@
+//! `oncegate approvals list|approve|deny`: talk to a running gateway's API.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+
+#[derive(Debug, clap::Args)]
+pub struct Remote {
+    /// The gateway's URL.
+    #[arg(long, env = "ONCEGATE_URL", default_value = "http://127.0.0.1:7878")]
+    url: String,
+    /// Your bearer token (an approver's or an admin's).
+    #[arg(long, env = "ONCEGATE_TOKEN")]
+    token: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// List approvals (pending by default).
+    List {
+        #[command(flatten)]
+        remote: Remote,
+        /// pending, approved, denied, expired, void, or all.
+        #[arg(long, default_value = "pending")]
+        state: String,
+    },
+    /// Approve: executes the held call once.
+    Approve {
+        #[command(flatten)]
+        remote: Remote,
+        /// The approval id (ap_...).
+        id: String,
+    },
+    /// Deny: final for this intent generation.
+    Deny {
+        #[command(flatten)]
+        remote: Remote,
+        /// The approval id (ap_...).
+        id: String,
+    },
+}
+
+pub async fn run(command: ApprovalsCommand) -> anyhow::Result<ExitCode> {
+    oncegate_gateway::server::install_crypto();
+    let client = reqwest::Client::new();
+    let (request, remote) = match &command {
+        ApprovalsCommand::List { remote, state } => {
+            let q = if state == "all" {
+                String::new()
+            } else {
+                format!("?state={state}")
+            };
+            (
+                client.get(format!(
+                    "{}/v1/approvals{q}",
+                    remote.url.trim_end_matches('/')
+                )),
+                remote,
+            )
+        }
+        ApprovalsCommand::Approve { remote, id } => (
+            client.post(format!(
+                "{}/v1/approvals/{id}/approve",
+                remote.url.trim_end_matches('/')
+            )),
+            remote,
+        ),
+        ApprovalsCommand::Deny { remote, id } => (
+            client.post(format!(
+                "{}/v1/approvals/{id}/deny",
+                remote.url.trim_end_matches('/')
+            )),
+            remote,
+        ),
+    };
+    let response = request
+        .bearer_auth(&remote.token)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the gateway at {}", remote.url))?;
+    let status = response.status();
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .context("the gateway's answer is not JSON")?;
+    crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+    if !status.is_success() && status.as_u16() != 202 {
+        bail!("the gateway answered {status}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,75 @@
+//! `oncegate serve`: the gateway.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use oncegate_gateway::server::{AppState, http_client, serve};
+use oncegate_store::{Gate, SystemClock};
+
+use crate::ConfigArg;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Listen address (default: the config's `gateway.listen`); port 0 picks a free one.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// How often unknown intents are reconciled in the background, e.g. "5s".
+    #[arg(long, default_value = "5s")]
+    sweep_every: String,
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let registry = crate::load(&args.config.config)?;
+    let sweep_every: jiff::SignedDuration = args
+        .sweep_every
+        .parse()
+        .with_context(|| format!("--sweep-every `{}` is not a duration", args.sweep_every))?;
+    let listen = args.listen.unwrap_or(registry.gateway.listen);
+    let store = crate::open_store(&registry).await?;
+    let gate = Gate::with_store(registry, store, std::sync::Arc::new(SystemClock));
+    let (state, missing) = AppState::new(gate, http_client());
+    for m in &missing {
+        eprintln!("warning: principal {m}: token variable not set, this principal cannot log in");
+    }
+    anyhow::ensure!(
+        state.principal_count() > 0,
+        "no principal can log in: set the token variables named by `token_env` in the config"
+    );
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let addr = listener.local_addr()?;
+    crate::emit(&format!("oncegate listening on http://{addr}\n"));
+    serve(
+        listener,
+        state,
+        sweep_every.unsigned_abs().max(Duration::from_millis(100)),
+        shutdown_signal(),
+    )
+    .await?;
+    eprintln!("oncegate: stopped (in-flight calls finished and were recorded)");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,726 @@
+//! `oncegate serve`: the JSON API over the Gate.
+//!
+//! Every route authenticates with a bearer token from the registry (compared in constant
+//! time); the principal comes from the token, never from the body. Errors map to HTTP in
+//! one place ([`ApiError`]) and always carry a stable code.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use oncegate_core::audit::verify_shard;
+use oncegate_core::codes::Code;
+use oncegate_core::config::Role;
+use oncegate_core::decide::Choice;
+use oncegate_core::intent::{ApprovalState, IntentState, Outcome, Status};
+use oncegate_core::key::{CallScope, IntentKey, derive};
+use oncegate_store::{Call, Gate, GateError, IntentFilter, StoreRead};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
+
+use crate::upstream::HttpExecutor;
+
+/// The largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// A principal as authenticated.
+#[derive(Clone, Debug)]
+pub struct Principal {
+    /// The name in the registry.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+}
+
+/// Shared state of the server.
+#[derive(Clone)]
+pub struct AppState {
+    gate: Gate,
+    tokens: Arc<Vec<(Vec<u8>, Principal)>>,
+    http: reqwest::Client,
+    metrics: PrometheusHandle,
+}
+
+impl AppState {
+    /// Builds the state: tokens are read from the environment variables the registry
+    /// names. A principal whose variable is unset cannot log in (and is reported).
+    pub fn new(gate: Gate, http: reqwest::Client) -> (Self, Vec<String>) {
+        let mut tokens = Vec::new();
+        let mut missing = Vec::new();
+        for p in &gate.registry().principals {
+            match std::env::var(&p.token_env) {
+                Ok(t) if !t.is_empty() => tokens.push((
+                    t.into_bytes(),
+                    Principal {
+                        name: p.name.clone(),
+                        role: p.role,
+                    },
+                )),
+                _ => missing.push(format!("{} (${})", p.name, p.token_env)),
+            }
+        }
+        let state = Self {
+            gate,
+            tokens: Arc::new(tokens),
+            http,
+            metrics: metrics_handle(),
+        };
+        (state, missing)
+    }
+
+    /// The gate.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// How many principals can log in.
+    pub fn principal_count(&self) -> usize {
+        self.tokens.len()
+    }
+
+    fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or(ApiError::Unauthorized)?;
+        // Compare against every token in constant time; do not stop at the first match.
+        let mut found = None;
+        for (candidate, principal) in self.tokens.iter() {
+            if bool::from(candidate.as_slice().ct_eq(token.as_bytes())) {
+                found = Some(principal.clone());
+            }
+        }
+        found.ok_or(ApiError::Unauthorized)
+    }
+
+    fn executor(&self, capability: &str) -> Result<Arc<HttpExecutor>, ApiError> {
+        let cap = self
+            .gate
+            .registry()
+            .capability(capability)
+            .cloned()
+            .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(capability.to_owned())))?;
+        Ok(Arc::new(HttpExecutor::new(self.http.clone(), cap)))
+    }
+}
+
+fn metrics_handle() -> PrometheusHandle {
+    // The recorder is global to the process; tests build the app many times.
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// Everything a route can fail with, mapped to HTTP once.
+#[derive(Debug)]
+pub enum ApiError {
+    /// No or a wrong bearer token.
+    Unauthorized,
+    /// Authenticated but not allowed.
+    Forbidden(String),
+    /// The request is malformed.
+    BadRequest(String),
+    /// The engine refused to decide.
+    Gate(GateError),
+    /// Not found.
+    NotFound(String),
+    /// The store is down.
+    Store(String),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, message) = match self {
+            ApiError::Unauthorized => {
+                let mut r = (StatusCode::UNAUTHORIZED, Json(json!({"error": {"code": "OG-0013", "message": "missing or wrong bearer token"}}))).into_response();
+                r.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"oncegate\""),
+                );
+                return r;
+            }
+            ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, Code::Forbidden.as_str(), m),
+            ApiError::BadRequest(m) => {
+                (StatusCode::BAD_REQUEST, Code::InvalidArguments.as_str(), m)
+            }
+            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m),
+            ApiError::Store(m) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Code::StoreUnavailable.as_str(),
+                m,
+            ),
+            ApiError::Gate(e) => {
+                let status = match &e {
+                    GateError::UnknownCapability(_) => StatusCode::NOT_FOUND,
+                    GateError::Forbidden(_) => StatusCode::FORBIDDEN,
+                    GateError::InvalidArguments(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                    GateError::UnknownApproval(_) => StatusCode::NOT_FOUND,
+                    GateError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+                };
+                (status, e.code().as_str(), e.to_string())
+            }
+        };
+        (
+            status,
+            Json(json!({"error": {"code": code, "message": message}})),
+        )
+            .into_response()
+    }
+}
+
+impl From<oncegate_store::StoreError> for ApiError {
+    fn from(e: oncegate_store::StoreError) -> Self {
+        tracing::error!(error = %e, "store error");
+        ApiError::Store(e.to_string())
+    }
+}
+
+fn require(principal: &Principal, roles: &[Role]) -> Result<(), ApiError> {
+    if roles.contains(&principal.role) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "`{}` ({}) may not do this",
+            principal.name,
+            principal.role.as_str()
+        )))
+    }
+}
+
+/// The outcome envelope on the wire.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Envelope {
+    /// applied, replayed, in_flight, unknown, pending_approval, denied, refused, dry_run, failed.
+    pub status: String,
+    /// The intent key.
+    pub intent_key: Option<String>,
+    /// The generation.
+    pub generation: u32,
+    /// Calls seen on the intent, this one included.
+    pub attempt: u32,
+    /// The intent's state.
+    pub state: Option<String>,
+    /// The upstream's effect reference.
+    pub effect_ref: Option<String>,
+    /// The upstream's stored answer.
+    pub result: Option<Value>,
+    /// The approval holding the call.
+    pub approval_id: Option<String>,
+    /// Why, with a stable code.
+    pub reason: Option<Value>,
+    /// Alerts raised.
+    pub alerts: Vec<Value>,
+    /// One line the model can act on.
+    pub message: String,
+}
+
+/// One line of text a model can act on.
+pub fn model_line(o: &Outcome) -> String {
+    let r = o.effect_ref.as_deref().unwrap_or("(no reference)");
+    match o.status {
+        Status::Applied => format!("APPLIED as {r}."),
+        Status::Replayed => match o.state {
+            Some(IntentState::Failed) => "ALREADY TRIED: the provider refused it (definite). Do not call again with the same arguments.".into(),
+            _ => format!("ALREADY APPLIED as {r} - do not call again."),
+        },
+        Status::InFlight => "IN PROGRESS: another attempt is executing this - do not call again.".into(),
+        Status::Unknown => "OUTCOME UNKNOWN - oncegate is reconciling; do not call again.".into(),
+        Status::PendingApproval => format!("HELD FOR HUMAN APPROVAL {} - do not call again.", o.approval_id.as_deref().unwrap_or("")),
+        Status::Denied => format!("DENIED: {} - do not retry.", o.reason.as_ref().map_or("", |r| r.message.as_str())),
+        Status::Refused => format!("REFUSED: {} - do not retry.", o.reason.as_ref().map_or("", |r| r.message.as_str())),
+        Status::DryRun => "DRY RUN: nothing was executed.".into(),
+        Status::Failed => format!("FAILED: {}", o.reason.as_ref().map_or("", |r| r.message.as_str())),
+    }
+}
+
+impl From<&Outcome> for Envelope {
+    fn from(o: &Outcome) -> Self {
+        Envelope {
+            status: o.status.as_str().to_owned(),
+            intent_key: o.key.as_ref().map(ToString::to_string),
+            generation: o.generation,
+            attempt: o.attempt,
+            state: o.state.map(|s| s.as_str().to_owned()),
+            effect_ref: o.effect_ref.clone(),
+            result: o.result.clone(),
+            approval_id: o.approval_id.clone(),
+            reason: o
+                .reason
+                .as_ref()
+                .map(|r| json!({"code": r.code, "message": r.message})),
+            alerts: o
+                .alerts
+                .iter()
+                .map(|a| serde_json::to_value(a).unwrap_or(Value::Null))
+                .collect(),
+            message: model_line(o),
+        }
+    }
+}
+
+fn outcome_response(o: &Outcome) -> Response {
+    let code = match o.status {
+        Status::Applied | Status::Replayed | Status::DryRun | Status::Failed => StatusCode::OK,
+        Status::InFlight | Status::Unknown | Status::PendingApproval => StatusCode::ACCEPTED,
+        Status::Denied => StatusCode::FORBIDDEN,
+        Status::Refused => match o.reason.as_ref().map(|r| r.code) {
+            Some(Code::StoreUnavailable) => StatusCode::SERVICE_UNAVAILABLE,
+            Some(Code::AttemptCeiling | Code::Contention) => StatusCode::TOO_MANY_REQUESTS,
+            _ => StatusCode::CONFLICT,
+        },
+    };
+    metrics::counter!("oncegate_decisions_total", "status" => o.status.as_str()).increment(1);
+    if o.status == Status::Replayed {
+        metrics::counter!("oncegate_duplicates_prevented_total").increment(1);
+    }
+    (code, Json(Envelope::from(o))).into_response()
+}
+
+/// `POST /v1/calls` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallBody {
+    /// The capability.
+    pub capability: String,
+    /// Its arguments.
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+fn header_string(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
+fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::BadRequest(format!("malformed request body: {e}")))
+}
+
+async fn post_call(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let principal = state.authenticate(&headers)?;
+    let body: CallBody = json_body(&body)?;
+    let executor = state.executor(&body.capability)?;
+    let call = Call {
+        capability: body.capability,
+        arguments: body.arguments,
+        run_id: header_string(&headers, "oncegate-run-id"),
+        step_id: header_string(&headers, "oncegate-step-id"),
+    };
+    let gate = state.gate.clone();
+    // The decision and the effect run in their own task: a caller that hangs up never
+    // cancels a claim half-way, and the effect's result is recorded regardless.
+    let task = tokio::spawn(async move { gate.invoke_with(&principal.name, call, executor).await });
+    let outcome = task
+        .await
+        .map_err(|e| ApiError::Store(format!("the call task failed: {e}")))?
+        .map_err(ApiError::Gate)?;
+    Ok(outcome_response(&outcome))
+}
+
+async fn get_intent(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin, Role::Approver])?;
+    match state
+        .gate
+        .store()
+        .load(&IntentKey::from_hex(key.clone()))
+        .await?
+    {
+        Some(r) => Ok(Json(r).into_response()),
+        None => Err(ApiError::NotFound(format!("no intent {key}"))),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct IntentQuery {
+    state: Option<String>,
+    capability: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn list_intents(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<IntentQuery>,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin, Role::Approver])?;
+    let st = match q.state.as_deref() {
+        None => None,
+        Some(s) => Some(
+            IntentState::parse(s)
+                .ok_or_else(|| ApiError::BadRequest(format!("`{s}` is not a state")))?,
+        ),
+    };
+    let list = state
+        .gate
+        .store()
+        .list_intents(&IntentFilter {
+            state: st,
+            capability: q.capability,
+            breaker_tripped: false,
+            limit: q.limit.unwrap_or(100),
+        })
+        .await?;
+    Ok(Json(json!({"intents": list})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct ApprovalQuery {
+    state: Option<String>,
+}
+
+async fn list_approvals(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<ApprovalQuery>,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin, Role::Approver])?;
+    let st = match q.state.as_deref() {
+        None => None,
+        Some(s) => Some(
+            ApprovalState::parse(s)
+                .ok_or_else(|| ApiError::BadRequest(format!("`{s}` is not an approval state")))?,
+        ),
+    };
+    let list = state.gate.store().list_approvals(st).await?;
+    Ok(Json(json!({"approvals": list})).into_response())
+}
+
+async fn decide_approval(
+    state: AppState,
+    headers: HeaderMap,
+    id: String,
+    choice: Choice,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin, Role::Approver])?;
+    let approval = state
+        .gate
+        .store()
+        .approval(&id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no approval {id}")))?;
+    let executor = state.executor(&approval.capability)?;
+    let gate = state.gate.clone();
+    let task =
+        tokio::spawn(async move { gate.decide_approval(&p.name, &id, choice, executor).await });
+    let outcome = task
+        .await
+        .map_err(|e| ApiError::Store(format!("the approval task failed: {e}")))?
+        .map_err(ApiError::Gate)?;
+    Ok(outcome_response(&outcome))
+}
+
+async fn approve(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    decide_approval(state, headers, id, Choice::Approve).await
+}
+
+async fn deny(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    decide_approval(state, headers, id, Choice::Deny).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeriveBody {
+    capability: String,
+    #[serde(default = "empty_object")]
+    arguments: Value,
+    run_id: Option<String>,
+    step_id: Option<String>,
+}
+
+async fn derive_key(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    let body: DeriveBody = json_body(&body)?;
+    let registry = state.gate.registry();
+    let cap = registry
+        .capability(&body.capability)
+        .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(body.capability.clone())))?;
+    let scope = CallScope {
+        run_id: body.run_id.as_deref(),
+        step_id: body.step_id.as_deref(),
+    };
+    let derived = derive(
+        &registry.gateway.tenant,
+        &p.name,
+        cap,
+        &body.arguments,
+        &scope,
+        jiff::Timestamp::now(),
+        &registry.gateway.time_zone,
+    )
+    .map_err(|e| ApiError::Gate(GateError::InvalidArguments(e)))?;
+    Ok(Json(derived.explanation).into_response())
+}
+
+async fn audit_verify(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin])?;
+    let store = state.gate.store();
+    let mut records = 0u64;
+    let shards = store.audit_shards().await?;
+    for shard in &shards {
+        match verify_shard(*shard, &store.audit_shard(*shard).await?) {
+            Ok(head) => records += head.seq,
+            Err(broken) => {
+                return Ok((
+                    StatusCode::CONFLICT,
+                    Json(json!({"ok": false, "broken": broken})),
+                )
+                    .into_response());
+            }
+        }
+    }
+    Ok(Json(json!({"ok": true, "records": records, "shards": shards.len()})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct AuditQuery {
+    after: Option<i64>,
+    limit: Option<u32>,
+}
+
+async fn audit_export(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<AuditQuery>,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin])?;
+    let page = state
+        .gate
+        .store()
+        .audit_after(q.after.unwrap_or(0), q.limit.unwrap_or(1000).min(10_000))
+        .await?;
+    let mut out = String::new();
+    for (pos, record) in page {
+        out.push_str(&json!({"position": pos, "record": record}).to_string());
+        out.push('\n');
+    }
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], out).into_response())
+}
+
+async fn reset_breaker(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin])?;
+    let outcome = state
+        .gate
+        .reset_breaker(&p.name, &IntentKey::from_hex(key))
+        .await
+        .map_err(ApiError::Gate)?;
+    Ok(Json(Envelope::from(&outcome)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KillBody {
+    /// `true` switches the capability off.
+    killed: bool,
+    reason: Option<String>,
+}
+
+async fn kill_switch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(target): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin])?;
+    let body: KillBody = json_body(&body)?;
+    let target = if target.contains(':') {
+        target
+    } else {
+        format!("capability:{target}")
+    };
+    let reason = body
+        .killed
+        .then(|| body.reason.unwrap_or_else(|| format!("by {}", p.name)));
+    tracing::warn!(target = %target, killed = body.killed, by = %p.name, "kill switch");
+    state.gate.set_kill_switch(&target, reason);
+    Ok(Json(json!({"kill_switches": state.gate.kill_switches()})).into_response())
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.gate.store().ping().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")).into_response(),
+    }
+}
+
+async fn metrics_route(State(state): State<AppState>) -> Response {
+    if let Ok(open) = state
+        .gate
+        .store()
+        .list_intents(&IntentFilter {
+            state: Some(IntentState::Unknown),
+            limit: 10_000,
+            ..Default::default()
+        })
+        .await
+    {
+        metrics::gauge!("oncegate_unknown_intents_open").set(open.len() as f64);
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+/// The router.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/calls", post(post_call))
+        .route("/v1/intents", get(list_intents))
+        .route("/v1/intents/{key}", get(get_intent))
+        .route("/v1/approvals", get(list_approvals))
+        .route("/v1/approvals/{id}/approve", post(approve))
+        .route("/v1/approvals/{id}/deny", post(deny))
+        .route("/v1/keys/derive", post(derive_key))
+        .route("/v1/audit/verify", get(audit_verify))
+        .route("/v1/audit", get(audit_export))
+        .route("/v1/admin/breakers/{key}/reset", post(reset_breaker))
+        .route("/v1/admin/kill-switches/{target}", put(kill_switch))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_route))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(120),
+        ))
+        .with_state(state)
+}
+
+/// Periodically reconciles unknown intents (and claims whose lease expired) against
+/// their upstreams. Runs until the process ends.
+pub async fn sweep(state: AppState, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        for st in [IntentState::Unknown, IntentState::InFlight] {
+            let Ok(list) = state
+                .gate
+                .store()
+                .list_intents(&IntentFilter {
+                    state: Some(st),
+                    limit: 500,
+                    ..Default::default()
+                })
+                .await
+            else {
+                continue;
+            };
+            for record in list {
+                let Ok(executor) = state.executor(&record.capability) else {
+                    continue;
+                };
+                match state.gate.sweep_one(&record, executor).await {
+                    Ok(Some(o)) => {
+                        tracing::info!(key = %record.key, status = o.status.as_str(), "sweep reconciled an intent")
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(key = %record.key, error = %e, "sweep could not record")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Serves until `shutdown` resolves, then stops accepting and lets running requests
+/// (and the effects they started) finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    sweep_every: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let sweeper = tokio::spawn(sweep(state.clone(), sweep_every));
+    let result = axum::serve(
+        listener,
+        app(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await;
+    sweeper.abort();
+    result
+}
+
+/// A reqwest client for upstreams: rustls with ring, a connect timeout.
+pub fn http_client() -> reqwest::Client {
+    install_crypto();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build()
+        .expect("a client with these settings always builds")
+}
+
+/// Installs ring as rustls's crypto provider, once per process.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

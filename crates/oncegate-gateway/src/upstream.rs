@@ -1,0 +1,310 @@
+//! HTTP upstreams: render a capability's templates, call the provider with the intent
+//! key, and classify the answer the way DESIGN.md says.
+//!
+//! Only proof that no byte left (connection refused, DNS, TLS handshake) makes an
+//! attempt `not_applied` without reconciliation; a 429 is a provider's explicit "not
+//! done". Anything that may have reached the provider (timeout, reset after send, 5xx)
+//! is `unknown`. A 4xx is a definite failure.
+
+use std::sync::Arc;
+
+use oncegate_core::config::{
+    BodyTemplate, Capability, KeyThreading, Reconcile, Upstream, UpstreamKind,
+};
+use oncegate_core::template::{Part, Source, Template};
+use oncegate_core::{EffectResult, ReconcileResult};
+use oncegate_store::{Executor, IntentHandle};
+use serde_json::{Map, Value};
+
+/// Why a template could not be rendered (nothing was sent).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RenderError(String);
+
+/// The values templates read.
+struct Scope<'a> {
+    intent: &'a IntentHandle,
+}
+
+impl Scope<'_> {
+    fn value(&self, source: &Source) -> Result<Value, RenderError> {
+        let h = self.intent;
+        Ok(match source {
+            Source::Arg(path) => path.lookup(&h.arguments).cloned().unwrap_or(Value::Null),
+            Source::Norm { name, field } => {
+                let v = h.normalised.get(name).cloned().unwrap_or(Value::Null);
+                match field.as_deref() {
+                    None => v,
+                    // Minor units are strings in key material; providers want integers.
+                    Some("minor") => match v
+                        .get("minor")
+                        .and_then(Value::as_str)
+                        .and_then(|s| s.parse::<i64>().ok())
+                    {
+                        Some(n) => Value::from(n),
+                        None => Value::Null,
+                    },
+                    Some(f) => v.get(f).cloned().unwrap_or(Value::Null),
+                }
+            }
+            Source::Key => Value::String(h.key.clone()),
+            Source::BusinessRef => h.business_ref.clone().map_or(Value::Null, Value::String),
+            Source::Env(name) => Value::String(std::env::var(name).map_err(|_| {
+                RenderError(format!(
+                    "environment variable {name} is not set in the gateway"
+                ))
+            })?),
+            Source::RunId => h.run_id.clone().map_or(Value::Null, Value::String),
+            Source::StepId => h.step_id.clone().map_or(Value::Null, Value::String),
+        })
+    }
+
+    fn text(&self, template: &Template) -> Result<String, RenderError> {
+        let mut out = String::new();
+        for part in template.parts() {
+            match part {
+                Part::Literal(l) => out.push_str(l),
+                Part::Placeholder(s) => match self.value(s)? {
+                    Value::String(v) => out.push_str(&v),
+                    Value::Null => {}
+                    other => out.push_str(&other.to_string()),
+                },
+            }
+        }
+        Ok(out)
+    }
+
+    fn body(&self, body: &BodyTemplate) -> Result<Value, RenderError> {
+        Ok(match body {
+            BodyTemplate::Object(map) => {
+                let mut out = Map::new();
+                for (k, v) in map {
+                    let rendered = self.body(v)?;
+                    // An optional argument that is absent stays absent upstream.
+                    if !rendered.is_null() {
+                        out.insert(k.clone(), rendered);
+                    }
+                }
+                Value::Object(out)
+            }
+            BodyTemplate::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|b| self.body(b))
+                    .collect::<Result<_, _>>()?,
+            ),
+            BodyTemplate::Text(t) => match t.as_single() {
+                Some(source) => self.value(source)?,
+                None => Value::String(self.text(t)?),
+            },
+            BodyTemplate::Literal(v) => v.clone(),
+        })
+    }
+}
+
+fn pointer_string(body: &Value, pointer: Option<&str>) -> Option<String> {
+    match body.pointer(pointer?)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+async fn read_body(response: reqwest::Response) -> Result<Value, reqwest::Error> {
+    let text = response.text().await?;
+    Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// Executes one capability's HTTP upstream and its reconciliation read.
+pub struct HttpExecutor {
+    client: reqwest::Client,
+    cap: Arc<Capability>,
+}
+
+impl HttpExecutor {
+    /// An executor for `cap`, sharing `client`'s connection pool.
+    pub fn new(client: reqwest::Client, cap: Arc<Capability>) -> Self {
+        Self { client, cap }
+    }
+
+    fn request(
+        &self,
+        up: &Upstream,
+        intent: &IntentHandle,
+    ) -> Result<reqwest::RequestBuilder, RenderError> {
+        let scope = Scope { intent };
+        let url = scope.text(&up.url)?;
+        let method = reqwest::Method::from_bytes(up.method.as_bytes())
+            .map_err(|e| RenderError(e.to_string()))?;
+        let mut req = self
+            .client
+            .request(method.clone(), url)
+            .timeout(up.timeout.unsigned_abs());
+        for (name, value) in &up.headers {
+            req = req.header(name, scope.text(value)?);
+        }
+        let mut body = match &up.body {
+            Some(b) => scope.body(b)?,
+            None => intent.arguments.clone(),
+        };
+        match up.idempotency {
+            KeyThreading::Header => req = req.header(&up.idempotency_header, &intent.key),
+            KeyThreading::Argument => {
+                if let (Some(arg), Value::Object(map)) = (&up.idempotency_arg, &mut body) {
+                    map.insert(arg.clone(), Value::String(intent.key.clone()));
+                }
+            }
+            KeyThreading::Meta | KeyThreading::None => {}
+        }
+        if method != reqwest::Method::GET {
+            req = req.json(&body);
+        }
+        Ok(req)
+    }
+}
+
+/// Classifies a transport error: only a failure to connect proves nothing was sent.
+fn classify_error(e: &reqwest::Error) -> EffectResult {
+    if e.is_connect() {
+        EffectResult::NotSent {
+            message: format!("could not connect to the upstream: {e}"),
+        }
+    } else if e.is_timeout() {
+        EffectResult::Unknown {
+            message: "the upstream did not answer before the timeout".into(),
+        }
+    } else {
+        EffectResult::Unknown {
+            message: format!("the connection failed after the request was sent: {e}"),
+        }
+    }
+}
+
+impl Executor for HttpExecutor {
+    async fn execute(&self, intent: IntentHandle) -> EffectResult {
+        let Some(up) = self
+            .cap
+            .upstream
+            .as_ref()
+            .filter(|u| u.kind == UpstreamKind::Http)
+        else {
+            return EffectResult::NotSent {
+                message: format!("capability {} has no HTTP upstream", self.cap.name),
+            };
+        };
+        let started = std::time::Instant::now();
+        let req = match self.request(up, &intent) {
+            Ok(r) => r,
+            Err(e) => {
+                return EffectResult::NotSent {
+                    message: e.to_string(),
+                };
+            }
+        };
+        let result = match req.send().await {
+            Err(e) => classify_error(&e),
+            Ok(response) => {
+                let status = response.status();
+                match read_body(response).await {
+                    Err(e) => classify_error(&e),
+                    Ok(body) if status.is_success() => EffectResult::Applied {
+                        effect_ref: pointer_string(&body, up.effect_ref.as_deref()),
+                        result: body,
+                    },
+                    Ok(_) if status.as_u16() == 429 => EffectResult::NotSent {
+                        message: "the upstream rate-limited the call (429): nothing was done"
+                            .into(),
+                    },
+                    Ok(body) if status.is_client_error() => EffectResult::Failed {
+                        message: format!("the upstream refused the call ({status})"),
+                        result: body,
+                    },
+                    Ok(_) => EffectResult::Unknown {
+                        message: format!("the upstream answered {status}"),
+                    },
+                }
+            }
+        };
+        metrics::histogram!("oncegate_upstream_seconds", "capability" => self.cap.name.clone())
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn reconcile(&self, intent: IntentHandle) -> ReconcileResult {
+        let Some(rec) = self
+            .cap
+            .reconcile
+            .as_ref()
+            .filter(|r| r.kind == UpstreamKind::Http)
+        else {
+            return ReconcileResult::Undecidable {
+                message: "no reconciliation read is declared".into(),
+            };
+        };
+        match self.reconcile_read(rec, &intent).await {
+            Ok(r) => r,
+            Err(message) => ReconcileResult::Undecidable { message },
+        }
+    }
+}
+
+impl HttpExecutor {
+    async fn reconcile_read(
+        &self,
+        rec: &Reconcile,
+        intent: &IntentHandle,
+    ) -> Result<ReconcileResult, String> {
+        let scope = Scope { intent };
+        let url = scope.text(&rec.url).map_err(|e| e.to_string())?;
+        let method =
+            reqwest::Method::from_bytes(rec.method.as_bytes()).map_err(|e| e.to_string())?;
+        let mut req = self
+            .client
+            .request(method, url)
+            .timeout(rec.timeout.unsigned_abs());
+        for (name, value) in &rec.headers {
+            req = req.header(name, scope.text(value).map_err(|e| e.to_string())?);
+        }
+        if let Some(up) = &self.cap.upstream {
+            // The read authenticates like the write (same provider credentials).
+            for (name, value) in &up.headers {
+                if !rec.headers.contains_key(name) {
+                    req = req.header(name, scope.text(value).map_err(|e| e.to_string())?);
+                }
+            }
+        }
+        let response = req
+            .send()
+            .await
+            .map_err(|e| format!("reconciliation read failed: {e}"))?;
+        let status = response.status();
+        let body = read_body(response)
+            .await
+            .map_err(|e| format!("reconciliation read failed: {e}"))?;
+        if status.as_u16() == 404 && rec.found.is_none() {
+            return Ok(ReconcileResult::NotFound);
+        }
+        if !status.is_success() {
+            return Err(format!("reconciliation read answered {status}"));
+        }
+        let found = match rec.found.as_deref() {
+            None => true,
+            Some(p) => match body.pointer(p) {
+                Some(Value::Bool(b)) => *b,
+                other => {
+                    return Err(format!(
+                        "`{p}` is not a boolean in the reconciliation answer ({other:?})"
+                    ));
+                }
+            },
+        };
+        Ok(if found {
+            ReconcileResult::Found {
+                effect_ref: pointer_string(&body, rec.effect_ref.as_deref()),
+                result: body,
+            }
+        } else {
+            ReconcileResult::NotFound
+        })
+    }
+}

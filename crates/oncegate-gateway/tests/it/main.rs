@@ -1,0 +1,3 @@
+//! oncegate-gateway integration tests.
+
+mod sandbox;
