@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod gateway;
+
 fn oncegate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_oncegate"))
         .args(args)

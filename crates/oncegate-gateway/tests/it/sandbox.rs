@@ -281,7 +281,7 @@ async fn refusals_before_commit_leave_no_effect() {
 async fn a_slow_request_commits_even_after_the_caller_left() {
     let sandbox = Running::start(SandboxConfig::default()).await;
     sandbox
-        .queue_fault(json!({ "path": "/v1/refunds", "fault": "slow", "delay_ms": 400 }))
+        .queue_fault(json!({ "path": "/v1/refunds", "fault": "slow", "delay_ms": 800 }))
         .await;
 
     let result = sandbox

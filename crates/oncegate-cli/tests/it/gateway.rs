@@ -1,0 +1,485 @@
+//! The gateway end to end: real `oncegate sandbox` and `oncegate serve` processes,
+//! real sockets, a real SQLite file.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const TOKENS: [(&str, &str); 5] = [
+    ("ONCEGATE_TOKEN_PLANNER", "tok-planner"),
+    ("ONCEGATE_TOKEN_SUBAGENT", "tok-subagent"),
+    ("ONCEGATE_TOKEN_ALICE", "tok-alice"),
+    ("ONCEGATE_TOKEN_BOB", "tok-bob"),
+    ("ONCEGATE_TOKEN_OPS", "tok-ops"),
+];
+const API_KEY: &str = "sk_test_gateway";
+
+/// A child process killed when dropped.
+struct Proc {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(mut cmd: Command) -> Proc {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn oncegate");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let url = line
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(url.starts_with("http://"), "unexpected first line `{line}`");
+    Proc { child, url }
+}
+
+fn sandbox(ignore: &[&str]) -> Proc {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));
+    cmd.args(["sandbox", "--listen", "127.0.0.1:0", "--api-key", API_KEY]);
+    if !ignore.is_empty() {
+        cmd.args(["--ignore-idempotency-key", &ignore.join(",")]);
+    }
+    spawn(cmd)
+}
+
+/// A scratch copy of the example registry with test-sized timeouts.
+struct Setup {
+    dir: tempfile::TempDir,
+    sandbox: Proc,
+}
+
+impl Setup {
+    fn new(ignore: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        std::fs::copy(
+            examples.join("policies.cedar"),
+            dir.path().join("policies.cedar"),
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(examples.join("payments.toml"))
+            .unwrap()
+            .replace("timeout = \"5s\"", "timeout = \"1s\"")
+            .replacen("lease = \"30s\"", "lease = \"3s\"", 1)
+            .replacen("attempt_ceiling = 10", "attempt_ceiling = 100", 1);
+        std::fs::write(dir.path().join("oncegate.toml"), text).unwrap();
+        Self {
+            dir,
+            sandbox: sandbox(ignore),
+        }
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("oncegate.db")
+    }
+
+    fn gateway(&self) -> Proc {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));
+        cmd.args([
+            "serve",
+            "--config",
+            self.dir.path().join("oncegate.toml").to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--sweep-every",
+            "1h",
+        ])
+        .env("SANDBOX_URL", &self.sandbox.url)
+        .env("SANDBOX_API_KEY", API_KEY);
+        for (k, v) in TOKENS {
+            cmd.env(k, v);
+        }
+        spawn(cmd)
+    }
+}
+
+fn client() -> reqwest::blocking::Client {
+    oncegate_gateway::server::install_crypto();
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+fn call(gw: &Proc, token: &str, capability: &str, arguments: Value) -> (u16, Value) {
+    let r = client()
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth(token)
+        .json(&json!({"capability": capability, "arguments": arguments}))
+        .send()
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().unwrap_or(Value::Null))
+}
+
+fn effects(sb: &Proc, kind: &str) -> Vec<Value> {
+    let body: Value = client()
+        .get(format!("{}/v1/effects?kind={kind}", sb.url))
+        .bearer_auth(API_KEY)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    body["effects"].as_array().cloned().unwrap_or_default()
+}
+
+fn fault(sb: &Proc, path: &str, fault: &str, delay_ms: u64) {
+    let r = client()
+        .post(format!("{}/_sandbox/faults", sb.url))
+        .json(&json!({"path": path, "fault": fault, "times": 1, "delay_ms": delay_ms}))
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "queue fault: {}", r.status());
+}
+
+#[test]
+fn timeout_after_commit_then_drifting_replans_give_one_charge() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    fault(&setup.sandbox, "/v1/charges", "stall_after_commit", 5000);
+    let (_, first) = call(
+        &gw,
+        "tok-planner",
+        "charge_card",
+        json!({"order_id": "T-1", "amount": "12.50", "memo": "first"}),
+    );
+    assert_eq!(first["status"], "unknown", "{first}");
+    assert!(
+        first["message"]
+            .as_str()
+            .unwrap()
+            .contains("do not call again")
+    );
+    for amount in [json!(12.5), json!("USD 12.50"), json!({"minor": 1250})] {
+        let (code, again) = call(
+            &gw,
+            "tok-planner",
+            "charge_card",
+            json!({"order_id": "T-1", "amount": amount, "memo": "the charge failed, reissue it"}),
+        );
+        assert_eq!(
+            (code, again["status"].as_str()),
+            (200, Some("replayed")),
+            "{again}"
+        );
+        assert!(again["effect_ref"].as_str().unwrap().starts_with("ch_"));
+    }
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
+}
+
+#[test]
+fn a_provider_that_ignores_keys_still_sends_one_email() {
+    let setup = Setup::new(&["emails"]);
+    let gw = setup.gateway();
+    fault(&setup.sandbox, "/v1/emails", "stall_after_commit", 5000);
+    let args = json!({"order_id": "E-1", "to": "Ann@Example.com", "template": "receipt", "body": "Thanks!"});
+    let (_, first) = call(&gw, "tok-planner", "send_email", args);
+    assert_eq!(first["status"], "unknown", "{first}");
+    for to in ["Ann@example.COM", " Ann@EXAMPLE.com "] {
+        let (_, again) = call(
+            &gw,
+            "tok-planner",
+            "send_email",
+            json!({"order_id": "E-1", "to": to, "template": "Receipt", "body": "Thanks again!"}),
+        );
+        assert_eq!(again["status"], "replayed", "{again}");
+    }
+    assert_eq!(effects(&setup.sandbox, "email").len(), 1);
+}
+
+#[test]
+fn concurrent_identical_calls_are_one_effect_and_distinct_orders_are_not_deduped() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    fault(&setup.sandbox, "/v1/charges", "slow", 300);
+    let statuses: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..32)
+            .map(|i| {
+                let gw = &gw;
+                s.spawn(move || call(gw, "tok-planner", "charge_card", json!({"order_id": "C-1", "amount": "7.00", "memo": format!("attempt {i}")})).1["status"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        statuses.iter().filter(|s| *s == "applied").count(),
+        1,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses
+            .iter()
+            .all(|s| ["applied", "in_flight", "replayed"].contains(&s.as_str())),
+        "{statuses:?}"
+    );
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
+
+    std::thread::scope(|s| {
+        for i in 0..10 {
+            let gw = &gw;
+            s.spawn(move || {
+                assert_eq!(
+                    call(
+                        gw,
+                        "tok-planner",
+                        "charge_card",
+                        json!({"order_id": format!("D-{i}"), "amount": "1.00"})
+                    )
+                    .1["status"],
+                    "applied"
+                )
+            });
+        }
+    });
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 11);
+}
+
+#[test]
+fn approvals_execute_once_and_only_approvers_decide() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    // An agent cannot name a principal in the body.
+    let r = client()
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth("tok-planner")
+        .json(&json!({"capability": "refund", "principal": "alice", "arguments": {"order_id": "R-1", "amount": "10"}}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(effects(&setup.sandbox, "refund").is_empty());
+
+    let (code, held) = call(
+        &gw,
+        "tok-planner",
+        "refund",
+        json!({"order_id": "R-1", "amount": "250.00"}),
+    );
+    assert_eq!(
+        (code, held["status"].as_str()),
+        (202, Some("pending_approval")),
+        "{held}"
+    );
+    let id = held["approval_id"].as_str().unwrap().to_owned();
+    let (_, again) = call(
+        &gw,
+        "tok-planner",
+        "refund",
+        json!({"order_id": "R-1", "amount": 250}),
+    );
+    assert_eq!(again["approval_id"].as_str(), Some(id.as_str()));
+
+    let agent = client()
+        .post(format!("{}/v1/approvals/{id}/approve", gw.url))
+        .bearer_auth("tok-planner")
+        .send()
+        .unwrap();
+    assert_eq!(agent.status().as_u16(), 403);
+    let results: Vec<Value> = std::thread::scope(|s| {
+        let hs: Vec<_> = ["tok-alice", "tok-bob", "tok-alice"]
+            .into_iter()
+            .map(|t| {
+                let (gw, id) = (&gw, &id);
+                s.spawn(move || {
+                    client()
+                        .post(format!("{}/v1/approvals/{id}/approve", gw.url))
+                        .bearer_auth(t)
+                        .send()
+                        .unwrap()
+                        .json::<Value>()
+                        .unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(effects(&setup.sandbox, "refund").len(), 1, "{results:?}");
+    let (_, after) = call(
+        &gw,
+        "tok-planner",
+        "refund",
+        json!({"order_id": "R-1", "amount": "250"}),
+    );
+    assert_eq!(after["status"], "replayed");
+}
+
+#[test]
+fn missing_or_wrong_tokens_get_401_and_nothing_runs() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    let no_token = client()
+        .post(format!("{}/v1/calls", gw.url))
+        .json(
+            &json!({"capability": "charge_card", "arguments": {"order_id": "X-1", "amount": "1"}}),
+        )
+        .send()
+        .unwrap();
+    assert_eq!(no_token.status().as_u16(), 401);
+    assert!(no_token.headers().contains_key("www-authenticate"));
+    let (code, _) = call(
+        &gw,
+        "tok-wrong",
+        "charge_card",
+        json!({"order_id": "X-1", "amount": "1"}),
+    );
+    assert_eq!(code, 401);
+    let malformed = client()
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth("tok-planner")
+        .body("{not json")
+        .send()
+        .unwrap();
+    assert_eq!(malformed.status().as_u16(), 400);
+    let (code, bad) = call(
+        &gw,
+        "tok-planner",
+        "charge_card",
+        json!({"order_id": "X-1", "amount": "1.005"}),
+    );
+    assert_eq!(
+        (code, bad["error"]["code"].as_str()),
+        (422, Some("OG-0009"))
+    );
+    let big = client()
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth("tok-planner")
+        .body(vec![b'x'; 1024 * 1024])
+        .send()
+        .unwrap();
+    assert_eq!(big.status().as_u16(), 413);
+    assert!(effects(&setup.sandbox, "charge").is_empty());
+}
+
+#[test]
+fn a_removed_store_refuses_calls_and_readiness_fails() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    assert_eq!(
+        client()
+            .get(format!("{}/readyz", gw.url))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        call(
+            &gw,
+            "tok-planner",
+            "charge_card",
+            json!({"order_id": "S-1", "amount": "1"})
+        )
+        .1["status"],
+        "applied"
+    );
+    std::fs::remove_file(setup.db()).unwrap();
+    let (code, refused) = call(
+        &gw,
+        "tok-planner",
+        "charge_card",
+        json!({"order_id": "S-2", "amount": "1"}),
+    );
+    assert_eq!(
+        (code, refused["reason"]["code"].as_str()),
+        (503, Some("OG-0007")),
+        "{refused}"
+    );
+    assert_eq!(
+        client()
+            .get(format!("{}/readyz", gw.url))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16(),
+        503
+    );
+    assert_eq!(
+        effects(&setup.sandbox, "charge").len(),
+        1,
+        "no effect without a durable claim"
+    );
+}
+
+#[test]
+fn a_caller_that_hangs_up_still_gets_its_effect_recorded() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    fault(&setup.sandbox, "/v1/charges", "slow", 800);
+    oncegate_gateway::server::install_crypto();
+    let impatient = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    let gone = impatient
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth("tok-planner")
+        .json(
+            &json!({"capability": "charge_card", "arguments": {"order_id": "H-1", "amount": "3"}}),
+        )
+        .send();
+    assert!(gone.is_err(), "the caller hung up");
+    std::thread::sleep(Duration::from_millis(1200));
+    let (_, again) = call(
+        &gw,
+        "tok-planner",
+        "charge_card",
+        json!({"order_id": "H-1", "amount": "3.00"}),
+    );
+    assert_eq!(again["status"], "replayed", "{again}");
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
+}
+
+#[test]
+fn a_gateway_killed_between_commit_and_record_does_not_charge_twice() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    fault(&setup.sandbox, "/v1/charges", "stall_after_commit", 10_000);
+    let url = gw.url.clone();
+    oncegate_gateway::server::install_crypto();
+    let pending = std::thread::spawn(move || {
+        let _ = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap()
+            .post(format!("{url}/v1/calls"))
+            .bearer_auth("tok-planner")
+            .json(&json!({"capability": "charge_card", "arguments": {"order_id": "K-1", "amount": "9.99"}}))
+            .send();
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while effects(&setup.sandbox, "charge").is_empty() {
+        assert!(Instant::now() < deadline, "the provider never committed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(gw); // SIGKILL while the gateway waits for the provider's answer.
+    let _ = pending.join();
+
+    let gw = setup.gateway();
+    std::thread::sleep(Duration::from_millis(3100)); // the dead gateway's lease expires
+    let (_, again) = call(
+        &gw,
+        "tok-planner",
+        "charge_card",
+        json!({"order_id": "K-1", "amount": 9.99}),
+    );
+    assert_eq!(again["status"], "replayed", "{again}");
+    assert!(again["effect_ref"].as_str().unwrap().starts_with("ch_"));
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
+}
