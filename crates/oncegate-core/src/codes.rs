@@ -59,11 +59,23 @@ pub enum Code {
     /// The capability is not declared in the registry.
     #[serde(rename = "OG-0016")]
     UnknownCapability,
+    /// The capability requires the caller's own `Idempotency-Key` and none was sent.
+    #[serde(rename = "OG-0017")]
+    ClientKeyMissing,
+    /// The caller's `Idempotency-Key` was first used with other significant arguments.
+    #[serde(rename = "OG-0018")]
+    ClientKeyReused,
+    /// The caller's `Idempotency-Key` names an intent that is still in flight.
+    #[serde(rename = "OG-0019")]
+    ClientKeyInFlight,
+    /// The principal exceeded its rate cap for read capabilities.
+    #[serde(rename = "OG-0020")]
+    RateLimited,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 16] = [
+    pub const ALL: [Code; 20] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -80,6 +92,10 @@ impl Code {
         Code::InFlight,
         Code::Contention,
         Code::UnknownCapability,
+        Code::ClientKeyMissing,
+        Code::ClientKeyReused,
+        Code::ClientKeyInFlight,
+        Code::RateLimited,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -101,6 +117,10 @@ impl Code {
             Code::InFlight => "OG-0014",
             Code::Contention => "OG-0015",
             Code::UnknownCapability => "OG-0016",
+            Code::ClientKeyMissing => "OG-0017",
+            Code::ClientKeyReused => "OG-0018",
+            Code::ClientKeyInFlight => "OG-0019",
+            Code::RateLimited => "OG-0020",
         }
     }
 }

@@ -274,6 +274,8 @@ pub struct Capability {
     pub after_window: AfterWindow,
     /// Never execute: answer `dry_run`.
     pub dry_run: bool,
+    /// Coded orchestrators must send their own `Idempotency-Key` (400 without one).
+    pub require_client_key: bool,
     /// The upstream, if the gateway executes it.
     pub upstream: Option<Upstream>,
     /// The reconciliation read.
@@ -313,6 +315,8 @@ pub struct GatewaySettings {
     pub time_zone_name: String,
     /// Where `oncegate serve` listens.
     pub listen: SocketAddr,
+    /// Per-principal cap on calls to `read` capabilities (burst of the same size).
+    pub read_rate_per_second: u32,
 }
 
 /// A config problem that is not an error but that a careful reader wants to know.
@@ -444,6 +448,7 @@ struct RawGateway {
     tenant: Option<String>,
     time_zone: Option<String>,
     listen: Option<String>,
+    read_rate_per_second: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -475,6 +480,7 @@ struct RawCapability {
     cross_run: Option<CrossRun>,
     after_window: Option<AfterWindow>,
     dry_run: Option<bool>,
+    require_client_key: Option<bool>,
     policy: Option<String>,
     key: Option<RawKey>,
     upstream: Option<RawUpstream>,
@@ -1003,6 +1009,7 @@ impl Builder<'_> {
             tenant: None,
             time_zone: None,
             listen: None,
+            read_rate_per_second: None,
         });
         let tenant = raw.tenant.unwrap_or_else(|| "default".to_owned());
         let tz_name = raw.time_zone.unwrap_or_else(|| "UTC".to_owned());
@@ -1031,11 +1038,20 @@ impl Builder<'_> {
                     .expect("the default listen address parses")
             }
         };
+        let read_rate_per_second = raw.read_rate_per_second.unwrap_or(50);
+        if read_rate_per_second == 0 {
+            self.err(
+                &[k("gateway"), k("read_rate_per_second")],
+                "a read rate of 0 refuses every read",
+                Some("use at least 1 (default 50)"),
+            );
+        }
         GatewaySettings {
             tenant,
             time_zone,
             time_zone_name: tz_name,
             listen,
+            read_rate_per_second,
         }
     }
 
@@ -1169,6 +1185,7 @@ impl Builder<'_> {
             cross_run: rc.cross_run.unwrap_or(d.cross_run),
             after_window: rc.after_window.unwrap_or(d.after_window),
             dry_run: rc.dry_run.unwrap_or(false),
+            require_client_key: rc.require_client_key.unwrap_or(false),
             upstream,
             reconcile,
             policy: None,

@@ -20,7 +20,7 @@ use oncegate_core::config::Role;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalState, IntentState, Outcome, Status};
 use oncegate_core::key::{CallScope, IntentKey, derive};
-use oncegate_store::{Call, Gate, GateError, IntentFilter, StoreRead};
+use oncegate_store::{Call, Gate, GateError, IntentFilter, StoreRead, StoreWrite};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
@@ -46,6 +46,9 @@ pub struct AppState {
     tokens: Arc<Vec<(Vec<u8>, Principal)>>,
     http: reqwest::Client,
     metrics: PrometheusHandle,
+    /// Token buckets for read capabilities, per principal: (tokens, last refill).
+    read_buckets:
+        Arc<std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>>,
 }
 
 impl AppState {
@@ -71,6 +74,7 @@ impl AppState {
             tokens: Arc::new(tokens),
             http,
             metrics: metrics_handle(),
+            read_buckets: Arc::default(),
         };
         (state, missing)
     }
@@ -140,6 +144,8 @@ pub enum ApiError {
     NotFound(String),
     /// The store is down.
     Store(String),
+    /// A refusal with its own status and stable code.
+    Coded(StatusCode, Code, String),
 }
 
 impl IntoResponse for ApiError {
@@ -163,6 +169,7 @@ impl IntoResponse for ApiError {
                 Code::StoreUnavailable.as_str(),
                 m,
             ),
+            ApiError::Coded(status, code, m) => (status, code.as_str(), m),
             ApiError::Gate(e) => {
                 let status = match &e {
                     GateError::UnknownCapability(_) => StatusCode::NOT_FOUND,
@@ -333,15 +340,131 @@ async fn post_call(
         run_id: header_string(&headers, "oncegate-run-id"),
         step_id: header_string(&headers, "oncegate-step-id"),
     };
+    if state
+        .gate
+        .registry()
+        .capability(&call.capability)
+        .is_some_and(|c| c.category == oncegate_core::Category::Read)
+    {
+        state.take_read_token(&principal.name)?;
+    }
+    let client_key = header_string(&headers, "idempotency-key");
+    if client_key.is_some() || state.requires_client_key(&call.capability) {
+        state
+            .check_client_key(&principal, &call, client_key.as_deref())
+            .await?;
+    }
     let gate = state.gate.clone();
+    let name = principal.name.clone();
     // The decision and the effect run in their own task: a caller that hangs up never
     // cancels a claim half-way, and the effect's result is recorded regardless.
-    let task = tokio::spawn(async move { gate.invoke_with(&principal.name, call, executor).await });
+    let task = tokio::spawn(async move { gate.invoke_with(&name, call, executor).await });
     let outcome = task
         .await
         .map_err(|e| ApiError::Store(format!("the call task failed: {e}")))?
         .map_err(ApiError::Gate)?;
+    if client_key.is_some() && outcome.status == Status::InFlight {
+        // The IETF idempotency-key draft: a request whose key is still being processed is 409.
+        let mut envelope = Envelope::from(&outcome);
+        envelope.reason = Some(
+            json!({"code": Code::ClientKeyInFlight, "message": "the first request with this Idempotency-Key is still in flight"}),
+        );
+        return Ok((StatusCode::CONFLICT, Json(envelope)).into_response());
+    }
     Ok(outcome_response(&outcome))
+}
+
+impl AppState {
+    /// A token bucket per principal for read capabilities (reads claim nothing, so this
+    /// is what keeps a looping agent from hammering the upstream).
+    fn take_read_token(&self, principal: &str) -> Result<(), ApiError> {
+        let rate = f64::from(self.gate.registry().gateway.read_rate_per_second);
+        let now = std::time::Instant::now();
+        let mut buckets = self.read_buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, last) = buckets.entry(principal.to_owned()).or_insert((rate, now));
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate).min(rate);
+        *last = now;
+        if *tokens < 1.0 {
+            return Err(ApiError::Coded(
+                StatusCode::TOO_MANY_REQUESTS,
+                Code::RateLimited,
+                format!("more than {rate} reads per second"),
+            ));
+        }
+        *tokens -= 1.0;
+        Ok(())
+    }
+
+    fn requires_client_key(&self, capability: &str) -> bool {
+        self.gate
+            .registry()
+            .capability(capability)
+            .is_some_and(|c| c.require_client_key)
+    }
+
+    /// A coded orchestrator's own key names exactly one intent for this principal and
+    /// capability: the first one it was sent with.
+    async fn check_client_key(
+        &self,
+        principal: &Principal,
+        call: &Call,
+        client_key: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let Some(client_key) = client_key else {
+            return Err(ApiError::Coded(
+                StatusCode::BAD_REQUEST,
+                Code::ClientKeyMissing,
+                format!(
+                    "capability {} requires an Idempotency-Key header",
+                    call.capability
+                ),
+            ));
+        };
+        if client_key.len() > 255 {
+            return Err(ApiError::BadRequest(
+                "Idempotency-Key is longer than 255 characters".into(),
+            ));
+        }
+        let registry = self.gate.registry();
+        let cap = registry
+            .capability(&call.capability)
+            .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(call.capability.clone())))?;
+        let now = jiff::Timestamp::now();
+        let scope = CallScope {
+            run_id: call.run_id.as_deref(),
+            step_id: call.step_id.as_deref(),
+        };
+        let derived = derive(
+            &registry.gateway.tenant,
+            &principal.name,
+            cap,
+            &call.arguments,
+            &scope,
+            now,
+            &registry.gateway.time_zone,
+        )
+        .map_err(|e| ApiError::Gate(GateError::InvalidArguments(e)))?;
+        let binding = oncegate_store::ClientKeyBinding {
+            principal: principal.name.clone(),
+            capability: cap.name.clone(),
+            client_key: client_key.to_owned(),
+            intent_key: derived.key.clone(),
+            args_digest: derived.args_digest,
+            created_at: now,
+        };
+        let held = self.gate.store().bind_client_key(binding).await?;
+        if held.intent_key != derived.key {
+            return Err(ApiError::Coded(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Code::ClientKeyReused,
+                format!(
+                    "this Idempotency-Key was first used for intent {} with other significant arguments",
+                    held.intent_key
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 async fn get_intent(

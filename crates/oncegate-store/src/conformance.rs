@@ -362,6 +362,41 @@ pub async fn one_insert_wins<S: Store>(store: &S) {
     assert_eq!(wins, 1, "exactly one concurrent insert may win");
 }
 
+/// Client keys: the first binding holds; a second bind returns it unchanged.
+pub async fn client_key_binding<S: Store>(store: &S) {
+    let first = crate::ClientKeyBinding {
+        principal: "planner".into(),
+        capability: "charge_card".into(),
+        client_key: "ck-1".into(),
+        intent_key: IntentKey::from_hex("aa"),
+        args_digest: "d1".into(),
+        created_at: at(0),
+    };
+    assert_eq!(store.bind_client_key(first.clone()).await.unwrap(), first);
+    let second = crate::ClientKeyBinding {
+        intent_key: IntentKey::from_hex("bb"),
+        args_digest: "d2".into(),
+        ..first.clone()
+    };
+    assert_eq!(
+        store.bind_client_key(second.clone()).await.unwrap(),
+        first,
+        "the first binding holds"
+    );
+    let other_principal = crate::ClientKeyBinding {
+        principal: "subagent".into(),
+        ..second
+    };
+    assert_eq!(
+        store
+            .bind_client_key(other_principal.clone())
+            .await
+            .unwrap(),
+        other_principal,
+        "keys are scoped to the principal"
+    );
+}
+
 /// Runs every check; `fresh` makes an empty store per check.
 pub async fn run_all<S, F, Fut>(fresh: F)
 where
@@ -375,4 +410,5 @@ where
     listing_and_cross_run(&fresh().await).await;
     audit_chain(&fresh().await).await;
     one_insert_wins(&fresh().await).await;
+    client_key_binding(&fresh().await).await;
 }

@@ -69,6 +69,24 @@ pub struct Commit {
     pub event: AuditEvent,
 }
 
+/// A coded orchestrator's own `Idempotency-Key`, bound to the intent it first named.
+/// Scoped to (principal, capability).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientKeyBinding {
+    /// The principal that sent it.
+    pub principal: String,
+    /// The capability it was sent for.
+    pub capability: String,
+    /// The client's key.
+    pub client_key: String,
+    /// The intent it names.
+    pub intent_key: IntentKey,
+    /// The digest of the significant arguments it was first sent with.
+    pub args_digest: String,
+    /// When it was first seen.
+    pub created_at: jiff::Timestamp,
+}
+
 /// Reads.
 pub trait StoreRead: Send + Sync {
     /// The latest generation of an intent.
@@ -125,6 +143,12 @@ pub trait StoreWrite: Send + Sync {
     /// Applies one commit atomically, or returns [`StoreError::Conflict`] having changed
     /// nothing.
     fn commit(&self, commit: Commit) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Binds a client key to an intent unless it is already bound; returns the binding
+    /// that holds (the first one).
+    fn bind_client_key(
+        &self,
+        binding: ClientKeyBinding,
+    ) -> impl Future<Output = Result<ClientKeyBinding, StoreError>> + Send;
 }
 
 /// A full store.

@@ -25,12 +25,55 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{Commit, IntentFilter, StoreError, StoreRead, StoreWrite};
+use crate::{ClientKeyBinding, Commit, IntentFilter, StoreError, StoreRead, StoreWrite};
 
 /// Commits applied in one transaction at most.
 const MAX_BATCH: usize = 256;
 
-type Job = (Commit, oneshot::Sender<Result<(), StoreError>>);
+/// Work for the writer task (queued by value; commits dominate, so boxing buys nothing).
+#[expect(clippy::large_enum_variant, reason = "commits are the common job; a binding is rare")]
+enum Job {
+    Commit(Commit, oneshot::Sender<Result<(), StoreError>>),
+    Bind(
+        ClientKeyBinding,
+        oneshot::Sender<Result<ClientKeyBinding, StoreError>>,
+    ),
+}
+
+/// What the writer did for one job.
+enum Done {
+    Commit(Result<(), StoreError>),
+    Bind(ClientKeyBinding),
+}
+
+impl Job {
+    fn reply(self, done: Result<Done, StoreError>) {
+        match (self, done) {
+            (Job::Commit(_, tx), Ok(Done::Commit(r))) => {
+                let _ = tx.send(r);
+            }
+            (Job::Bind(_, tx), Ok(Done::Bind(b))) => {
+                let _ = tx.send(Ok(b));
+            }
+            (Job::Commit(_, tx), Err(e)) => {
+                let _ = tx.send(Err(e));
+            }
+            (Job::Bind(_, tx), Err(e)) => {
+                let _ = tx.send(Err(e));
+            }
+            (Job::Commit(_, tx), Ok(Done::Bind(_))) => {
+                let _ = tx.send(Err(StoreError::Corrupt(
+                    "writer answered a commit with a binding".into(),
+                )));
+            }
+            (Job::Bind(_, tx), Ok(Done::Commit(_))) => {
+                let _ = tx.send(Err(StoreError::Corrupt(
+                    "writer answered a binding with a commit".into(),
+                )));
+            }
+        }
+    }
+}
 
 /// The SQLite store. Cheap to clone.
 #[derive(Clone)]
@@ -145,15 +188,15 @@ async fn writer_loop(
         }
         match results {
             Ok(results) => {
-                for ((_, reply), result) in batch.drain(..).zip(results) {
-                    let _ = reply.send(result);
+                for (job, done) in batch.drain(..).zip(results) {
+                    job.reply(Ok(done));
                 }
             }
             Err(e) => {
                 tracing::error!(error = %e, batch = batch.len(), "store write failed");
                 let message = e.to_string();
-                for (_, reply) in batch.drain(..) {
-                    let _ = reply.send(Err(StoreError::Unavailable(message.clone())));
+                for job in batch.drain(..) {
+                    job.reply(Err(StoreError::Unavailable(message.clone())));
                 }
             }
         }
@@ -198,13 +241,20 @@ async fn apply_batch(
     conn: &mut SqliteConnection,
     batch: &[Job],
     heads: &mut HashMap<u32, ChainHead>,
-) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+) -> Result<Vec<Done>, StoreError> {
     let mut tentative = heads.clone();
     let result = async {
         exec(conn, "BEGIN IMMEDIATE").await?;
         let savepoints = batch.len() > 1;
         let mut results = Vec::with_capacity(batch.len());
-        for (commit, _) in batch {
+        for job in batch {
+            let commit = match job {
+                Job::Commit(commit, _) => commit,
+                Job::Bind(binding, _) => {
+                    results.push(Done::Bind(bind(conn, binding).await?));
+                    continue;
+                }
+            };
             if savepoints {
                 exec(conn, "SAVEPOINT one").await?;
             }
@@ -213,7 +263,7 @@ async fn apply_batch(
                     if savepoints {
                         exec(conn, "RELEASE one").await?;
                     }
-                    results.push(Ok(()));
+                    results.push(Done::Commit(Ok(())));
                 }
                 Err(StoreError::Conflict) => {
                     // A conflict is detected before the audit append, so the heads
@@ -223,9 +273,9 @@ async fn apply_batch(
                         exec(conn, "RELEASE one").await?;
                     } else {
                         exec(conn, "ROLLBACK").await?;
-                        return Ok(vec![Err(StoreError::Conflict)]);
+                        return Ok(vec![Done::Commit(Err(StoreError::Conflict))]);
                     }
-                    results.push(Err(StoreError::Conflict));
+                    results.push(Done::Commit(Err(StoreError::Conflict)));
                 }
                 Err(e) => return Err(e),
             }
@@ -244,6 +294,40 @@ async fn apply_batch(
             Err(e)
         }
     }
+}
+
+/// Binds a client's `Idempotency-Key` to an intent, first writer wins; returns the
+/// binding that holds.
+async fn bind(
+    conn: &mut SqliteConnection,
+    b: &ClientKeyBinding,
+) -> Result<ClientKeyBinding, StoreError> {
+    sqlx::query(
+        "INSERT INTO client_keys (principal, capability, client_key, intent_key, args_digest, created_at)
+         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    )
+    .bind(&b.principal)
+    .bind(&b.capability)
+    .bind(&b.client_key)
+    .bind(b.intent_key.as_str())
+    .bind(&b.args_digest)
+    .bind(millis(b.created_at))
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let row = sqlx::query("SELECT intent_key, args_digest, created_at FROM client_keys WHERE principal = ? AND capability = ? AND client_key = ?")
+        .bind(&b.principal)
+        .bind(&b.capability)
+        .bind(&b.client_key)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    Ok(ClientKeyBinding {
+        intent_key: IntentKey::from_hex(row.get::<String, _>(0)),
+        args_digest: row.get(1),
+        created_at: jiff::Timestamp::from_millisecond(row.get(2)).map_err(corrupt)?,
+        ..b.clone()
+    })
 }
 
 async fn apply_one(
@@ -489,11 +573,25 @@ impl StoreRead for SqliteStore {
 }
 
 impl StoreWrite for SqliteStore {
+    async fn bind_client_key(
+        &self,
+        binding: ClientKeyBinding,
+    ) -> Result<ClientKeyBinding, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .writer
+            .send(Job::Bind(binding, tx))
+            .await
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+    }
+
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
         self.inner
             .writer
-            .send((commit, tx))
+            .send(Job::Commit(commit, tx))
             .await
             .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?;
         rx.await

@@ -78,7 +78,15 @@ impl Setup {
             .unwrap()
             .replace("timeout = \"5s\"", "timeout = \"1s\"")
             .replacen("lease = \"30s\"", "lease = \"3s\"", 1)
-            .replacen("attempt_ceiling = 10", "attempt_ceiling = 100", 1);
+            .replacen("attempt_ceiling = 10", "attempt_ceiling = 100", 1)
+            .replace(
+                "listen = \"127.0.0.1:7878\"",
+                "listen = \"127.0.0.1:7878\"\nread_rate_per_second = 3",
+            )
+            .replace(
+                "name = \"append_ledger\"\n",
+                "name = \"append_ledger\"\nrequire_client_key = true\n",
+            );
         std::fs::write(dir.path().join("oncegate.toml"), text).unwrap();
         Self {
             dir,
@@ -482,4 +490,109 @@ fn a_gateway_killed_between_commit_and_record_does_not_charge_twice() {
     assert_eq!(again["status"], "replayed", "{again}");
     assert!(again["effect_ref"].as_str().unwrap().starts_with("ch_"));
     assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
+}
+
+fn keyed_call(
+    gw: &Proc,
+    key: Option<&str>,
+    capability: &str,
+    arguments: Value,
+    step: &str,
+) -> (u16, Value) {
+    let mut req = client()
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth("tok-planner")
+        .header("Oncegate-Run-Id", "run-1")
+        .header("Oncegate-Step-Id", step)
+        .json(&json!({"capability": capability, "arguments": arguments}));
+    if let Some(k) = key {
+        req = req.header("Idempotency-Key", k);
+    }
+    let r = req.send().unwrap();
+    (r.status().as_u16(), r.json().unwrap_or(Value::Null))
+}
+
+#[test]
+fn coded_orchestrators_keys_follow_the_ietf_draft() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    let entry = json!({"entry_ref": "L-1", "account": "4000", "amount": "12.00"});
+    let (code, missing) = keyed_call(&gw, None, "append_ledger", entry.clone(), "s1");
+    assert_eq!(
+        (code, missing["error"]["code"].as_str()),
+        (400, Some("OG-0017")),
+        "{missing}"
+    );
+    let (code, first) = keyed_call(&gw, Some("orch-1"), "append_ledger", entry.clone(), "s1");
+    assert_eq!(
+        (code, first["status"].as_str()),
+        (200, Some("applied")),
+        "{first}"
+    );
+    let (code, again) = keyed_call(
+        &gw,
+        Some("orch-1"),
+        "append_ledger",
+        json!({"entry_ref": "L-1", "account": "4000", "amount": 12}),
+        "s1",
+    );
+    assert_eq!(
+        (code, again["status"].as_str()),
+        (200, Some("replayed")),
+        "{again}"
+    );
+    let (code, reused) = keyed_call(
+        &gw,
+        Some("orch-1"),
+        "append_ledger",
+        json!({"entry_ref": "L-1", "account": "4000", "amount": "13.00"}),
+        "s1",
+    );
+    assert_eq!(
+        (code, reused["error"]["code"].as_str()),
+        (422, Some("OG-0018")),
+        "{reused}"
+    );
+    assert_eq!(effects(&setup.sandbox, "ledger").len(), 1);
+
+    fault(&setup.sandbox, "/v1/ledger", "slow", 700);
+    let gw_ref = &gw;
+    std::thread::scope(|s| {
+        let slow = s.spawn(move || {
+            keyed_call(
+                gw_ref,
+                Some("orch-2"),
+                "append_ledger",
+                json!({"entry_ref": "L-2", "account": "4000", "amount": "1"}),
+                "s2",
+            )
+        });
+        std::thread::sleep(Duration::from_millis(250));
+        let (code, busy) = keyed_call(
+            gw_ref,
+            Some("orch-2"),
+            "append_ledger",
+            json!({"entry_ref": "L-2", "account": "4000", "amount": "1"}),
+            "s2",
+        );
+        assert_eq!(code, 409, "{busy}");
+        assert_eq!(slow.join().unwrap().0, 200);
+    });
+}
+
+#[test]
+fn reads_pass_through_under_a_per_principal_rate_cap() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    let codes: Vec<u16> = (0..6)
+        .map(|_| call(&gw, "tok-planner", "get_order", json!({"order_id": "A-1"})).0)
+        .collect();
+    assert_eq!(codes[0], 200, "{codes:?}");
+    assert!(
+        codes.contains(&429),
+        "a burst above 3/s is capped: {codes:?}"
+    );
+    let (code, other) = call(&gw, "tok-subagent", "get_order", json!({"order_id": "A-1"}));
+    assert_eq!(code, 200, "another principal has its own bucket: {other}");
+    assert_eq!(other["result"]["order_id"], "A-1");
 }
