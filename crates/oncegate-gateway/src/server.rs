@@ -209,7 +209,7 @@ fn require(principal: &Principal, roles: &[Role]) -> Result<(), ApiError> {
 }
 
 /// The outcome envelope on the wire.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Envelope {
     /// applied, replayed, in_flight, unknown, pending_approval, denied, refused, dry_run, failed.
     pub status: String,
@@ -224,12 +224,15 @@ pub struct Envelope {
     /// The upstream's effect reference.
     pub effect_ref: Option<String>,
     /// The upstream's stored answer.
+    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
     /// The approval holding the call.
     pub approval_id: Option<String>,
-    /// Why, with a stable code.
+    /// Why, with a stable code: `{"code": "OG-0004", "message": "..."}`.
+    #[schema(value_type = Option<Object>)]
     pub reason: Option<Value>,
     /// Alerts raised.
+    #[schema(value_type = Vec<Object>)]
     pub alerts: Vec<Value>,
     /// One line the model can act on.
     pub message: String,
@@ -298,13 +301,14 @@ fn outcome_response(o: &Outcome) -> Response {
 }
 
 /// `POST /v1/calls` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallBody {
     /// The capability.
     pub capability: String,
     /// Its arguments.
     #[serde(default = "empty_object")]
+    #[schema(value_type = Object)]
     pub arguments: Value,
 }
 
@@ -326,6 +330,7 @@ fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError
         .map_err(|e| ApiError::BadRequest(format!("malformed request body: {e}")))
 }
 
+#[utoipa::path(post, path = "/v1/calls", tag = "calls", request_body = CallBody, params(("Oncegate-Run-Id" = Option<String>, Header, description = "the orchestrator's run id"), ("Oncegate-Step-Id" = Option<String>, Header, description = "the orchestrator's step id"), ("Idempotency-Key" = Option<String>, Header, description = "a coded orchestrator's own stable key")), responses((status = 200, description = "applied, replayed, dry_run or failed", body = Envelope), (status = 202, description = "in_flight, unknown or pending_approval", body = Envelope), (status = 403, description = "denied", body = Envelope), (status = 409, description = "refused, or the Idempotency-Key's first request is in flight", body = Envelope), (status = 429, description = "attempt ceiling or read rate cap", body = Envelope), (status = 503, description = "store unavailable (fail closed)", body = Envelope), (status = 400, description = "malformed request"), (status = 401, description = "missing or wrong token"), (status = 422, description = "arguments do not normalise, or Idempotency-Key reused")), security(("bearer" = [])))]
 async fn post_call(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -467,6 +472,7 @@ impl AppState {
     }
 }
 
+#[utoipa::path(get, path = "/v1/intents/{key}", tag = "intents", params(("key" = String, Path, description = "intent key")), responses((status = 200, description = "the intent record (latest generation)"), (status = 404, description = "no such intent")), security(("bearer" = [])))]
 async fn get_intent(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -485,13 +491,14 @@ async fn get_intent(
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 struct IntentQuery {
     state: Option<String>,
     capability: Option<String>,
     limit: Option<u32>,
 }
 
+#[utoipa::path(get, path = "/v1/intents", tag = "intents", params(IntentQuery), responses((status = 200, description = "{\"intents\": [...]}, newest first")), security(("bearer" = [])))]
 async fn list_intents(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -519,11 +526,12 @@ async fn list_intents(
     Ok(Json(json!({"intents": list})).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 struct ApprovalQuery {
     state: Option<String>,
 }
 
+#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalQuery), responses((status = 200, description = "{\"approvals\": [...]}")), security(("bearer" = [])))]
 async fn list_approvals(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -567,6 +575,7 @@ async fn decide_approval(
     Ok(outcome_response(&outcome))
 }
 
+#[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals", params(("id" = String, Path)), responses((status = 200, description = "executed once; a repeat returns the first result", body = Envelope), (status = 403, description = "not an approver, or own call")), security(("bearer" = [])))]
 async fn approve(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -575,6 +584,7 @@ async fn approve(
     decide_approval(state, headers, id, Choice::Approve).await
 }
 
+#[utoipa::path(post, path = "/v1/approvals/{id}/deny", tag = "approvals", params(("id" = String, Path)), responses((status = 403, description = "denied (final for this generation)", body = Envelope)), security(("bearer" = [])))]
 async fn deny(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -583,16 +593,19 @@ async fn deny(
     decide_approval(state, headers, id, Choice::Deny).await
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST /v1/keys/derive` body.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DeriveBody {
+pub struct DeriveBody {
     capability: String,
     #[serde(default = "empty_object")]
+    #[schema(value_type = Object)]
     arguments: Value,
     run_id: Option<String>,
     step_id: Option<String>,
 }
 
+#[utoipa::path(post, path = "/v1/keys/derive", tag = "keys", request_body = DeriveBody, responses((status = 200, description = "which inputs entered the key and why"), (status = 422, description = "arguments do not normalise")), security(("bearer" = [])))]
 async fn derive_key(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -621,6 +634,7 @@ async fn derive_key(
     Ok(Json(derived.explanation).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", responses((status = 200, description = "every shard verified"), (status = 409, description = "the first broken link")), security(("bearer" = [])))]
 async fn audit_verify(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -645,12 +659,13 @@ async fn audit_verify(
     Ok(Json(json!({"ok": true, "records": records, "shards": shards.len()})).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 struct AuditQuery {
     after: Option<i64>,
     limit: Option<u32>,
 }
 
+#[utoipa::path(get, path = "/v1/audit", tag = "audit", params(AuditQuery), responses((status = 200, description = "JSON lines: {position, record}", content_type = "application/x-ndjson")), security(("bearer" = [])))]
 async fn audit_export(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -671,6 +686,7 @@ async fn audit_export(
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], out).into_response())
 }
 
+#[utoipa::path(post, path = "/v1/admin/breakers/{key}/reset", tag = "admin", params(("key" = String, Path)), responses((status = 200, body = Envelope)), security(("bearer" = [])))]
 async fn reset_breaker(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -686,14 +702,16 @@ async fn reset_breaker(
     Ok(Json(Envelope::from(&outcome)).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+/// `PUT /v1/admin/kill-switches/{target}` body.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct KillBody {
+pub struct KillBody {
     /// `true` switches the capability off.
     killed: bool,
     reason: Option<String>,
 }
 
+#[utoipa::path(put, path = "/v1/admin/kill-switches/{target}", tag = "admin", params(("target" = String, Path, description = "a capability name, or capability:NAME / agent:NAME")), request_body = KillBody, responses((status = 200, description = "the kill switches now on")), security(("bearer" = [])))]
 async fn kill_switch(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -716,10 +734,12 @@ async fn kill_switch(
     Ok(Json(json!({"kill_switches": state.gate.kill_switches()})).into_response())
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "the process is up")))]
 async fn healthz() -> &'static str {
     "ok"
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "ops", responses((status = 200, description = "the store answers"), (status = 503, description = "the store is unreachable")))]
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.gate.store().ping().await {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
@@ -727,6 +747,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus text format")))]
 async fn metrics_route(State(state): State<AppState>) -> Response {
     if let Ok(open) = state
         .gate
@@ -751,9 +772,37 @@ async fn not_found() -> ApiError {
     ApiError::NotFound("no such route".into())
 }
 
+/// The OpenAPI document, generated from the handlers above.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(title = "oncegate", description = "One intent, at most one effect: the JSON API for orchestrators without MCP."),
+    paths(post_call, list_intents, get_intent, list_approvals, approve, deny, derive_key, audit_verify, audit_export, reset_breaker, kill_switch, healthz, readyz, metrics_route),
+    components(schemas(CallBody, Envelope, DeriveBody, KillBody)),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(<ApiDoc as utoipa::OpenApi>::openapi())
+}
+
 /// The router.
 pub fn app(state: AppState) -> Router {
     Router::new()
+        .route("/v1/openapi.json", get(openapi_json))
         .route("/v1/calls", post(post_call))
         .route("/v1/intents", get(list_intents))
         .route("/v1/intents/{key}", get(get_intent))

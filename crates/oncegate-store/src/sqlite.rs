@@ -31,7 +31,10 @@ use crate::{ClientKeyBinding, Commit, IntentFilter, StoreError, StoreRead, Store
 const MAX_BATCH: usize = 256;
 
 /// Work for the writer task (queued by value; commits dominate, so boxing buys nothing).
-#[expect(clippy::large_enum_variant, reason = "commits are the common job; a binding is rare")]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "commits are the common job; a binding is rare"
+)]
 enum Job {
     Commit(Commit, oneshot::Sender<Result<(), StoreError>>),
     Bind(

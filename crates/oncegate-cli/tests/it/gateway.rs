@@ -364,6 +364,16 @@ fn missing_or_wrong_tokens_get_401_and_nothing_runs() {
         (code, bad["error"]["code"].as_str()),
         (422, Some("OG-0009"))
     );
+    let doc: Value = client()
+        .get(format!("{}/v1/openapi.json", gw.url))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(
+        doc["paths"]["/v1/calls"]["post"].is_object(),
+        "the OpenAPI document is served"
+    );
     let big = client()
         .post(format!("{}/v1/calls", gw.url))
         .bearer_auth("tok-planner")

@@ -1,3 +1,4 @@
 //! oncegate-gateway integration tests.
 
+mod openapi;
 mod sandbox;
