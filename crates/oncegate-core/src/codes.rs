@@ -71,11 +71,17 @@ pub enum Code {
     /// The principal exceeded its rate cap for read capabilities.
     #[serde(rename = "OG-0020")]
     RateLimited,
+    /// No such intent, approval, route or kill-switch target.
+    #[serde(rename = "OG-0021")]
+    NotFound,
+    /// The HTTP request itself was refused (too large, timed out, wrong method).
+    #[serde(rename = "OG-0022")]
+    RequestRejected,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 20] = [
+    pub const ALL: [Code; 22] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -96,6 +102,8 @@ impl Code {
         Code::ClientKeyReused,
         Code::ClientKeyInFlight,
         Code::RateLimited,
+        Code::NotFound,
+        Code::RequestRejected,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -121,6 +129,8 @@ impl Code {
             Code::ClientKeyReused => "OG-0018",
             Code::ClientKeyInFlight => "OG-0019",
             Code::RateLimited => "OG-0020",
+            Code::NotFound => "OG-0021",
+            Code::RequestRejected => "OG-0022",
         }
     }
 }

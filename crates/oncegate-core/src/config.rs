@@ -317,6 +317,8 @@ pub struct GatewaySettings {
     pub listen: SocketAddr,
     /// Per-principal cap on calls to `read` capabilities (burst of the same size).
     pub read_rate_per_second: u32,
+    /// Where alerts (cross-run duplicates, tripped breakers) are POSTed as JSON.
+    pub alert_webhook: Option<Template>,
 }
 
 /// A config problem that is not an error but that a careful reader wants to know.
@@ -449,6 +451,7 @@ struct RawGateway {
     time_zone: Option<String>,
     listen: Option<String>,
     read_rate_per_second: Option<u32>,
+    alert_webhook: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1010,6 +1013,7 @@ impl Builder<'_> {
             time_zone: None,
             listen: None,
             read_rate_per_second: None,
+            alert_webhook: None,
         });
         let tenant = raw.tenant.unwrap_or_else(|| "default".to_owned());
         let tz_name = raw.time_zone.unwrap_or_else(|| "UTC".to_owned());
@@ -1046,12 +1050,26 @@ impl Builder<'_> {
                 Some("use at least 1 (default 50)"),
             );
         }
+        let alert_webhook = raw.alert_webhook.map(|url| {
+            if !(url.starts_with("http://")
+                || url.starts_with("https://")
+                || url.starts_with("{env."))
+            {
+                self.err(
+                    &[k("gateway"), k("alert_webhook")],
+                    format!("`{url}` is not an http(s) URL"),
+                    Some("e.g. \"https://hooks.example.com/oncegate\" or \"{env.ALERT_WEBHOOK}\""),
+                );
+            }
+            self.template(&[k("gateway"), k("alert_webhook")], &url)
+        });
         GatewaySettings {
             tenant,
             time_zone,
             time_zone_name: tz_name,
             listen,
             read_rate_per_second,
+            alert_webhook,
         }
     }
 

@@ -163,7 +163,7 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(m) => {
                 (StatusCode::BAD_REQUEST, Code::InvalidArguments.as_str(), m)
             }
-            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m),
+            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, Code::NotFound.as_str(), m),
             ApiError::Store(m) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 Code::StoreUnavailable.as_str(),
@@ -175,7 +175,9 @@ impl IntoResponse for ApiError {
                     GateError::UnknownCapability(_) => StatusCode::NOT_FOUND,
                     GateError::Forbidden(_) => StatusCode::FORBIDDEN,
                     GateError::InvalidArguments(_) => StatusCode::UNPROCESSABLE_ENTITY,
-                    GateError::UnknownApproval(_) => StatusCode::NOT_FOUND,
+                    GateError::UnknownApproval(_) | GateError::UnknownIntent(_) => {
+                        StatusCode::NOT_FOUND
+                    }
                     GateError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
                 };
                 (status, e.code().as_str(), e.to_string())
@@ -282,7 +284,7 @@ impl From<&Outcome> for Envelope {
     }
 }
 
-fn outcome_response(o: &Outcome) -> Response {
+fn outcome_response(o: &Outcome, capability: &str) -> Response {
     let code = match o.status {
         Status::Applied | Status::Replayed | Status::DryRun | Status::Failed => StatusCode::OK,
         Status::InFlight | Status::Unknown | Status::PendingApproval => StatusCode::ACCEPTED,
@@ -293,9 +295,9 @@ fn outcome_response(o: &Outcome) -> Response {
             _ => StatusCode::CONFLICT,
         },
     };
-    metrics::counter!("oncegate_decisions_total", "status" => o.status.as_str()).increment(1);
-    if o.status == Status::Replayed {
-        metrics::counter!("oncegate_duplicates_prevented_total").increment(1);
+    metrics::counter!("oncegate_decisions_total", "capability" => capability.to_owned(), "outcome" => o.status.as_str()).increment(1);
+    if matches!(o.status, Status::Replayed | Status::InFlight) {
+        metrics::counter!("oncegate_duplicates_prevented_total", "capability" => capability.to_owned()).increment(1);
     }
     (code, Json(Envelope::from(o))).into_response()
 }
@@ -361,6 +363,7 @@ async fn post_call(
     }
     let gate = state.gate.clone();
     let name = principal.name.clone();
+    let capability = call.capability.clone();
     // The decision and the effect run in their own task: a caller that hangs up never
     // cancels a claim half-way, and the effect's result is recorded regardless.
     let task = tokio::spawn(async move { gate.invoke_with(&name, call, executor).await });
@@ -368,6 +371,7 @@ async fn post_call(
         .await
         .map_err(|e| ApiError::Store(format!("the call task failed: {e}")))?
         .map_err(ApiError::Gate)?;
+    state.send_alerts(&outcome, &capability, &principal.name);
     if client_key.is_some() && outcome.status == Status::InFlight {
         // The IETF idempotency-key draft: a request whose key is still being processed is 409.
         let mut envelope = Envelope::from(&outcome);
@@ -376,10 +380,48 @@ async fn post_call(
         );
         return Ok((StatusCode::CONFLICT, Json(envelope)).into_response());
     }
-    Ok(outcome_response(&outcome))
+    Ok(outcome_response(&outcome, &capability))
 }
 
 impl AppState {
+    /// POSTs each alert to the configured webhook, in the background (best effort: the
+    /// alert is already in the log, the metrics and the audit record).
+    fn send_alerts(&self, outcome: &Outcome, capability: &str, principal: &str) {
+        let Some(template) = &self.gate.registry().gateway.alert_webhook else {
+            return;
+        };
+        if outcome.alerts.is_empty() {
+            return;
+        }
+        let mut url = String::new();
+        for part in template.parts() {
+            match part {
+                oncegate_core::template::Part::Literal(l) => url.push_str(l),
+                oncegate_core::template::Part::Placeholder(
+                    oncegate_core::template::Source::Env(name),
+                ) => {
+                    url.push_str(&std::env::var(name).unwrap_or_default());
+                }
+                oncegate_core::template::Part::Placeholder(_) => {}
+            }
+        }
+        for alert in &outcome.alerts {
+            let body = json!({"alert": alert, "capability": capability, "intent_key": outcome.key, "principal": principal});
+            let (client, url) = (self.http.clone(), url.clone());
+            tokio::spawn(async move {
+                if let Err(e) = client
+                    .post(&url)
+                    .timeout(Duration::from_secs(5))
+                    .json(&body)
+                    .send()
+                    .await
+                {
+                    tracing::warn!(error = %e, "alert webhook failed");
+                }
+            });
+        }
+    }
+
     /// A token bucket per principal for read capabilities (reads claim nothing, so this
     /// is what keeps a looping agent from hammering the upstream).
     fn take_read_token(&self, principal: &str) -> Result<(), ApiError> {
@@ -572,7 +614,7 @@ async fn decide_approval(
         .await
         .map_err(|e| ApiError::Store(format!("the approval task failed: {e}")))?
         .map_err(ApiError::Gate)?;
-    Ok(outcome_response(&outcome))
+    Ok(outcome_response(&outcome, &approval.capability))
 }
 
 #[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals", params(("id" = String, Path)), responses((status = 200, description = "executed once; a repeat returns the first result", body = Envelope), (status = 403, description = "not an approver, or own call")), security(("bearer" = [])))]
@@ -726,6 +768,17 @@ async fn kill_switch(
     } else {
         format!("capability:{target}")
     };
+    let registry = state.gate.registry();
+    let known = match target.split_once(':') {
+        Some(("capability", name)) => registry.capability(name).is_some(),
+        Some(("agent", name)) => registry.principal(name).is_some(),
+        _ => false,
+    };
+    if !known {
+        return Err(ApiError::NotFound(format!(
+            "`{target}` names no capability or principal (use NAME, capability:NAME or agent:NAME)"
+        )));
+    }
     let reason = body
         .killed
         .then(|| body.reason.unwrap_or_else(|| format!("by {}", p.name)));
@@ -799,6 +852,39 @@ async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(<ApiDoc as utoipa::OpenApi>::openapi())
 }
 
+/// Turns the framework's plain-text rejections (413 body too large, 408 timeout, 405
+/// method) into the same JSON error shape, with a stable code, as every other error.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(b"application/json")
+                || v.as_bytes().starts_with(b"text/plain; version")
+        });
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        return response; // readyz answers in text on purpose
+    }
+    let bytes = axum::body::to_bytes(response.into_body(), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let message = String::from_utf8_lossy(&bytes).trim().to_owned();
+    let message = if message.is_empty() {
+        status.canonical_reason().unwrap_or("rejected").to_owned()
+    } else {
+        message
+    };
+    (
+        status,
+        Json(json!({"error": {"code": Code::RequestRejected, "message": message}})),
+    )
+        .into_response()
+}
+
 /// The router.
 pub fn app(state: AppState) -> Router {
     Router::new()
@@ -823,6 +909,7 @@ pub fn app(state: AppState) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(120),
         ))
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
 }
 

@@ -26,7 +26,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 
-use oncegate_core::Registry;
 use oncegate_core::codes::Code;
 use oncegate_core::config::{Capability, Role};
 use oncegate_core::decide::{
@@ -35,6 +34,7 @@ use oncegate_core::decide::{
 use oncegate_core::intent::{IntentRecord, Outcome, Reason, Status};
 use oncegate_core::key::{CallScope, IntentKey, KeyError, derive};
 use oncegate_core::policy::PolicyVerdict;
+use oncegate_core::{Registry, intent};
 use rand::Rng;
 use serde_json::Value;
 
@@ -163,6 +163,9 @@ pub enum GateError {
     /// No such approval.
     #[error("unknown approval `{0}`")]
     UnknownApproval(String),
+    /// No such intent.
+    #[error("unknown intent `{0}`")]
+    UnknownIntent(String),
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -175,7 +178,7 @@ impl GateError {
             GateError::UnknownCapability(_) => Code::UnknownCapability,
             GateError::Forbidden(_) => Code::Forbidden,
             GateError::InvalidArguments(_) => Code::InvalidArguments,
-            GateError::UnknownApproval(_) => Code::ApprovalVoid,
+            GateError::UnknownApproval(_) | GateError::UnknownIntent(_) => Code::NotFound,
             GateError::Store(_) => Code::StoreUnavailable,
         }
     }
@@ -772,7 +775,7 @@ impl<S: Store> Gate<S> {
         }
         for _ in 0..MAX_RACES {
             let Some(record) = self.store.load(key).await? else {
-                return Err(GateError::Forbidden(format!("no intent {key}")));
+                return Err(GateError::UnknownIntent(key.to_string()));
             };
             let cap = self.capability(&record.capability)?;
             let d = decide::reset_breaker(&record, actor, &cap, self.clock.now());
@@ -802,6 +805,11 @@ fn bump(mut record: IntentRecord) -> IntentRecord {
 
 fn log_alerts(outcome: &Outcome, cap: &Capability) {
     for alert in &outcome.alerts {
+        let kind = match alert {
+            intent::Alert::CrossRun { .. } => "cross_run",
+            intent::Alert::BreakerTripped { .. } => "breaker_tripped",
+        };
+        metrics::counter!("oncegate_alerts_total", "capability" => cap.name.clone(), "kind" => kind).increment(1);
         tracing::warn!(capability = %cap.name, key = ?outcome.key, alert = ?alert, "oncegate alert");
     }
 }

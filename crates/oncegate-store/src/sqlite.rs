@@ -591,6 +591,16 @@ impl StoreWrite for SqliteStore {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
+        let result = self.commit_inner(commit).await;
+        metrics::histogram!("oncegate_store_commit_seconds")
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+}
+
+impl SqliteStore {
+    async fn commit_inner(&self, commit: Commit) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
         self.inner
             .writer

@@ -85,7 +85,9 @@ pub async fn run(command: ApprovalsCommand) -> anyhow::Result<ExitCode> {
         .await
         .context("the gateway's answer is not JSON")?;
     crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
-    if !status.is_success() && status.as_u16() != 202 {
+    // A decided approval answers with an outcome envelope (a denial is HTTP 403 with
+    // status "denied": that is success for `deny`); anything else is an error body.
+    if body.get("error").is_some() {
         bail!("the gateway answered {status}");
     }
     Ok(ExitCode::SUCCESS)

@@ -81,7 +81,7 @@ impl Setup {
             .replacen("attempt_ceiling = 10", "attempt_ceiling = 100", 1)
             .replace(
                 "listen = \"127.0.0.1:7878\"",
-                "listen = \"127.0.0.1:7878\"\nread_rate_per_second = 3",
+                "listen = \"127.0.0.1:7878\"\nread_rate_per_second = 3\nalert_webhook = \"{env.TEST_ALERT_URL}\"",
             )
             .replace(
                 "name = \"append_ledger\"\n",
@@ -99,6 +99,10 @@ impl Setup {
     }
 
     fn gateway(&self) -> Proc {
+        self.gateway_with(&[])
+    }
+
+    fn gateway_with(&self, env: &[(&str, &str)]) -> Proc {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));
         cmd.args([
             "serve",
@@ -111,7 +115,7 @@ impl Setup {
         ])
         .env("SANDBOX_URL", &self.sandbox.url)
         .env("SANDBOX_API_KEY", API_KEY);
-        for (k, v) in TOKENS {
+        for (k, v) in TOKENS.iter().chain(env) {
             cmd.env(k, v);
         }
         spawn(cmd)
@@ -381,6 +385,7 @@ fn missing_or_wrong_tokens_get_401_and_nothing_runs() {
         .send()
         .unwrap();
     assert_eq!(big.status().as_u16(), 413);
+    assert_eq!(big.json::<Value>().unwrap()["error"]["code"], "OG-0022");
     assert!(effects(&setup.sandbox, "charge").is_empty());
 }
 
@@ -605,4 +610,223 @@ fn reads_pass_through_under_a_per_principal_rate_cap() {
     let (code, other) = call(&gw, "tok-subagent", "get_order", json!({"order_id": "A-1"}));
     assert_eq!(code, 200, "another principal has its own bucket: {other}");
     assert_eq!(other["result"]["order_id"], "A-1");
+}
+
+/// Accepts one HTTP request and returns its body.
+fn one_webhook() -> (String, std::thread::JoinHandle<String>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    listener.set_nonblocking(true).unwrap();
+    let handle = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut conn = loop {
+            match listener.accept() {
+                Ok((conn, _)) => break conn,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => panic!("no webhook arrived: {e}"),
+            }
+        };
+        conn.set_nonblocking(false).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = conn.read(&mut chunk).unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let len = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse::<usize>().unwrap())
+                    })
+                    .unwrap_or(0);
+                if body.len() >= len {
+                    let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n");
+                    return body.to_owned();
+                }
+            }
+            if n == 0 {
+                return String::new();
+            }
+        }
+    });
+    (url, handle)
+}
+
+#[test]
+fn cross_run_repeats_alert_by_webhook_and_metrics() {
+    let setup = Setup::new(&[]);
+    let (hook, received) = one_webhook();
+    let gw = setup.gateway_with(&[("TEST_ALERT_URL", hook.as_str())]);
+    let run_call = |run: &str| {
+        client()
+            .post(format!("{}/v1/calls", gw.url))
+            .bearer_auth("tok-planner")
+            .header("Oncegate-Run-Id", run)
+            .json(&json!({"capability": "charge_card", "arguments": {"order_id": "X-9", "amount": "4.00"}}))
+            .send()
+            .unwrap()
+            .json::<Value>()
+            .unwrap()
+    };
+    assert_eq!(run_call("run-a")["status"], "applied");
+    let second = run_call("run-b");
+    assert_eq!(
+        second["status"], "replayed",
+        "global scope: the same intent, replayed"
+    );
+    assert_eq!(second["alerts"][0]["kind"], "cross_run", "{second}");
+    let body: Value = serde_json::from_str(&received.join().unwrap()).unwrap();
+    assert_eq!(
+        (body["alert"]["kind"].as_str(), body["capability"].as_str()),
+        (Some("cross_run"), Some("charge_card")),
+        "{body}"
+    );
+    let metrics = client()
+        .get(format!("{}/metrics", gw.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    for needle in [
+        "oncegate_decisions_total{capability=\"charge_card\",outcome=\"replayed\"}",
+        "oncegate_alerts_total",
+        "oncegate_store_commit_seconds",
+        "oncegate_upstream_seconds",
+        "oncegate_duplicates_prevented_total",
+    ] {
+        assert!(
+            metrics.contains(needle),
+            "{needle} missing from /metrics:\n{metrics}"
+        );
+    }
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
+}
+
+fn oncegate_cli(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn admins_switch_capabilities_off_and_approvers_use_the_cli() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    let put = |target: &str, token: &str, body: Value| {
+        client()
+            .put(format!("{}/v1/admin/kill-switches/{target}", gw.url))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .unwrap()
+    };
+    assert_eq!(
+        put("charge_card", "tok-planner", json!({"killed": true}))
+            .status()
+            .as_u16(),
+        403
+    );
+    assert_eq!(
+        put("chrage_card", "tok-ops", json!({"killed": true}))
+            .status()
+            .as_u16(),
+        404
+    );
+    assert_eq!(
+        put(
+            "charge_card",
+            "tok-ops",
+            json!({"killed": true, "reason": "incident 42"})
+        )
+        .status()
+        .as_u16(),
+        200
+    );
+    let (code, refused) = call(
+        &gw,
+        "tok-planner",
+        "charge_card",
+        json!({"order_id": "K-1", "amount": "1"}),
+    );
+    assert_eq!(
+        (code, refused["reason"]["code"].as_str()),
+        (409, Some("OG-0005")),
+        "{refused}"
+    );
+    assert_eq!(
+        put("charge_card", "tok-ops", json!({"killed": false}))
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        call(
+            &gw,
+            "tok-planner",
+            "charge_card",
+            json!({"order_id": "K-1", "amount": "1"})
+        )
+        .1["status"],
+        "applied"
+    );
+    let missing = client()
+        .post(format!("{}/v1/admin/breakers/deadbeef/reset", gw.url))
+        .bearer_auth("tok-ops")
+        .send()
+        .unwrap();
+    assert_eq!(missing.status().as_u16(), 404);
+
+    let (_, held) = call(
+        &gw,
+        "tok-planner",
+        "refund",
+        json!({"order_id": "K-1", "amount": "500"}),
+    );
+    let id = held["approval_id"].as_str().unwrap().to_owned();
+    let alice = [
+        ("ONCEGATE_URL", gw.url.as_str()),
+        ("ONCEGATE_TOKEN", "tok-alice"),
+    ];
+    let (ok, listed) = oncegate_cli(&["approvals", "list"], &alice);
+    assert!(ok && listed.contains(&id), "{listed}");
+    let (ok, denied) = oncegate_cli(&["approvals", "deny", &id], &alice);
+    assert!(
+        ok && denied.contains("\"denied\""),
+        "a denial is the command working: {denied}"
+    );
+    let (ok, again) = oncegate_cli(
+        &["approvals", "approve", &id],
+        &[
+            ("ONCEGATE_URL", gw.url.as_str()),
+            ("ONCEGATE_TOKEN", "tok-bob"),
+        ],
+    );
+    assert!(ok && again.contains("already denied"), "{again}");
+    let (ok, agent) = oncegate_cli(
+        &["approvals", "approve", &id],
+        &[
+            ("ONCEGATE_URL", gw.url.as_str()),
+            ("ONCEGATE_TOKEN", "tok-planner"),
+        ],
+    );
+    assert!(!ok && agent.contains("403"), "{agent}");
+    assert!(effects(&setup.sandbox, "refund").is_empty());
 }
