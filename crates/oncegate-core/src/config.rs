@@ -239,6 +239,9 @@ pub struct Reconcile {
     pub found: Option<String>,
     /// JSON pointer to the effect reference when found.
     pub effect_ref: Option<String>,
+    /// JSON pointer to the effect's record in the answer, stored as the result so a
+    /// reconciled replay looks like the original answer (default: the whole answer).
+    pub result: Option<String>,
     /// The MCP tool name.
     pub tool: Option<String>,
     /// The MCP tool arguments.
@@ -554,6 +557,7 @@ struct RawReconcile {
     headers: BTreeMap<String, String>,
     found: Option<String>,
     effect_ref: Option<String>,
+    result: Option<String>,
     tool: Option<String>,
     arguments: Option<toml::Value>,
 }
@@ -1469,6 +1473,7 @@ impl Builder<'_> {
             );
         }
         self.check_pointer(&at(&["found"]), raw.found.as_deref());
+        self.check_pointer(&at(&["result"]), raw.result.as_deref());
         self.check_pointer(&at(&["effect_ref"]), raw.effect_ref.as_deref());
         let timeout = self.duration(&at(&["timeout"]), raw.timeout.as_deref(), DEFAULT_TIMEOUT);
         let headers = self.headers(base, raw.headers);
@@ -1487,6 +1492,7 @@ impl Builder<'_> {
             headers,
             found: raw.found,
             effect_ref: raw.effect_ref,
+            result: raw.result,
             tool: raw.tool,
             arguments,
         }

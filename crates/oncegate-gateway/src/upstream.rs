@@ -299,10 +299,12 @@ impl HttpExecutor {
             },
         };
         Ok(if found {
-            ReconcileResult::Found {
-                effect_ref: pointer_string(&body, rec.effect_ref.as_deref()),
-                result: body,
-            }
+            let effect_ref = pointer_string(&body, rec.effect_ref.as_deref());
+            let result = match rec.result.as_deref() {
+                Some(p) => body.pointer(p).cloned().unwrap_or(body),
+                None => body,
+            };
+            ReconcileResult::Found { effect_ref, result }
         } else {
             ReconcileResult::NotFound
         })

@@ -192,6 +192,10 @@ fn timeout_after_commit_then_drifting_replans_give_one_charge() {
             "{again}"
         );
         assert!(again["effect_ref"].as_str().unwrap().starts_with("ch_"));
+        assert_eq!(
+            again["result"]["order_id"], "T-1",
+            "a reconciled replay carries the charge itself: {again}"
+        );
     }
     assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
 }
