@@ -4,7 +4,6 @@
 //! time); the principal comes from the token, never from the body. Errors map to HTTP in
 //! one place ([`ApiError`]) and always carry a stable code.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -950,23 +949,62 @@ pub async fn sweep(state: AppState, every: Duration) {
     }
 }
 
+/// How long a client may take to send its request headers (slowloris guard).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves until `shutdown` resolves, then stops accepting and lets running requests
-/// (and the effects they started) finish.
+/// (and the effects they started) finish and be recorded.
+///
+/// hyper is driven directly (rather than through `axum::serve`) for its per-connection
+/// header read timeout.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     sweep_every: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
     let sweeper = tokio::spawn(sweep(state.clone(), sweep_every));
-    let result = axum::serve(
-        listener,
-        app(state).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await;
+    let router = app(state);
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off, keep serving.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let service = TowerToHyperService::new(router.clone());
+                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+                let watched = graceful.watch(connection);
+                tokio::spawn(async move {
+                    if let Err(e) = watched.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    graceful.shutdown().await;
     sweeper.abort();
-    result
+    Ok(())
 }
 
 /// A reqwest client for upstreams: rustls with ring, a connect timeout.

@@ -76,7 +76,7 @@ impl Setup {
         .unwrap();
         let text = std::fs::read_to_string(examples.join("payments.toml"))
             .unwrap()
-            .replace("timeout = \"5s\"", "timeout = \"1s\"")
+            .replace("timeout = \"5s\"", "timeout = \"2s\"")
             .replacen("lease = \"30s\"", "lease = \"3s\"", 1)
             .replacen("attempt_ceiling = 10", "attempt_ceiling = 100", 1)
             .replace(
@@ -131,8 +131,12 @@ fn client() -> reqwest::blocking::Client {
 }
 
 fn call(gw: &Proc, token: &str, capability: &str, arguments: Value) -> (u16, Value) {
+    call_at(&gw.url, token, capability, arguments)
+}
+
+fn call_at(url: &str, token: &str, capability: &str, arguments: Value) -> (u16, Value) {
     let r = client()
-        .post(format!("{}/v1/calls", gw.url))
+        .post(format!("{url}/v1/calls"))
         .bearer_auth(token)
         .json(&json!({"capability": capability, "arguments": arguments}))
         .send()
@@ -462,13 +466,21 @@ fn a_caller_that_hangs_up_still_gets_its_effect_recorded() {
         )
         .send();
     assert!(gone.is_err(), "the caller hung up");
-    std::thread::sleep(Duration::from_millis(1200));
-    let (_, again) = call(
-        &gw,
-        "tok-planner",
-        "charge_card",
-        json!({"order_id": "H-1", "amount": "3.00"}),
-    );
+    // Repeats while the detached effect is still running are in_flight; once it is
+    // recorded they replay. Never a second charge.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        let (_, again) = call(
+            &gw,
+            "tok-planner",
+            "charge_card",
+            json!({"order_id": "H-1", "amount": "3.00"}),
+        );
+        if again["status"] != "in_flight" || Instant::now() > deadline {
+            break again;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(again["status"], "replayed", "{again}");
     assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
 }
@@ -833,4 +845,77 @@ fn admins_switch_capabilities_off_and_approvers_use_the_cli() {
     );
     assert!(!ok && agent.contains("403"), "{agent}");
     assert!(effects(&setup.sandbox, "refund").is_empty());
+}
+
+#[test]
+fn sigterm_lets_in_flight_calls_finish_and_be_recorded() {
+    let setup = Setup::new(&[]);
+    let mut gw = setup.gateway();
+    fault(&setup.sandbox, "/v1/charges", "slow", 1500);
+    let url = gw.url.clone();
+    let running = std::thread::spawn(move || {
+        let gw = Proc {
+            child: Command::new("true").spawn().unwrap(),
+            url,
+        };
+        call(
+            &gw,
+            "tok-planner",
+            "charge_card",
+            json!({"order_id": "G-1", "amount": "2.00"}),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    let term = Command::new("kill")
+        .args(["-TERM", &gw.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let (code, done) = running.join().unwrap();
+    assert_eq!(
+        (code, done["status"].as_str()),
+        (200, Some("applied")),
+        "the in-flight call finished: {done}"
+    );
+    let exit = gw.child.wait().unwrap();
+    assert!(exit.success(), "a clean exit after draining: {exit:?}");
+
+    let gw = setup.gateway();
+    let (_, again) = call(
+        &gw,
+        "tok-planner",
+        "charge_card",
+        json!({"order_id": "G-1", "amount": 2}),
+    );
+    assert_eq!(
+        again["status"], "replayed",
+        "the result was recorded before exit: {again}"
+    );
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
+}
+
+#[test]
+fn a_client_that_never_finishes_its_headers_is_cut_off() {
+    use std::io::{Read, Write};
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    let addr = gw.url.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.write_all(b"POST /v1/calls HTTP/1.1\r\nHost: oncegate\r\n")
+        .unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    let n = conn.read(&mut buf).unwrap_or(0);
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(25),
+        "the server closed the connection after its header timeout ({elapsed:?}, {n} bytes)"
+    );
+    assert!(
+        n == 0 || String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
 }
