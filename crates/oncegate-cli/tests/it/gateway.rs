@@ -103,6 +103,10 @@ impl Setup {
     }
 
     fn gateway_with(&self, env: &[(&str, &str)]) -> Proc {
+        self.gateway_sweeping(env, "1h")
+    }
+
+    fn gateway_sweeping(&self, env: &[(&str, &str)], sweep_every: &str) -> Proc {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));
         cmd.args([
             "serve",
@@ -111,7 +115,7 @@ impl Setup {
             "--listen",
             "127.0.0.1:0",
             "--sweep-every",
-            "1h",
+            sweep_every,
         ])
         .env("SANDBOX_URL", &self.sandbox.url)
         .env("SANDBOX_API_KEY", API_KEY);
@@ -918,4 +922,39 @@ fn a_client_that_never_finishes_its_headers_is_cut_off() {
         "{}",
         String::from_utf8_lossy(&buf[..n])
     );
+}
+
+#[test]
+fn the_background_sweep_resolves_unknowns_nobody_repeats() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway_sweeping(&[], "300ms");
+    fault(&setup.sandbox, "/v1/charges", "stall_after_commit", 5000);
+    let (_, first) = call(
+        &gw,
+        "tok-planner",
+        "charge_card",
+        json!({"order_id": "W-1", "amount": "6.00"}),
+    );
+    assert_eq!(first["status"], "unknown", "{first}");
+    let key = first["intent_key"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let intent = loop {
+        let intent: Value = client()
+            .get(format!("{}/v1/intents/{key}", gw.url))
+            .bearer_auth("tok-ops")
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        if intent["state"] == "applied" || Instant::now() > deadline {
+            break intent;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        intent["state"], "applied",
+        "the sweep found the charge: {intent}"
+    );
+    assert!(intent["effect_ref"].as_str().unwrap().starts_with("ch_"));
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
 }
