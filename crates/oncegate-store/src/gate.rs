@@ -280,9 +280,36 @@ impl<S: Store> Gate<S> {
         }
     }
 
-    /// Switches a capability or an agent off (`reason` Some) or on again (None).
+    /// Switches a capability or an agent off (`reason` Some) or on again (None), and
+    /// appends the change to the audit chain first (it is refused if the store is down).
     /// `target` is `capability:NAME` or `agent:NAME`.
-    pub fn set_kill_switch(&self, target: &str, reason: Option<String>) {
+    pub async fn set_kill_switch(
+        &self,
+        actor: &str,
+        target: &str,
+        reason: Option<String>,
+    ) -> Result<(), StoreError> {
+        let event = oncegate_core::audit::AuditEvent {
+            at: self.clock.now(),
+            kind: oncegate_core::audit::AuditKind::Admin,
+            key: None,
+            generation: 0,
+            capability: target.strip_prefix("capability:").map(str::to_owned),
+            actor: actor.to_owned(),
+            run_id: None,
+            from: None,
+            to: None,
+            status: None,
+            code: Some(Code::KillSwitch),
+            detail: serde_json::json!({"kill_switch": target, "on": reason.is_some(), "reason": reason}),
+        };
+        self.store
+            .commit(Commit {
+                record: None,
+                approval: None,
+                event,
+            })
+            .await?;
         let mut map = self
             .kill_switches
             .write()
@@ -291,6 +318,7 @@ impl<S: Store> Gate<S> {
             Some(r) => map.insert(target.to_owned(), r),
             None => map.remove(target),
         };
+        Ok(())
     }
 
     /// The kill switches that are on.
