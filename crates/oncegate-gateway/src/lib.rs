@@ -3,6 +3,7 @@
 //! `sandbox` is a simulated payment/messaging/ledger provider with fault injection (a
 //! real server process in tests, the demo and benchmarks).
 
+pub mod demo;
 pub mod sandbox;
 pub mod server;
 pub mod upstream;

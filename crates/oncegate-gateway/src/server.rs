@@ -38,6 +38,42 @@ pub struct Principal {
     pub role: Role,
 }
 
+/// Counts the detached call tasks, so shutdown can wait for effects whose callers hung
+/// up: their results must be recorded before the process exits.
+#[derive(Clone, Default)]
+pub struct InFlight(Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>);
+
+/// Held by one detached task.
+pub struct InFlightGuard(InFlight);
+
+impl InFlight {
+    /// Registers a task.
+    pub fn enter(&self) -> InFlightGuard {
+        self.0.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlightGuard(self.clone())
+    }
+
+    /// Waits until no task is running, or `limit` passes; returns how many are left.
+    pub async fn drain(&self, limit: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.0.1.notified();
+            let left = self.0.0.load(std::sync::atomic::Ordering::SeqCst);
+            if left == 0 || tokio::time::Instant::now() >= deadline {
+                return left;
+            }
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.0.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.0.1.notify_waiters();
+    }
+}
+
 /// Shared state of the server.
 #[derive(Clone)]
 pub struct AppState {
@@ -45,6 +81,8 @@ pub struct AppState {
     tokens: Arc<Vec<(Vec<u8>, Principal)>>,
     http: reqwest::Client,
     metrics: PrometheusHandle,
+    /// Calls and approvals whose effect may still be running (see [`InFlight`]).
+    inflight: InFlight,
     /// Token buckets for read capabilities, per principal: (tokens, last refill).
     read_buckets:
         Arc<std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>>,
@@ -58,24 +96,49 @@ impl AppState {
         let mut missing = Vec::new();
         for p in &gate.registry().principals {
             match std::env::var(&p.token_env) {
-                Ok(t) if !t.is_empty() => tokens.push((
+                Ok(t) if !t.is_empty() => tokens.push((p.name.clone(), t)),
+                _ => missing.push(format!("{} (${})", p.name, p.token_env)),
+            }
+        }
+        (Self::with_tokens(gate, http, tokens), missing)
+    }
+
+    /// Builds the state with tokens given directly as (principal name, token), for an
+    /// embedded gateway (the demo). Names not in the registry are ignored.
+    pub fn with_tokens(gate: Gate, http: reqwest::Client, given: Vec<(String, String)>) -> Self {
+        // Two principals sharing a token would make the login ambiguous: nobody gets it.
+        let mut seen = std::collections::HashMap::new();
+        for (_, t) in &given {
+            *seen.entry(t.clone()).or_insert(0) += 1;
+        }
+        for (name, t) in &given {
+            if seen.get(t).copied().unwrap_or(0) > 1 {
+                tracing::error!(principal = %name, "this principal's token is shared with another principal; it cannot log in");
+            }
+        }
+        let tokens = given
+            .into_iter()
+            .filter(|(_, t)| seen.get(t).copied() == Some(1))
+            .filter(|(_, t)| !t.is_empty())
+            .filter_map(|(name, t)| {
+                let p = gate.registry().principal(&name)?;
+                Some((
                     t.into_bytes(),
                     Principal {
                         name: p.name.clone(),
                         role: p.role,
                     },
-                )),
-                _ => missing.push(format!("{} (${})", p.name, p.token_env)),
-            }
-        }
-        let state = Self {
+                ))
+            })
+            .collect();
+        Self {
             gate,
             tokens: Arc::new(tokens),
             http,
             metrics: metrics_handle(),
             read_buckets: Arc::default(),
-        };
-        (state, missing)
+            inflight: InFlight::default(),
+        }
     }
 
     /// The gate.
@@ -365,7 +428,11 @@ async fn post_call(
     let capability = call.capability.clone();
     // The decision and the effect run in their own task: a caller that hangs up never
     // cancels a claim half-way, and the effect's result is recorded regardless.
-    let task = tokio::spawn(async move { gate.invoke_with(&name, call, executor).await });
+    let guard = state.inflight.enter();
+    let task = tokio::spawn(async move {
+        let _guard = guard;
+        gate.invoke_with(&name, call, executor).await
+    });
     let outcome = task
         .await
         .map_err(|e| ApiError::Store(format!("the call task failed: {e}")))?
@@ -607,8 +674,11 @@ async fn decide_approval(
         .ok_or_else(|| ApiError::NotFound(format!("no approval {id}")))?;
     let executor = state.executor(&approval.capability)?;
     let gate = state.gate.clone();
-    let task =
-        tokio::spawn(async move { gate.decide_approval(&p.name, &id, choice, executor).await });
+    let guard = state.inflight.enter();
+    let task = tokio::spawn(async move {
+        let _guard = guard;
+        gate.decide_approval(&p.name, &id, choice, executor).await
+    });
     let outcome = task
         .await
         .map_err(|e| ApiError::Store(format!("the approval task failed: {e}")))?
@@ -969,6 +1039,7 @@ pub async fn serve(
     use hyper_util::service::TowerToHyperService;
 
     let sweeper = tokio::spawn(sweep(state.clone(), sweep_every));
+    let inflight = state.inflight.clone();
     let router = app(state);
     let mut builder = Builder::new(TokioExecutor::new());
     builder
@@ -1003,6 +1074,14 @@ pub async fn serve(
     }
     drop(listener);
     graceful.shutdown().await;
+    // Callers that hung up left their effects running: record them before exiting.
+    let left = inflight.drain(Duration::from_secs(60)).await;
+    if left > 0 {
+        tracing::error!(
+            left,
+            "exiting with effects still running; their intents read unknown after the lease and are reconciled"
+        );
+    }
     sweeper.abort();
     Ok(())
 }
@@ -1011,6 +1090,8 @@ pub async fn serve(
 pub fn http_client() -> reqwest::Client {
     install_crypto();
     reqwest::Client::builder()
+        // A redirect would re-send an effect elsewhere (or as a GET): never follow one.
+        .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(5))
         .pool_idle_timeout(Duration::from_secs(30))
         .build()

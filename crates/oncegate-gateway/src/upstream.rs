@@ -74,6 +74,36 @@ impl Scope<'_> {
         Ok(out)
     }
 
+    /// Renders a URL: values from the call are percent-encoded so an argument can never
+    /// change the path or the query (`../admin`, `?x=`); the gateway's own `{env.NAME}`
+    /// values (base URLs) are inserted as they are.
+    fn url(&self, template: &Template) -> Result<String, RenderError> {
+        const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+            .remove(b'-')
+            .remove(b'.')
+            .remove(b'_')
+            .remove(b'~');
+        let mut out = String::new();
+        for part in template.parts() {
+            match part {
+                Part::Literal(l) => out.push_str(l),
+                Part::Placeholder(s @ Source::Env(_)) => match self.value(s)? {
+                    Value::String(v) => out.push_str(&v),
+                    other => out.push_str(&other.to_string()),
+                },
+                Part::Placeholder(s) => {
+                    let raw = match self.value(s)? {
+                        Value::String(v) => v,
+                        Value::Null => String::new(),
+                        other => other.to_string(),
+                    };
+                    out.extend(percent_encoding::utf8_percent_encode(&raw, COMPONENT));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn body(&self, body: &BodyTemplate) -> Result<Value, RenderError> {
         Ok(match body {
             BodyTemplate::Object(map) => {
@@ -133,7 +163,7 @@ impl HttpExecutor {
         intent: &IntentHandle,
     ) -> Result<reqwest::RequestBuilder, RenderError> {
         let scope = Scope { intent };
-        let url = scope.text(&up.url)?;
+        let url = scope.url(&up.url)?;
         let method = reqwest::Method::from_bytes(up.method.as_bytes())
             .map_err(|e| RenderError(e.to_string()))?;
         let mut req = self
@@ -163,19 +193,63 @@ impl HttpExecutor {
     }
 }
 
+struct ErrorText {
+    connect: bool,
+    builder: bool,
+    timeout: bool,
+    text: String,
+}
+
+fn reqwest_error_text(e: &reqwest::Error) -> ErrorText {
+    let (connect, builder, timeout) = (e.is_connect(), e.is_builder(), e.is_timeout());
+    let mut text = String::new();
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    // The error chain without reqwest's own "for url (...)" wrapper.
+    while let Some(err) = source {
+        if !std::ptr::addr_eq(err, e as &dyn std::error::Error) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&err.to_string());
+        }
+        source = err.source();
+    }
+    if text.is_empty() {
+        text = if connect {
+            "connection failed"
+        } else if builder {
+            "the request could not be built"
+        } else {
+            "transport error"
+        }
+        .to_owned();
+    }
+    ErrorText {
+        connect,
+        builder,
+        timeout,
+        text,
+    }
+}
+
 /// Classifies a transport error: only a failure to connect proves nothing was sent.
 fn classify_error(e: &reqwest::Error) -> EffectResult {
-    if e.is_connect() {
+    // Never echo the URL: it may carry credentials from the gateway's environment.
+    let e = reqwest_error_text(e);
+    if e.connect || e.builder {
         EffectResult::NotSent {
-            message: format!("could not connect to the upstream: {e}"),
+            message: format!("nothing was sent to the upstream: {}", e.text),
         }
-    } else if e.is_timeout() {
+    } else if e.timeout {
         EffectResult::Unknown {
             message: "the upstream did not answer before the timeout".into(),
         }
     } else {
         EffectResult::Unknown {
-            message: format!("the connection failed after the request was sent: {e}"),
+            message: format!(
+                "the connection failed after the request was sent: {}",
+                e.text
+            ),
         }
     }
 }
@@ -214,6 +288,20 @@ impl Executor for HttpExecutor {
                     Ok(_) if status.as_u16() == 429 => EffectResult::NotSent {
                         message: "the upstream rate-limited the call (429): nothing was done"
                             .into(),
+                    },
+                    // "Still processing this key", "locked", "too early", "request timeout":
+                    // the provider may yet do it, so these are unknown, not refusals.
+                    Ok(_) if matches!(status.as_u16(), 408 | 409 | 423 | 425) => {
+                        EffectResult::Unknown {
+                            message: format!(
+                                "the upstream answered {status}: it may still take effect"
+                            ),
+                        }
+                    }
+                    Ok(_) if status.is_redirection() => EffectResult::Unknown {
+                        message: format!(
+                            "the upstream redirected ({status}); redirects are not followed for effects"
+                        ),
                     },
                     Ok(body) if status.is_client_error() => EffectResult::Failed {
                         message: format!("the upstream refused the call ({status})"),
@@ -255,7 +343,7 @@ impl HttpExecutor {
         intent: &IntentHandle,
     ) -> Result<ReconcileResult, String> {
         let scope = Scope { intent };
-        let url = scope.text(&rec.url).map_err(|e| e.to_string())?;
+        let url = scope.url(&rec.url).map_err(|e| e.to_string())?;
         let method =
             reqwest::Method::from_bytes(rec.method.as_bytes()).map_err(|e| e.to_string())?;
         let mut req = self
@@ -273,14 +361,19 @@ impl HttpExecutor {
                 }
             }
         }
-        let response = req
-            .send()
-            .await
-            .map_err(|e| format!("reconciliation read failed: {e}"))?;
+        let response = req.send().await.map_err(|e| {
+            format!(
+                "reconciliation read failed: {}",
+                reqwest_error_text(&e).text
+            )
+        })?;
         let status = response.status();
-        let body = read_body(response)
-            .await
-            .map_err(|e| format!("reconciliation read failed: {e}"))?;
+        let body = read_body(response).await.map_err(|e| {
+            format!(
+                "reconciliation read failed: {}",
+                reqwest_error_text(&e).text
+            )
+        })?;
         if status.as_u16() == 404 && rec.found.is_none() {
             return Ok(ReconcileResult::NotFound);
         }

@@ -736,6 +736,15 @@ impl<S: Store> Gate<S> {
             let Some(record) = record else {
                 return Err(GateError::UnknownApproval(approval_id.to_owned()));
             };
+            if choice == Choice::Approve
+                && let Some(why) = self.kill_switch_for(&cap.name, &record.principal)
+            {
+                // An approval does not outrank a kill switch; the approval stays pending.
+                let mut o = decide::standing_outcome(&record);
+                o.status = Status::Refused;
+                o.reason = Some(Reason::new(Code::KillSwitch, why));
+                return Ok(o);
+            }
             match decide_approval(
                 &record,
                 &approval,
