@@ -2,3 +2,4 @@
 
 mod openapi;
 mod sandbox;
+mod upstream;
