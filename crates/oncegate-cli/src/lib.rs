@@ -30,6 +30,8 @@ enum Command {
     /// Verify or export the audit chain.
     #[command(subcommand)]
     Audit(cmd::audit::AuditCommand),
+    /// Run the red-team scenarios: a naive executor vs oncegate, effects counted.
+    Demo(cmd::demo::DemoArgs),
     /// Run the gateway: the JSON API in front of the registry's upstreams.
     Serve(cmd::serve::ServeArgs),
     /// Run the simulated payment/email/ledger provider (for the demo, tests, benchmarks).
@@ -72,7 +74,14 @@ pub fn run() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ONCEGATE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                // The demo's alerts are the point of the scenarios: its table says so.
+                .unwrap_or_else(|_| {
+                    if matches!(cli.command, Command::Demo(_)) {
+                        "error".into()
+                    } else {
+                        "warn".into()
+                    }
+                }),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -81,6 +90,7 @@ pub fn run() -> ExitCode {
         Command::Keys(c) => cmd::keys::run(c),
         Command::Intents(c) => runtime().and_then(|rt| rt.block_on(cmd::intents::run(c))),
         Command::Audit(c) => runtime().and_then(|rt| rt.block_on(cmd::audit::run(c))),
+        Command::Demo(a) => runtime().and_then(|rt| rt.block_on(cmd::demo::run(a))),
         Command::Serve(a) => runtime().and_then(|rt| rt.block_on(cmd::serve::run(a))),
         Command::Sandbox(a) => runtime().and_then(|rt| rt.block_on(cmd::sandbox::run(a))),
         Command::Approvals(c) => runtime().and_then(|rt| rt.block_on(cmd::approvals::run(c))),

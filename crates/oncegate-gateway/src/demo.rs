@@ -365,7 +365,11 @@ impl World {
                 let id = held["approval_id"].as_str().unwrap_or_default().to_owned();
                 let (a, b) =
                     tokio::join!(self.approve("tok-alice", &id), self.approve("tok-bob", &id));
-                let ok = held["status"] == "pending_approval" && !id.is_empty();
+                let one_result = [&a, &b]
+                    .iter()
+                    .all(|o| o["status"] == "applied" || o["status"] == "replayed")
+                    && a["effect_ref"] == b["effect_ref"];
+                let ok = held["status"] == "pending_approval" && !id.is_empty() && one_result;
                 (
                     self.effects("N4").await,
                     self.effects("O4").await,

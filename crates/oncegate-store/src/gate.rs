@@ -779,6 +779,11 @@ impl<S: Store> Gate<S> {
                         event,
                     };
                     match self.apply(d, &cap, actor, executor.clone()).await {
+                        // A second click while the first one's execution runs: wait for
+                        // it, so every click answers with the one result.
+                        Ok(o) if o.status == Status::InFlight => {
+                            return Ok(self.settled(&record, &cap, o).await);
+                        }
                         Ok(o) => return Ok(o),
                         Err(StoreError::Conflict) => continue,
                         Err(e) => return Ok(store_down(Some(&record), None, &e)),
@@ -799,6 +804,26 @@ impl<S: Store> Gate<S> {
             .load(key)
             .await?
             .filter(|r| r.generation == generation))
+    }
+
+    /// Polls an in-flight intent until it settles or its lease runs out.
+    async fn settled(&self, record: &IntentRecord, cap: &Capability, fallback: Outcome) -> Outcome {
+        let deadline = tokio::time::Instant::now() + cap.lease.unsigned_abs();
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            match self
+                .store
+                .load_generation(&record.key, record.generation)
+                .await
+            {
+                Ok(Some(r)) if r.state != intent::IntentState::InFlight => {
+                    return decide::standing_outcome(&r);
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        fallback
     }
 
     /// An admin resets a tripped breaker.

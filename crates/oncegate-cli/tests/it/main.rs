@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod demo;
 mod gateway;
 
 fn oncegate(args: &[&str]) -> Output {

@@ -91,7 +91,8 @@ fn intent(order: &str) -> IntentHandle {
 #[tokio::test]
 async fn provider_answers_are_classified_conservatively() {
     let base = provider().await;
-    let cases: [(&str, fn(&EffectResult) -> bool); 5] = [
+    type Check = fn(&EffectResult) -> bool;
+    let cases: [(&str, Check); 5] = [
         (
             "/ok",
             |r| matches!(r, EffectResult::Applied { effect_ref: Some(id), .. } if id == "fx_1"),
