@@ -32,6 +32,8 @@ enum Command {
     Audit(cmd::audit::AuditCommand),
     /// Run the red-team scenarios: a naive executor vs oncegate, effects counted.
     Demo(cmd::demo::DemoArgs),
+    /// Prove one intent gives one effect for your registry, against a simulated upstream.
+    Verify(cmd::verify::VerifyArgs),
     /// Run the gateway: the JSON API in front of the registry's upstreams.
     Serve(cmd::serve::ServeArgs),
     /// Run the simulated payment/email/ledger provider (for the demo, tests, benchmarks).
@@ -76,7 +78,7 @@ pub fn run() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("ONCEGATE_LOG")
                 // The demo's alerts are the point of the scenarios: its table says so.
                 .unwrap_or_else(|_| {
-                    if matches!(cli.command, Command::Demo(_)) {
+                    if matches!(cli.command, Command::Demo(_) | Command::Verify(_)) {
                         "error".into()
                     } else {
                         "warn".into()
@@ -91,6 +93,7 @@ pub fn run() -> ExitCode {
         Command::Intents(c) => runtime().and_then(|rt| rt.block_on(cmd::intents::run(c))),
         Command::Audit(c) => runtime().and_then(|rt| rt.block_on(cmd::audit::run(c))),
         Command::Demo(a) => runtime().and_then(|rt| rt.block_on(cmd::demo::run(a))),
+        Command::Verify(a) => runtime().and_then(|rt| rt.block_on(cmd::verify::run(a))),
         Command::Serve(a) => runtime().and_then(|rt| rt.block_on(cmd::serve::run(a))),
         Command::Sandbox(a) => runtime().and_then(|rt| rt.block_on(cmd::sandbox::run(a))),
         Command::Approvals(c) => runtime().and_then(|rt| rt.block_on(cmd::approvals::run(c))),

@@ -7,3 +7,4 @@ pub mod demo;
 pub mod sandbox;
 pub mod server;
 pub mod upstream;
+pub mod verify;

@@ -192,6 +192,9 @@ pub struct Gate<S: Store = SqliteStore> {
     owner: String,
     /// Kill switches by target (`capability:NAME`, `agent:NAME`) with their reason.
     kill_switches: Arc<RwLock<HashMap<String, String>>>,
+    /// Treat every policy as allow (only `oncegate verify`'s simulations, which test
+    /// key recipes and controls, not policies).
+    skip_policies: bool,
 }
 
 impl<S: Store> Clone for Gate<S> {
@@ -202,6 +205,7 @@ impl<S: Store> Clone for Gate<S> {
             clock: self.clock.clone(),
             owner: self.owner.clone(),
             kill_switches: self.kill_switches.clone(),
+            skip_policies: self.skip_policies,
         }
     }
 }
@@ -277,7 +281,15 @@ impl<S: Store> Gate<S> {
             clock,
             owner,
             kill_switches: Arc::default(),
+            skip_policies: false,
         }
+    }
+
+    /// A gate that treats every policy as allow: for simulations that test key recipes
+    /// and controls (`oncegate verify`), never for serving.
+    pub fn without_policies(mut self) -> Self {
+        self.skip_policies = true;
+        self
     }
 
     /// Switches a capability or an agent off (`reason` Some) or on again (None), and
@@ -427,6 +439,7 @@ impl<S: Store> Gate<S> {
             &self.registry.gateway.time_zone,
         )?;
         let verdict = match &cap.policy {
+            Some(_) if self.skip_policies => PolicyVerdict::Allow,
             Some(engine) => engine.evaluate(
                 principal,
                 who.role,

@@ -8,3 +8,4 @@ pub mod intents;
 pub mod keys;
 pub mod sandbox;
 pub mod serve;
+pub mod verify;
