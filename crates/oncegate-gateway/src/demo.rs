@@ -635,11 +635,11 @@ impl World {
     pub fn describe(&self) -> String {
         let tokens: Vec<String> = TOKENS.iter().map(|(p, t)| format!("{p}={t}")).collect();
         format!(
-            "gateway: {}\nsandbox: {} (API key {API_KEY}; ledger at /v1/effects)\ntokens:  {}\nstore:   {}",
+            "gateway: {}\nsandbox: {} (API key {API_KEY}; ledger at /v1/effects)\ntokens:  {}\nstore:   {} (config beside it: oncegate.toml)",
             self.gateway,
             self.sandbox,
             tokens.join(" "),
-            self.dir.path().join("demo.db").display()
+            self.dir.path().join("embedded.db").display()
         )
     }
 }
