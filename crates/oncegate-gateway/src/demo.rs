@@ -143,6 +143,12 @@ impl World {
         ));
         let dir = tempfile::tempdir()?;
         std::fs::write(dir.path().join("oncegate.toml"), demo_config(&sandbox))?;
+        // The crash gateway waits 30 s for the provider, so the SIGKILL surely lands
+        // between the provider's commit and the gateway's record.
+        std::fs::write(
+            dir.path().join("crash.toml"),
+            demo_config(&sandbox).replace("timeout = \"1s\"", "timeout = \"30s\""),
+        )?;
         std::fs::write(
             dir.path().join("policies.cedar"),
             include_str!("../../../examples/policies.cedar"),
@@ -246,6 +252,12 @@ impl World {
 
     /// Runs one scenario.
     pub async fn run(&self, id: u8) -> Row {
+        // A fault left queued by an earlier scenario must not leak into this one.
+        let _ = self
+            .http
+            .delete(format!("{}/_sandbox/faults", self.sandbox))
+            .send()
+            .await;
         let (_, name, story) = SCENARIOS[usize::from(id - 1)];
         let g = self.gateway.clone();
         let (naive, ours, expected, notes, extra_ok) = match id {
@@ -368,7 +380,8 @@ impl World {
                 let one_result = [&a, &b]
                     .iter()
                     .all(|o| o["status"] == "applied" || o["status"] == "replayed")
-                    && a["effect_ref"] == b["effect_ref"];
+                    && a["effect_ref"] == b["effect_ref"]
+                    && a["effect_ref"].is_string();
                 let ok = held["status"] == "pending_approval" && !id.is_empty() && one_result;
                 (
                     self.effects("N4").await,
@@ -599,7 +612,7 @@ impl World {
     async fn crash_replay(&self) -> Result<String, String> {
         let dir = self.dir.path();
         let gw = spawn_gateway(&self.gateway_exe, dir).await?;
-        self.fault("/v1/charges", "stall_after_commit", 1, 5000)
+        self.fault("/v1/charges", "stall_after_commit", 1, 30_000)
             .await;
         let url = gw.1.clone();
         let http = self.http.clone();
@@ -683,10 +696,13 @@ async fn spawn_gateway(exe: &Path, dir: &Path) -> Result<(tokio::process::Child,
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
     let stdout = child.stdout.take().ok_or("no stdout")?;
     let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .await
-        .map_err(|e| e.to_string())?;
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        BufReader::new(stdout).read_line(&mut line),
+    )
+    .await
+    .map_err(|_| "the gateway did not start within 30 s".to_owned())?
+    .map_err(|e| e.to_string())?;
     let url = line
         .split_whitespace()
         .last()

@@ -21,6 +21,9 @@ use oncegate_store::{Call, Executor, Gate, IntentHandle, ManualClock, SqliteStor
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+/// An undeclared argument the simulated model rewrites on every call.
+const FREE_TEXT: &str = "oncegate_verify_free_text";
+
 /// One check's result.
 #[derive(Clone, Debug, Serialize)]
 pub struct Check {
@@ -68,6 +71,7 @@ pub fn lint(cap: &Capability) -> Vec<String> {
         && let Some(body) = &up.body
     {
         let mut templates = vec![&up.url];
+        templates.extend(up.headers.values());
         body.templates(&mut templates);
         let provided = templates.iter().flat_map(|t| t.sources()).any(|s| match s {
             Source::BusinessRef => true,
@@ -86,28 +90,20 @@ pub fn lint(cap: &Capability) -> Vec<String> {
             .next()
             .unwrap_or_default()
             .to_ascii_lowercase();
-        let moneyish = ["amount", "price", "total", "cost", "fee", "sum"]
-            .iter()
-            .any(|m| leaf.contains(m));
-        if moneyish
-            && !matches!(
-                s.normaliser,
-                Normaliser::Money { .. } | Normaliser::Integer | Normaliser::Decimal
-            )
-        {
+        let moneyish = leaf
+            .split(['_', '-'])
+            .any(|t| ["amount", "price", "total", "cost", "fee", "sum"].contains(&t));
+        if moneyish && matches!(s.normaliser, Normaliser::Text { .. }) {
             findings.push(format!("`{}` looks like an amount but is normalised as {}: \"12.5\" and \"12.50\" would be two intents (use type = \"money\")", s.path, s.normaliser.type_name()));
         }
     }
     if cap.on_unknown == OnUnknown::Reconcile && cap.reconcile.is_none() {
         findings.push("on_unknown = \"reconcile\" but no [capabilities.reconcile] read is declared: every unknown outcome escalates to a human".into());
     }
-    if cap.category == Category::Keyed
-        && cap
-            .upstream
-            .as_ref()
-            .is_some_and(|u| u.idempotency == oncegate_core::config::KeyThreading::None)
-    {
-        findings.push("keyed, but the upstream is not given the key".into());
+    if cap.replay_window.is_zero() {
+        findings.push(
+            "replay_window is 0: every repeat is a new intent, so nothing is ever replayed".into(),
+        );
     }
     findings
 }
@@ -117,11 +113,17 @@ pub fn lint(cap: &Capability) -> Vec<String> {
 #[derive(Default)]
 struct Simulated {
     honours_key: bool,
+    /// Every execute() call, deduped or not.
+    executions: std::sync::atomic::AtomicUsize,
     effects: Mutex<Vec<String>>,
     stall_next: Mutex<bool>,
 }
 
 impl Simulated {
+    fn executions(&self) -> usize {
+        self.executions.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn count(&self) -> usize {
         self.effects.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
@@ -129,6 +131,8 @@ impl Simulated {
 
 impl Executor for Simulated {
     async fn execute(&self, intent: IntentHandle) -> EffectResult {
+        self.executions
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut effects = self.effects.lock().unwrap_or_else(|e| e.into_inner());
         if !(self.honours_key && effects.contains(&intent.key)) {
             effects.push(intent.key.clone());
@@ -191,28 +195,38 @@ fn samples(cap: &Capability, n: usize) -> (Value, Vec<(ArgPath, Value)>) {
             Normaliser::Money {
                 currency_arg,
                 default_currency,
-                ..
+                unit,
             } => {
-                let code = default_currency.map_or("USD", |c| c.code());
+                let currency = default_currency.unwrap_or(iso_currency::Currency::USD);
+                let code = currency.code();
                 if let Some(c) = currency_arg {
                     set_path(&mut args, c, json!(code));
                 }
-                let major = if vary {
-                    format!("{}.50", 12 + n)
-                } else {
-                    "12.50".into()
-                };
-                let minor: i64 = major.replace('.', "").parse().unwrap_or(1250);
-                let number: f64 = major.parse().unwrap_or(12.5);
-                (
-                    json!(major),
-                    vec![
-                        json!(number),
-                        json!(format!("{major} {code}")),
-                        json!(format!("{code} {major}")),
-                        json!({"minor": minor, "currency": code}),
-                    ],
-                )
+                let exponent = u32::from(currency.exponent().unwrap_or(0));
+                let minor: i64 = 1250 + if vary { 100 * n as i64 } else { 0 };
+                let major = rust_decimal::Decimal::new(minor, exponent);
+                let major_text = major.to_string();
+                let number: Value = serde_json::from_str(&major.normalize().to_string())
+                    .unwrap_or(json!(major_text));
+                match unit {
+                    oncegate_core::normalise::MoneyUnit::Major => (
+                        json!(major_text),
+                        vec![
+                            number,
+                            json!(format!("{major_text} {code}")),
+                            json!(format!("{code} {major_text}")),
+                            json!({"minor": minor, "currency": code}),
+                        ],
+                    ),
+                    oncegate_core::normalise::MoneyUnit::Minor => (
+                        json!(minor),
+                        vec![
+                            json!(minor.to_string()),
+                            json!({"minor": minor, "currency": code}),
+                            json!(format!("{major_text} {code}")),
+                        ],
+                    ),
+                }
             }
             Normaliser::Email => {
                 let local = if vary {
@@ -255,10 +269,14 @@ fn samples(cap: &Capability, n: usize) -> (Value, Vec<(ArgPath, Value)>) {
                 ],
             ),
             Normaliser::Enum { values } => {
-                let v = values.first().cloned().unwrap_or_default();
+                let v = if values.is_empty() {
+                    String::new()
+                } else {
+                    values[if vary { n % values.len() } else { 0 }].clone()
+                };
                 (
                     json!(v),
-                    vec![json!(v.to_uppercase()), json!(format!(" {v}"))],
+                    vec![json!(v.to_ascii_uppercase()), json!(format!(" {v}"))],
                 )
             }
             Normaliser::Set => (
@@ -275,7 +293,7 @@ fn samples(cap: &Capability, n: usize) -> (Value, Vec<(ArgPath, Value)>) {
             drifts.push((s.path.clone(), alt));
         }
     }
-    args["note"] = json!("free text the model rewrites on every re-plan");
+    args[FREE_TEXT] = json!("free text the model rewrites on every re-plan");
     (args, drifts)
 }
 
@@ -301,117 +319,172 @@ pub async fn verify(registry: &Registry, principal: &str) -> Result<Vec<Report>,
         .iter()
         .filter(|c| c.category != Category::Read)
     {
-        let mut checks = Vec::new();
-        let call = |args: Value| Call {
-            capability: cap.name.clone(),
-            arguments: args,
-            run_id: Some("verify-run".into()),
-            step_id: Some("verify-step".into()),
-        };
-        let sim = |cap: &Capability| {
-            Arc::new(Simulated {
-                honours_key: matches!(cap.category, Category::Keyed | Category::IdempotentWrite),
-                ..Simulated::default()
-            })
-        };
-
-        // Timeout after commit, then a repeat.
-        let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
-        let up = sim(cap);
-        *up.stall_next.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        let (args, drifts) = samples(cap, 0);
-        let first = gate
-            .invoke_with(principal, call(args.clone()), up.clone())
-            .await
-            .map_err(|e| e.to_string())?;
-        let again = gate
-            .invoke_with(principal, call(args.clone()), up.clone())
-            .await
-            .map_err(|e| e.to_string())?;
-        checks.push(Check {
-            name: "timeout after commit".into(),
-            ok: up.count() == 1 && first.status == Status::Unknown,
-            detail: format!(
-                "first {}, repeat {}, {} effect(s)",
-                first.status.as_str(),
-                again.status.as_str(),
-                up.count()
-            ),
-        });
-
-        // Drifted re-plans.
-        let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
-        let up = sim(cap);
-        gate.invoke_with(principal, call(args.clone()), up.clone())
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut moved = Vec::new();
-        for (path, alt) in &drifts {
-            let mut drifted = args.clone();
-            set_path(&mut drifted, path, alt.clone());
-            drifted["note"] = json!("reissue: the previous attempt failed");
-            let o = gate
-                .invoke_with(principal, call(drifted), up.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-            if o.status != Status::Replayed {
-                moved.push(format!("{path} = {alt} -> {}", o.status.as_str()));
+        let mut findings = lint(cap);
+        let checks = if cap.dry_run {
+            vec![Check {
+                name: "simulation".into(),
+                ok: true,
+                detail: "skipped: the capability is dry_run, it never executes".into(),
+            }]
+        } else {
+            match simulate(registry, cap, principal).await {
+                Ok(checks) => checks,
+                Err(e) => {
+                    findings.push(format!("the simulation could not run: {e}"));
+                    Vec::new()
+                }
             }
+        };
+        reports.push(Report {
+            capability: cap.name.clone(),
+            findings,
+            checks,
+        });
+    }
+    Ok(reports)
+}
+
+async fn simulate(
+    registry: &Registry,
+    cap: &Capability,
+    principal: &str,
+) -> Result<Vec<Check>, String> {
+    let mut checks = Vec::new();
+    let call = |args: Value| Call {
+        capability: cap.name.clone(),
+        arguments: args,
+        run_id: Some("verify-run".into()),
+        step_id: Some("verify-step".into()),
+    };
+    // The simulated provider dedupes on the key only where the capability says it may
+    // (keyed or idempotent) and the key actually reaches it.
+    let threaded = cap
+        .upstream
+        .as_ref()
+        .is_none_or(|u| u.idempotency != oncegate_core::config::KeyThreading::None);
+    let honours_key =
+        threaded && matches!(cap.category, Category::Keyed | Category::IdempotentWrite);
+    let sim = || {
+        Arc::new(Simulated {
+            honours_key,
+            ..Simulated::default()
+        })
+    };
+    let invoke = |gate: &Gate, args: Value, up: &Arc<Simulated>| {
+        let (gate, up, c) = (gate.clone(), up.clone(), call(args));
+        async move {
+            gate.invoke_with(principal, c, up)
+                .await
+                .map_err(|e| e.to_string())
         }
-        checks.push(Check {
-            name: "drifted re-plans".into(),
-            ok: moved.is_empty() && up.count() == 1,
-            detail: if moved.is_empty() {
-                format!("{} drifted spellings all replayed", drifts.len())
-            } else {
-                moved.join("; ")
-            },
-        });
+    };
 
-        // Parallel identical calls.
-        let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
-        let up = sim(cap);
-        let calls: Vec<_> = (0..16)
-            .map(|_| gate.invoke_with(principal, call(args.clone()), up.clone()))
-            .collect();
-        futures::future::join_all(calls).await;
-        checks.push(Check {
-            name: "16 parallel identical calls".into(),
-            ok: up.count() == 1,
-            detail: format!("{} effect(s)", up.count()),
-        });
+    // Timeout after commit, then a repeat.
+    let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
+    let up = sim();
+    *up.stall_next.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    let (args, drifts) = samples(cap, 0);
+    let first = invoke(&gate, args.clone(), &up).await?;
+    let again = invoke(&gate, args.clone(), &up).await?;
+    checks.push(Check {
+        name: "timeout after commit".into(),
+        ok: up.count() == 1 && first.status == Status::Unknown && again.status != Status::Applied,
+        detail: format!(
+            "first {}, repeat {}, {} effect(s) from {} execution(s)",
+            first.status.as_str(),
+            again.status.as_str(),
+            up.count(),
+            up.executions()
+        ),
+    });
 
-        // Attempt ceiling.
-        if let Some(ceiling) = cap.attempt_ceiling {
+    // Drifted re-plans.
+    let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
+    let up = sim();
+    invoke(&gate, args.clone(), &up).await?;
+    let mut moved = Vec::new();
+    for (path, alt) in &drifts {
+        let mut drifted = args.clone();
+        set_path(&mut drifted, path, alt.clone());
+        drifted[FREE_TEXT] = json!("reissue: the previous attempt failed");
+        match invoke(&gate, drifted, &up).await {
+            Ok(o) if o.status == Status::Replayed => {}
+            Ok(o) => moved.push(format!("{path} = {alt} -> {}", o.status.as_str())),
+            Err(e) => moved.push(format!("{path} = {alt} -> {e}")),
+        }
+    }
+    checks.push(Check {
+        name: "drifted re-plans".into(),
+        ok: moved.is_empty() && up.executions() == 1,
+        detail: if moved.is_empty() {
+            format!("{} drifted spellings all replayed", drifts.len())
+        } else {
+            moved.join("; ")
+        },
+    });
+
+    // Parallel identical calls: one execution, one applied, whatever the provider does.
+    let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
+    let up = sim();
+    let outcomes =
+        futures::future::join_all((0..16).map(|_| invoke(&gate, args.clone(), &up))).await;
+    let applied = outcomes
+        .iter()
+        .filter(|o| matches!(o, Ok(o) if o.status == Status::Applied))
+        .count();
+    let errors = outcomes.iter().filter(|o| o.is_err()).count();
+    checks.push(Check {
+        name: "16 parallel identical calls".into(),
+        ok: up.executions() == 1 && applied == 1 && errors == 0,
+        detail: format!(
+            "{} execution(s), {applied} applied, {errors} error(s)",
+            up.executions()
+        ),
+    });
+
+    // Attempt ceiling.
+    match cap.attempt_ceiling {
+        Some(ceiling) if ceiling <= 1000 => {
             let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
-            let up = sim(cap);
+            let up = sim();
             let mut last = Status::Applied;
             for _ in 0..=ceiling {
-                last = gate
-                    .invoke_with(principal, call(args.clone()), up.clone())
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .status;
+                last = invoke(&gate, args.clone(), &up).await?.status;
             }
             checks.push(Check {
                 name: format!("attempt ceiling ({ceiling})"),
-                ok: last == Status::Refused && up.count() == 1,
-                detail: format!("call {} was {}", ceiling + 1, last.as_str()),
+                ok: last == Status::Refused && up.executions() == 1,
+                detail: format!("call {} was {}", u64::from(ceiling) + 1, last.as_str()),
             });
         }
+        Some(ceiling) => checks.push(Check {
+            name: format!("attempt ceiling ({ceiling})"),
+            ok: true,
+            detail: "not simulated: more than 1000 calls".into(),
+        }),
+        None => checks.push(Check {
+            name: "attempt ceiling".into(),
+            ok: true,
+            detail: "none declared (repeats are never refused)".into(),
+        }),
+    }
 
-        // Replay window.
+    // Replay window. A `day` scope makes the next day a new intent anyway.
+    if cap.key.scope == oncegate_core::config::Scope::Day
+        || cap.replay_window > SignedDuration::from_hours(24 * 3650)
+    {
+        checks.push(Check {
+            name: "replay window".into(),
+            ok: true,
+            detail: "not simulated for day scopes or windows over ten years".into(),
+        });
+    } else {
         let clock = ManualClock::new(Timestamp::now());
         let (gate, _dir) = scratch_gate(registry, clock.clone()).await?;
-        let up = sim(cap);
-        gate.invoke_with(principal, call(args.clone()), up.clone())
-            .await
-            .map_err(|e| e.to_string())?;
+        let up = sim();
+        invoke(&gate, args.clone(), &up).await?;
         clock.advance(cap.replay_window + SignedDuration::from_secs(1));
-        let later = gate
-            .invoke_with(principal, call(args.clone()), up.clone())
-            .await
-            .map_err(|e| e.to_string())?;
+        let later = invoke(&gate, args.clone(), &up).await?;
         checks.push(Check {
             name: format!("outside the {:#} window", cap.replay_window),
             ok: later.status != Status::Replayed && later.generation == 2,
@@ -421,30 +494,26 @@ pub async fn verify(registry: &Registry, principal: &str) -> Result<Vec<Report>,
                 later.generation
             ),
         });
-
-        // Distinct business references: no false dedupe.
-        let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
-        let up = sim(cap);
-        let mut keys = HashMap::new();
-        for n in 1..=3 {
-            let (args, _) = samples(cap, n);
-            let o = gate
-                .invoke_with(principal, call(args), up.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-            keys.insert(o.key.map(|k| k.to_string()), o.status);
-        }
-        checks.push(Check {
-            name: "3 distinct intents".into(),
-            ok: keys.len() == 3 && up.count() == 3,
-            detail: format!("{} key(s), {} effect(s)", keys.len(), up.count()),
-        });
-
-        reports.push(Report {
-            capability: cap.name.clone(),
-            findings: lint(cap),
-            checks,
-        });
     }
-    Ok(reports)
+
+    // Distinct intents: no false dedupe.
+    let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
+    let up = sim();
+    let mut keys = HashMap::new();
+    for n in 1..=3 {
+        let (args, _) = samples(cap, n);
+        let o = invoke(&gate, args, &up).await?;
+        keys.insert(o.key.map(|k| k.to_string()), o.status);
+    }
+    let recipe_varies = cap.key.business_ref.is_some() || !cap.key.significant.is_empty();
+    checks.push(Check {
+        name: "3 distinct intents".into(),
+        ok: !recipe_varies || (keys.len() == 3 && up.count() == 3),
+        detail: if recipe_varies {
+            format!("{} key(s), {} effect(s)", keys.len(), up.count())
+        } else {
+            "no key recipe: every call with the same scope is one intent".into()
+        },
+    });
+    Ok(checks)
 }
