@@ -629,6 +629,7 @@ async fn list_intents(
             capability: q.capability,
             breaker_tripped: false,
             limit: q.limit.unwrap_or(100),
+            oldest_first: false,
         })
         .await?;
     Ok(Json(json!({"intents": list})).into_response())
@@ -995,6 +996,7 @@ pub async fn sweep(state: AppState, every: Duration) {
                 .list_intents(&IntentFilter {
                     state: Some(st),
                     limit: 500,
+                    oldest_first: true,
                     ..Default::default()
                 })
                 .await

@@ -255,6 +255,7 @@ pub async fn listing_and_cross_run<S: Store>(store: &S) {
     let mut tripped = sample_record("dd05", 1);
     tripped.state = IntentState::Applied;
     tripped.breaker_tripped = true;
+    tripped.updated_at = at(5);
     tripped.capability = "refund".into();
     store
         .commit(Commit {
@@ -308,6 +309,38 @@ pub async fn listing_and_cross_run<S: Store>(store: &S) {
             .is_none(),
         "the same run is not another run"
     );
+}
+
+/// Newest first by default; oldest first for the sweep.
+pub async fn listing_order<S: Store>(store: &S) {
+    for (i, key) in ["ee01", "ee02", "ee03"].iter().enumerate() {
+        let mut r = sample_record(key, 1);
+        r.updated_at = at(i as i64 * 10);
+        store
+            .commit(Commit {
+                record: Some(r),
+                approval: None,
+                event: sample_event(key, 1),
+            })
+            .await
+            .unwrap();
+    }
+    let keys = |v: Vec<IntentRecord>| {
+        v.into_iter()
+            .map(|r| r.key.as_str().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let newest = store.list_intents(&IntentFilter::default()).await.unwrap();
+    assert_eq!(keys(newest), ["ee03", "ee02", "ee01"]);
+    let oldest = store
+        .list_intents(&IntentFilter {
+            oldest_first: true,
+            limit: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(keys(oldest), ["ee01", "ee02"]);
 }
 
 /// Every commit appends one chained audit record; all shards verify.
@@ -411,4 +444,5 @@ where
     audit_chain(&fresh().await).await;
     one_insert_wins(&fresh().await).await;
     client_key_binding(&fresh().await).await;
+    listing_order(&fresh().await).await;
 }

@@ -52,8 +52,11 @@ pub struct IntentFilter {
     pub capability: Option<String>,
     /// Only intents whose breaker is tripped.
     pub breaker_tripped: bool,
-    /// At most this many (newest first); 0 means 100.
+    /// At most this many; 0 means 100.
     pub limit: u32,
+    /// Oldest first (the sweep, so no intent starves behind newer ones); newest first
+    /// otherwise.
+    pub oldest_first: bool,
 }
 
 /// One atomic write: the intent, an approval, and the audit event that explains them.

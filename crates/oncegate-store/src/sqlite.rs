@@ -487,17 +487,22 @@ impl StoreRead for SqliteStore {
 
     async fn list_intents(&self, filter: &IntentFilter) -> Result<Vec<IntentRecord>, StoreError> {
         let limit = if filter.limit == 0 { 100 } else { filter.limit };
-        let rows = sqlx::query(
+        // Two fixed statements rather than a spliced ORDER BY: no SQL is built from input.
+        let sql = if filter.oldest_first {
             "SELECT body FROM intents WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR capability = ?2)
-             AND (?3 = 0 OR breaker_tripped = 1) ORDER BY updated_at DESC LIMIT ?4",
-        )
-        .bind(filter.state.map(|s| s.as_str()))
-        .bind(filter.capability.as_deref())
-        .bind(filter.breaker_tripped)
-        .bind(i64::from(limit))
-        .fetch_all(&self.inner.readers)
-        .await
-        .map_err(unavailable)?;
+             AND (?3 = 0 OR breaker_tripped = 1) ORDER BY updated_at ASC LIMIT ?4"
+        } else {
+            "SELECT body FROM intents WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR capability = ?2)
+             AND (?3 = 0 OR breaker_tripped = 1) ORDER BY updated_at DESC LIMIT ?4"
+        };
+        let rows = sqlx::query(sql)
+            .bind(filter.state.map(|s| s.as_str()))
+            .bind(filter.capability.as_deref())
+            .bind(filter.breaker_tripped)
+            .bind(i64::from(limit))
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(unavailable)?;
         rows.iter().map(|r| decode(r.get::<&str, _>(0))).collect()
     }
 

@@ -60,6 +60,7 @@ pub async fn run(command: IntentsCommand) -> anyhow::Result<ExitCode> {
                 capability,
                 breaker_tripped: false,
                 limit,
+                oldest_first: false,
             };
             let intents = store.list_intents(&filter).await?;
             for r in &intents {
