@@ -170,12 +170,20 @@ async fn writer_loop(
         for _attempt in 0..2 {
             // A database file that was removed or replaced under us would swallow
             // writes into an unlinked inode: refuse instead (fail closed).
-            let same_file = std::fs::metadata(&path)
-                .map(|m| m.ino() == inode)
-                .unwrap_or(false);
+            let meta = std::fs::metadata(&path);
+            let same_file = meta.as_ref().map(|m| m.ino() == inode).unwrap_or(false);
             if !same_file {
                 results = Err(StoreError::Unavailable(format!(
                     "the database file {} was removed or replaced",
+                    path.display()
+                )));
+                break;
+            }
+            // An operator who marks the file read-only means "stop writing"; root would
+            // otherwise write through the permission bits.
+            if meta.is_ok_and(|m| m.permissions().readonly()) {
+                results = Err(StoreError::Unavailable(format!(
+                    "the database file {} is read-only",
                     path.display()
                 )));
                 break;

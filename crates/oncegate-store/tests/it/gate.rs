@@ -327,3 +327,40 @@ async fn a_caller_that_hangs_up_does_not_lose_the_effect() {
         .unwrap();
     assert_eq!((o.status, exec.count()), (Status::Replayed, 1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_database_fails_closed() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new();
+    let gate = scratch.gate(Arc::new(SystemClock)).await;
+    let exec = Counting::new(0);
+    std::fs::set_permissions(scratch.db(), std::fs::Permissions::from_mode(0o444)).unwrap();
+    let o = gate
+        .invoke_with(
+            "agent",
+            Call::new("pay", json!({"order_id": "RO-1", "amount": "1"})),
+            exec.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (o.status, o.reason.unwrap().code),
+        (Status::Refused, Code::StoreUnavailable)
+    );
+    assert_eq!(exec.count(), 0, "no effect without a durable claim");
+    assert!(gate.store().ping().await.is_err());
+    std::fs::set_permissions(scratch.db(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = gate
+        .invoke_with(
+            "agent",
+            Call::new("pay", json!({"order_id": "RO-1", "amount": "1"})),
+            exec.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        o.status,
+        Status::Applied,
+        "writable again: the store recovers"
+    );
+}
