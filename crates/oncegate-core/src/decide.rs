@@ -328,6 +328,20 @@ fn settle_refusal(record: &mut IntentRecord, reason: ApprovalReason, now: Timest
     }
 }
 
+/// The effect happened: record it, with its reference and the provider's answer.
+fn settle_applied(
+    record: &mut IntentRecord,
+    effect_ref: Option<String>,
+    result: Value,
+    now: Timestamp,
+) {
+    record.state = IntentState::Applied;
+    record.settled_at = Some(now);
+    record.effect_ref = effect_ref;
+    record.result = Some(result);
+    record.error = None;
+}
+
 /// Decides one call.
 pub fn decide(
     existing: Option<&IntentRecord>,
@@ -758,11 +772,7 @@ pub fn record_claim_effect(
     next.updated_at = now;
     let status = match &result {
         EffectResult::Applied { effect_ref, result } => {
-            next.state = IntentState::Applied;
-            next.settled_at = Some(now);
-            next.effect_ref = effect_ref.clone();
-            next.result = Some(result.clone());
-            next.error = None;
+            settle_applied(&mut next, effect_ref.clone(), result.clone(), now);
             Status::Applied
         }
         EffectResult::Failed { result, message } => {
@@ -876,11 +886,7 @@ pub fn after_reconcile(
     }
     let (action, approval, outcome, detail) = match result {
         ReconcileResult::Found { effect_ref, result } => {
-            next.state = IntentState::Applied;
-            next.settled_at = Some(now);
-            next.effect_ref = effect_ref;
-            next.result = Some(result);
-            next.error = None;
+            settle_applied(&mut next, effect_ref, result, now);
             let outcome = outcome_of(&next, Status::Replayed, None);
             (
                 Action::Respond,
@@ -1181,11 +1187,7 @@ pub fn after_sweep(
     next.updated_at = now;
     let (status, detail) = match result {
         ReconcileResult::Found { effect_ref, result } => {
-            next.state = IntentState::Applied;
-            next.settled_at = Some(now);
-            next.effect_ref = effect_ref;
-            next.result = Some(result);
-            next.error = None;
+            settle_applied(&mut next, effect_ref, result, now);
             (
                 Status::Replayed,
                 json!({"sweep": "found", "effect_ref": next.effect_ref}),

@@ -599,6 +599,16 @@ async fn get_intent(
     }
 }
 
+/// Parses an optional `?state=` filter, refusing unknown spellings with a 400.
+fn parse_state<T>(
+    raw: Option<&str>,
+    parse: fn(&str) -> Option<T>,
+    what: &str,
+) -> Result<Option<T>, ApiError> {
+    raw.map(|s| parse(s).ok_or_else(|| ApiError::BadRequest(format!("`{s}` is not {what}"))))
+        .transpose()
+}
+
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 struct IntentQuery {
     state: Option<String>,
@@ -614,13 +624,7 @@ async fn list_intents(
 ) -> Result<Response, ApiError> {
     let p = state.authenticate(&headers)?;
     require(&p, &[Role::Admin, Role::Approver])?;
-    let st = match q.state.as_deref() {
-        None => None,
-        Some(s) => Some(
-            IntentState::parse(s)
-                .ok_or_else(|| ApiError::BadRequest(format!("`{s}` is not a state")))?,
-        ),
-    };
+    let st = parse_state(q.state.as_deref(), IntentState::parse, "a state")?;
     let list = state
         .gate
         .store()
@@ -648,13 +652,11 @@ async fn list_approvals(
 ) -> Result<Response, ApiError> {
     let p = state.authenticate(&headers)?;
     require(&p, &[Role::Admin, Role::Approver])?;
-    let st = match q.state.as_deref() {
-        None => None,
-        Some(s) => Some(
-            ApprovalState::parse(s)
-                .ok_or_else(|| ApiError::BadRequest(format!("`{s}` is not an approval state")))?,
-        ),
-    };
+    let st = parse_state(
+        q.state.as_deref(),
+        ApprovalState::parse,
+        "an approval state",
+    )?;
     let list = state.gate.store().list_approvals(st).await?;
     Ok(Json(json!({"approvals": list})).into_response())
 }
