@@ -287,6 +287,9 @@ pub struct Capability {
     pub policy: Option<Arc<PolicyEngine>>,
     /// The policy file, as written in the config.
     pub policy_file: Option<String>,
+    /// The JSON Schema of the tool's arguments shown to agents (`None`: the gateway
+    /// derives one from the key recipe, or takes an MCP upstream's own).
+    pub input_schema: Option<Value>,
 }
 
 impl Capability {
@@ -322,6 +325,11 @@ pub struct GatewaySettings {
     pub read_rate_per_second: u32,
     /// Where alerts (cross-run duplicates, tripped breakers) are POSTed as JSON.
     pub alert_webhook: Option<Template>,
+    /// `Host` values `/mcp` accepts (DNS-rebinding guard); loopback by default.
+    pub mcp_allowed_hosts: Vec<String>,
+    /// Browser `Origin`s `/mcp` accepts; empty: requests carrying an Origin are not
+    /// checked against a list (requests without one always pass).
+    pub mcp_allowed_origins: Vec<String>,
 }
 
 /// A config problem that is not an error but that a careful reader wants to know.
@@ -455,6 +463,8 @@ struct RawGateway {
     listen: Option<String>,
     read_rate_per_second: Option<u32>,
     alert_webhook: Option<String>,
+    mcp_allowed_hosts: Option<Vec<String>>,
+    mcp_allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -491,6 +501,7 @@ struct RawCapability {
     key: Option<RawKey>,
     upstream: Option<RawUpstream>,
     reconcile: Option<RawReconcile>,
+    input_schema: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -1018,6 +1029,8 @@ impl Builder<'_> {
             listen: None,
             read_rate_per_second: None,
             alert_webhook: None,
+            mcp_allowed_hosts: None,
+            mcp_allowed_origins: None,
         });
         let tenant = raw.tenant.unwrap_or_else(|| "default".to_owned());
         let tz_name = raw.time_zone.unwrap_or_else(|| "UTC".to_owned());
@@ -1033,7 +1046,7 @@ impl Builder<'_> {
             }
         };
         let listen_text = raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
-        let listen = match listen_text.parse() {
+        let listen: SocketAddr = match listen_text.parse() {
             Ok(addr) => addr,
             Err(_) => {
                 self.err(
@@ -1067,6 +1080,38 @@ impl Builder<'_> {
             }
             self.template(&[k("gateway"), k("alert_webhook")], &url)
         });
+        let mcp_allowed_hosts = match raw.mcp_allowed_hosts {
+            Some(hosts) => {
+                if hosts.iter().any(|h| h.trim().is_empty() || h.contains('/')) {
+                    self.err(
+                        &[k("gateway"), k("mcp_allowed_hosts")],
+                        "an allowed host is a hostname or host:port",
+                        Some("e.g. [\"gateway.internal\", \"gateway.internal:7878\"]"),
+                    );
+                }
+                hosts
+            }
+            None => {
+                if !listen.ip().is_loopback() {
+                    self.warn(
+                        &[k("gateway"), k("listen")],
+                        "the gateway listens beyond loopback but /mcp accepts only loopback Host headers; set gateway.mcp_allowed_hosts",
+                    );
+                }
+                vec!["localhost".into(), "127.0.0.1".into(), "::1".into()]
+            }
+        };
+        let mcp_allowed_origins = raw.mcp_allowed_origins.unwrap_or_default();
+        if mcp_allowed_origins
+            .iter()
+            .any(|o| o != "null" && !o.contains("://"))
+        {
+            self.err(
+                &[k("gateway"), k("mcp_allowed_origins")],
+                "an allowed origin names its scheme",
+                Some("e.g. [\"https://console.example.com:443\", \"http://localhost:*\"]"),
+            );
+        }
         GatewaySettings {
             tenant,
             time_zone,
@@ -1074,6 +1119,8 @@ impl Builder<'_> {
             listen,
             read_rate_per_second,
             alert_webhook,
+            mcp_allowed_hosts,
+            mcp_allowed_origins,
         }
     }
 
@@ -1128,6 +1175,7 @@ impl Builder<'_> {
         let reconcile = rc
             .reconcile
             .map(|r| self.reconcile(&at(&["reconcile"]), upstream.as_ref(), r));
+        let input_schema = self.input_schema(base, rc.input_schema.as_ref());
         let known: BTreeSet<String> = key
             .significant
             .iter()
@@ -1212,7 +1260,30 @@ impl Builder<'_> {
             reconcile,
             policy: None,
             policy_file: rc.policy,
+            input_schema,
         }
+    }
+
+    /// An agent-facing JSON Schema written in TOML: a table whose `type` is "object".
+    fn input_schema(&mut self, base: &[Seg], raw: Option<&toml::Value>) -> Option<Value> {
+        let raw = raw?;
+        let at = [base, &[k("input_schema")]].concat();
+        let value = match serde_json::to_value(raw) {
+            Ok(v) => v,
+            Err(e) => {
+                self.err(&at, format!("not expressible as JSON: {e}"), None);
+                return None;
+            }
+        };
+        if value.get("type").and_then(Value::as_str) != Some("object") {
+            self.err(
+                &at,
+                "a tool's input schema must be a JSON Schema object",
+                Some("input_schema = { type = \"object\", properties = { order_id = { type = \"string\" } }, required = [\"order_id\"] }"),
+            );
+            return None;
+        }
+        Some(value)
     }
 
     fn key(&mut self, base: &[Seg], raw: Option<RawKey>) -> KeyRecipe {

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
-use crate::upstream::HttpExecutor;
+use crate::upstream::UpstreamExecutor;
 
 /// The largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -86,6 +86,8 @@ pub struct AppState {
     /// Token buckets for read capabilities, per principal: (tokens, last refill).
     read_buckets:
         Arc<std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>>,
+    /// Cancelled at shutdown: ends MCP sessions and their open streams.
+    mcp_shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -138,6 +140,7 @@ impl AppState {
             metrics: metrics_handle(),
             read_buckets: Arc::default(),
             inflight: InFlight::default(),
+            mcp_shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -151,7 +154,22 @@ impl AppState {
         self.tokens.len()
     }
 
-    fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    /// The upstream HTTP client (shared connection pool).
+    pub(crate) fn http(&self) -> reqwest::Client {
+        self.http.clone()
+    }
+
+    /// The detached call tasks.
+    pub(crate) fn inflight(&self) -> &InFlight {
+        &self.inflight
+    }
+
+    /// Cancelled when the server shuts down.
+    pub(crate) fn mcp_shutdown(&self) -> &tokio_util::sync::CancellationToken {
+        &self.mcp_shutdown
+    }
+
+    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -167,14 +185,14 @@ impl AppState {
         found.ok_or(ApiError::Unauthorized)
     }
 
-    fn executor(&self, capability: &str) -> Result<Arc<HttpExecutor>, ApiError> {
+    fn executor(&self, capability: &str) -> Result<Arc<UpstreamExecutor>, ApiError> {
         let cap = self
             .gate
             .registry()
             .capability(capability)
             .cloned()
             .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(capability.to_owned())))?;
-        Ok(Arc::new(HttpExecutor::new(self.http.clone(), cap)))
+        Ok(Arc::new(UpstreamExecutor::new(self.http.clone(), cap)))
     }
 }
 
@@ -250,6 +268,21 @@ impl IntoResponse for ApiError {
             Json(json!({"error": {"code": code, "message": message}})),
         )
             .into_response()
+    }
+}
+
+impl ApiError {
+    /// The human-readable part.
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::Unauthorized => "missing or wrong bearer token".into(),
+            ApiError::Forbidden(m)
+            | ApiError::BadRequest(m)
+            | ApiError::NotFound(m)
+            | ApiError::Store(m)
+            | ApiError::Coded(_, _, m) => m.clone(),
+            ApiError::Gate(e) => e.to_string(),
+        }
     }
 }
 
@@ -357,11 +390,16 @@ fn outcome_response(o: &Outcome, capability: &str) -> Response {
             _ => StatusCode::CONFLICT,
         },
     };
+    record_decision(o, capability);
+    (code, Json(Envelope::from(o))).into_response()
+}
+
+/// Counts a decision (both surfaces).
+pub(crate) fn record_decision(o: &Outcome, capability: &str) {
     metrics::counter!("oncegate_decisions_total", "capability" => capability.to_owned(), "outcome" => o.status.as_str()).increment(1);
     if matches!(o.status, Status::Replayed | Status::InFlight) {
         metrics::counter!("oncegate_duplicates_prevented_total", "capability" => capability.to_owned()).increment(1);
     }
-    (code, Json(Envelope::from(o))).into_response()
 }
 
 /// `POST /v1/calls` body.
@@ -452,7 +490,7 @@ async fn post_call(
 impl AppState {
     /// POSTs each alert to the configured webhook, in the background (best effort: the
     /// alert is already in the log, the metrics and the audit record).
-    fn send_alerts(&self, outcome: &Outcome, capability: &str, principal: &str) {
+    pub(crate) fn send_alerts(&self, outcome: &Outcome, capability: &str, principal: &str) {
         let Some(template) = &self.gate.registry().gateway.alert_webhook else {
             return;
         };
@@ -490,7 +528,7 @@ impl AppState {
 
     /// A token bucket per principal for read capabilities (reads claim nothing, so this
     /// is what keeps a looping agent from hammering the upstream).
-    fn take_read_token(&self, principal: &str) -> Result<(), ApiError> {
+    pub(crate) fn take_read_token(&self, principal: &str) -> Result<(), ApiError> {
         let rate = f64::from(self.gate.registry().gateway.read_rate_per_second);
         let now = std::time::Instant::now();
         let mut buckets = self.read_buckets.lock().unwrap_or_else(|e| e.into_inner());
@@ -959,7 +997,14 @@ async fn json_errors(response: Response) -> Response {
 
 /// The router.
 pub fn app(state: AppState) -> Router {
+    let mcp = tower::ServiceBuilder::new()
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::mcp::authenticate,
+        ))
+        .service(crate::mcp::service(state.clone()));
     Router::new()
+        .nest_service("/mcp", mcp)
         .route("/v1/openapi.json", get(openapi_json))
         .route("/v1/calls", post(post_call))
         .route("/v1/intents", get(list_intents))
@@ -1044,6 +1089,7 @@ pub async fn serve(
 
     let sweeper = tokio::spawn(sweep(state.clone(), sweep_every));
     let inflight = state.inflight.clone();
+    let state_shutdown = state.mcp_shutdown.clone();
     let router = app(state);
     let mut builder = Builder::new(TokioExecutor::new());
     builder
@@ -1077,6 +1123,8 @@ pub async fn serve(
         }
     }
     drop(listener);
+    // MCP sessions hold streams open; end them so the connections can close.
+    state_shutdown.cancel();
     graceful.shutdown().await;
     // Callers that hung up left their effects running: record them before exiting.
     let left = inflight.drain(Duration::from_secs(60)).await;

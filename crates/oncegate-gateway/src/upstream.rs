@@ -1,10 +1,13 @@
-//! HTTP upstreams: render a capability's templates, call the provider with the intent
-//! key, and classify the answer the way DESIGN.md says.
+//! Upstreams: render a capability's templates, call the provider (HTTP/JSON, or a tool
+//! on an MCP server, see [`mcp`]) with the intent key, and classify the answer the way
+//! DESIGN.md says.
 //!
 //! Only proof that no byte left (connection refused, DNS, TLS handshake) makes an
 //! attempt `not_applied` without reconciliation; a 429 is a provider's explicit "not
 //! done". Anything that may have reached the provider (timeout, reset after send, 5xx)
 //! is `unknown`. A 4xx is a definite failure.
+
+pub mod mcp;
 
 use std::sync::Arc;
 
@@ -14,7 +17,7 @@ use oncegate_core::config::{
 use oncegate_core::template::{Part, Source, Template};
 use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_store::{Executor, IntentHandle};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 /// Why a template could not be rendered (nothing was sent).
 #[derive(Debug, thiserror::Error)]
@@ -145,13 +148,13 @@ async fn read_body(response: reqwest::Response) -> Result<Value, reqwest::Error>
     Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
-/// Executes one capability's HTTP upstream and its reconciliation read.
-pub struct HttpExecutor {
+/// Executes one capability's upstream (HTTP or MCP) and its reconciliation read.
+pub struct UpstreamExecutor {
     client: reqwest::Client,
     cap: Arc<Capability>,
 }
 
-impl HttpExecutor {
+impl UpstreamExecutor {
     /// An executor for `cap`, sharing `client`'s connection pool.
     pub fn new(client: reqwest::Client, cap: Arc<Capability>) -> Self {
         Self { client, cap }
@@ -254,19 +257,20 @@ fn classify_error(e: &reqwest::Error) -> EffectResult {
     }
 }
 
-impl Executor for HttpExecutor {
+impl Executor for UpstreamExecutor {
     async fn execute(&self, intent: IntentHandle) -> EffectResult {
-        let Some(up) = self
-            .cap
-            .upstream
-            .as_ref()
-            .filter(|u| u.kind == UpstreamKind::Http)
-        else {
+        let Some(up) = self.cap.upstream.as_ref() else {
             return EffectResult::NotSent {
-                message: format!("capability {} has no HTTP upstream", self.cap.name),
+                message: format!("capability {} has no upstream", self.cap.name),
             };
         };
         let started = std::time::Instant::now();
+        if up.kind == UpstreamKind::Mcp {
+            let result = self.execute_mcp(up, &intent).await;
+            metrics::histogram!("oncegate_upstream_seconds", "capability" => self.cap.name.clone())
+                .record(started.elapsed().as_secs_f64());
+            return result;
+        }
         let req = match self.request(up, &intent) {
             Ok(r) => r,
             Err(e) => {
@@ -319,24 +323,23 @@ impl Executor for HttpExecutor {
     }
 
     async fn reconcile(&self, intent: IntentHandle) -> ReconcileResult {
-        let Some(rec) = self
-            .cap
-            .reconcile
-            .as_ref()
-            .filter(|r| r.kind == UpstreamKind::Http)
-        else {
+        let Some(rec) = self.cap.reconcile.as_ref() else {
             return ReconcileResult::Undecidable {
                 message: "no reconciliation read is declared".into(),
             };
         };
-        match self.reconcile_read(rec, &intent).await {
+        let read = match rec.kind {
+            UpstreamKind::Http => self.reconcile_read(rec, &intent).await,
+            UpstreamKind::Mcp => self.reconcile_mcp(rec, &intent).await,
+        };
+        match read {
             Ok(r) => r,
             Err(message) => ReconcileResult::Undecidable { message },
         }
     }
 }
 
-impl HttpExecutor {
+impl UpstreamExecutor {
     async fn reconcile_read(
         &self,
         rec: &Reconcile,
@@ -380,26 +383,196 @@ impl HttpExecutor {
         if !status.is_success() {
             return Err(format!("reconciliation read answered {status}"));
         }
-        let found = match rec.found.as_deref() {
-            None => true,
-            Some(p) => match body.pointer(p) {
-                Some(Value::Bool(b)) => *b,
-                other => {
-                    return Err(format!(
-                        "`{p}` is not a boolean in the reconciliation answer ({other:?})"
-                    ));
-                }
-            },
+        judge(rec, body)
+    }
+
+    /// Renders the tool arguments (the body mapping, or the call's own arguments) and
+    /// threads the key: always in `_meta`, and in the tool's key argument if declared.
+    fn tool_call(
+        &self,
+        up: &Upstream,
+        intent: &IntentHandle,
+    ) -> Result<mcp::ToolCall, RenderError> {
+        let scope = Scope { intent };
+        let arguments = match &up.body {
+            Some(b) => scope.body(b)?,
+            None => intent.arguments.clone(),
         };
-        Ok(if found {
-            let effect_ref = pointer_string(&body, rec.effect_ref.as_deref());
-            let result = match rec.result.as_deref() {
-                Some(p) => body.pointer(p).cloned().unwrap_or(body),
-                None => body,
-            };
-            ReconcileResult::Found { effect_ref, result }
-        } else {
-            ReconcileResult::NotFound
+        let Value::Object(mut arguments) = arguments else {
+            return Err(RenderError("MCP tool arguments must be an object".into()));
+        };
+        let mut meta = Map::new();
+        if up.idempotency != KeyThreading::None {
+            meta.insert(
+                mcp::IDEMPOTENCY_META_KEY.into(),
+                Value::String(intent.key.clone()),
+            );
+        }
+        if let Some(arg) = &up.idempotency_arg {
+            arguments.insert(arg.clone(), Value::String(intent.key.clone()));
+        }
+        for (name, value) in [
+            ("dev.oncegate/run_id", &intent.run_id),
+            ("dev.oncegate/step_id", &intent.step_id),
+        ] {
+            if let Some(v) = value {
+                meta.insert(name.into(), Value::String(v.clone()));
+            }
+        }
+        Ok(mcp::ToolCall {
+            url: scope.text(&up.url)?,
+            headers: up
+                .headers
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), scope.text(v)?)))
+                .collect::<Result<_, RenderError>>()?,
+            tool: up.tool.clone().unwrap_or_default(),
+            arguments,
+            meta,
+            timeout: up.timeout.unsigned_abs(),
         })
     }
+
+    /// The upstream tool's own input schema (MCP upstreams).
+    pub async fn upstream_tool_schema(&self, up: &Upstream) -> Result<Map<String, Value>, String> {
+        // Only the gateway's own values ({env.NAME}) make sense outside a call.
+        let nobody = IntentHandle {
+            key: String::new(),
+            intent_key: oncegate_core::key::IntentKey::from_hex(String::new()),
+            generation: 0,
+            capability: self.cap.name.clone(),
+            arguments: Value::Null,
+            normalised: Value::Null,
+            business_ref: None,
+            run_id: None,
+            step_id: None,
+        };
+        let scope = Scope { intent: &nobody };
+        let call = mcp::ToolCall {
+            url: scope.text(&up.url).map_err(|e| e.to_string())?,
+            headers: up
+                .headers
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), scope.text(v)?)))
+                .collect::<Result<_, RenderError>>()
+                .map_err(|e| e.to_string())?,
+            tool: up.tool.clone().unwrap_or_default(),
+            arguments: Map::new(),
+            meta: Map::new(),
+            timeout: up.timeout.unsigned_abs(),
+        };
+        mcp::tool_schema(self.client.clone(), call).await
+    }
+
+    async fn execute_mcp(&self, up: &Upstream, intent: &IntentHandle) -> EffectResult {
+        let call = match self.tool_call(up, intent) {
+            Ok(c) => c,
+            Err(e) => {
+                return EffectResult::NotSent {
+                    message: e.to_string(),
+                };
+            }
+        };
+        match mcp::call_tool(self.client.clone(), call).await {
+            mcp::CallEnd::Result(r) => {
+                let structured = mcp::structured(&r);
+                let stored = serde_json::to_value(&r).unwrap_or(Value::Null);
+                if r.is_error == Some(true) {
+                    EffectResult::Failed {
+                        message: format!("the tool reported an error: {}", mcp::first_text(&r)),
+                        result: stored,
+                    }
+                } else {
+                    EffectResult::Applied {
+                        effect_ref: pointer_string(&structured, up.effect_ref.as_deref()),
+                        result: stored,
+                    }
+                }
+            }
+            mcp::CallEnd::NotSent(message) => EffectResult::NotSent { message },
+            mcp::CallEnd::Rejected(message) => EffectResult::Failed {
+                result: Value::Null,
+                message,
+            },
+            mcp::CallEnd::Unknown(message) => EffectResult::Unknown { message },
+        }
+    }
+
+    /// The reconciliation read as a read-only tool on the MCP server.
+    async fn reconcile_mcp(
+        &self,
+        rec: &Reconcile,
+        intent: &IntentHandle,
+    ) -> Result<ReconcileResult, String> {
+        let scope = Scope { intent };
+        let arguments = match &rec.arguments {
+            Some(b) => scope.body(b).map_err(|e| e.to_string())?,
+            None => json!({ "idempotency_key": intent.key }),
+        };
+        let Value::Object(arguments) = arguments else {
+            return Err("MCP tool arguments must be an object".into());
+        };
+        let mut headers = rec.headers.clone();
+        if let Some(up) = &self.cap.upstream {
+            // The read authenticates like the write (same provider credentials).
+            for (name, value) in &up.headers {
+                headers.entry(name.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        let call = mcp::ToolCall {
+            url: scope.text(&rec.url).map_err(|e| e.to_string())?,
+            headers: headers
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), scope.text(v)?)))
+                .collect::<Result<_, RenderError>>()
+                .map_err(|e| e.to_string())?,
+            tool: rec.tool.clone().unwrap_or_default(),
+            arguments,
+            meta: Map::new(),
+            timeout: rec.timeout.unsigned_abs(),
+        };
+        match mcp::call_tool(self.client.clone(), call).await {
+            mcp::CallEnd::Result(r) if r.is_error == Some(true) => Err(format!(
+                "the reconciliation tool reported an error: {}",
+                mcp::first_text(&r)
+            )),
+            mcp::CallEnd::Result(r) => Ok(match judge(rec, mcp::structured(&r))? {
+                // Stored as a tool result, so a reconciled replay reads like the original.
+                ReconcileResult::Found { effect_ref, result } => ReconcileResult::Found {
+                    effect_ref,
+                    result: mcp::as_tool_result(&result),
+                },
+                other => other,
+            }),
+            mcp::CallEnd::NotSent(m) | mcp::CallEnd::Rejected(m) | mcp::CallEnd::Unknown(m) => {
+                Err(format!("reconciliation read failed: {m}"))
+            }
+        }
+    }
+}
+
+/// Reads a reconciliation answer with the registry's `found`, `effect_ref` and `result`
+/// pointers.
+fn judge(rec: &Reconcile, body: Value) -> Result<ReconcileResult, String> {
+    let found = match rec.found.as_deref() {
+        None => true,
+        Some(p) => match body.pointer(p) {
+            Some(Value::Bool(b)) => *b,
+            other => {
+                return Err(format!(
+                    "`{p}` is not a boolean in the reconciliation answer ({other:?})"
+                ));
+            }
+        },
+    };
+    Ok(if found {
+        let effect_ref = pointer_string(&body, rec.effect_ref.as_deref());
+        let result = match rec.result.as_deref() {
+            Some(p) => body.pointer(p).cloned().unwrap_or(body),
+            None => body,
+        };
+        ReconcileResult::Found { effect_ref, result }
+    } else {
+        ReconcileResult::NotFound
+    })
 }

@@ -6,7 +6,7 @@ use axum::Router;
 use axum::http::{StatusCode, Uri};
 use axum::routing::{get, post};
 use oncegate_core::{EffectResult, ReconcileResult};
-use oncegate_gateway::upstream::HttpExecutor;
+use oncegate_gateway::upstream::UpstreamExecutor;
 use oncegate_store::{Executor, IntentHandle};
 use serde_json::json;
 
@@ -47,7 +47,7 @@ async fn provider() -> String {
     url
 }
 
-fn executor(base: &str, path: &str) -> HttpExecutor {
+fn executor(base: &str, path: &str) -> UpstreamExecutor {
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
         r#"
@@ -71,7 +71,7 @@ effect_ref = "/path"
     std::fs::write(dir.path().join("c.toml"), text).unwrap();
     let registry = oncegate_store::load_registry(&dir.path().join("c.toml")).unwrap();
     let cap = registry.capability("pay").unwrap().clone();
-    HttpExecutor::new(oncegate_gateway::server::http_client(), Arc::clone(&cap))
+    UpstreamExecutor::new(oncegate_gateway::server::http_client(), Arc::clone(&cap))
 }
 
 fn intent(order: &str) -> IntentHandle {

@@ -1,0 +1,538 @@
+//! `POST /mcp`: the capabilities as MCP tools, over Streamable HTTP (rmcp).
+//!
+//! Both protocol eras are served: 2026-07-28 clients (`server/discover`, per-request
+//! `_meta`, no session) and 2025-11-25 clients (`initialize`, `Mcp-Session-Id`). The
+//! bearer token authenticates exactly as on the JSON API (401 with `WWW-Authenticate`
+//! before any JSON-RPC is read); the principal travels to the handler in the request's
+//! extensions.
+//!
+//! `tools/call` takes the same path as `POST /v1/calls`: the decision and the effect run
+//! in their own task, so an agent that closes its stream never aborts an effect
+//! half-way, and the result is recorded whatever the caller does. Every answer carries
+//! `_meta["dev.oncegate/outcome"]` and, first in `content`, one plain line the model can
+//! act on (several agent frameworks drop `_meta`). Applied and replayed calls return the
+//! upstream's own result after that line (`content` and `structuredContent` untouched);
+//! denied, refused, unknown, in-flight, pending approval and failed calls are tool
+//! execution errors (`isError: true`). JSON-RPC errors are kept for malformed requests
+//! and unknown tools.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use oncegate_core::codes::Code;
+use oncegate_core::config::{Capability, Category, Role, UpstreamKind};
+use oncegate_core::intent::{IntentState, Outcome, Status};
+use oncegate_core::normalise::Normaliser;
+use oncegate_core::template::Source;
+use oncegate_store::{Call, GateError};
+use rmcp::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    ErrorData as McpError, Implementation, JsonObject, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{MaybeSendFuture, RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Map, Value, json};
+
+use crate::server::{AppState, MAX_BODY_BYTES, Principal, model_line, record_decision};
+
+/// The `_meta` key the outcome is reported under.
+pub const OUTCOME_META_KEY: &str = "dev.oncegate/outcome";
+/// The request `_meta` key of the orchestrator's run id.
+pub const RUN_ID_META_KEY: &str = "dev.oncegate/run_id";
+/// The request `_meta` key of the orchestrator's step id.
+pub const STEP_ID_META_KEY: &str = "dev.oncegate/step_id";
+
+/// The MCP server: one value per session (or per stateless request), sharing the state.
+#[derive(Clone)]
+pub struct McpSurface {
+    state: AppState,
+    /// Input schemas read from MCP upstreams' own tools/list, by capability.
+    upstream_schemas: Arc<Mutex<HashMap<String, Arc<JsonObject>>>>,
+}
+
+/// The Streamable HTTP service to nest at `/mcp`.
+pub fn service(state: AppState) -> StreamableHttpService<McpSurface, LocalSessionManager> {
+    let settings = &state.gate().registry().gateway;
+    let mut config = StreamableHttpServerConfig::default()
+        .with_json_response(true)
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        .with_cancellation_token(state.mcp_shutdown().child_token())
+        .with_allowed_hosts(settings.mcp_allowed_hosts.clone());
+    if !settings.mcp_allowed_origins.is_empty() {
+        config = config.with_allowed_origins(settings.mcp_allowed_origins.clone());
+    }
+    let surface = McpSurface {
+        state,
+        upstream_schemas: Arc::default(),
+    };
+    StreamableHttpService::new(
+        move || Ok(surface.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
+}
+
+/// Authenticates before rmcp reads anything (401 with `WWW-Authenticate` otherwise),
+/// then answers a body that is too large (413) or not JSON (400, JSON-RPC parse error)
+/// itself, so nothing of such a request reaches the handler.
+pub async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    match state.authenticate(&parts.headers) {
+        Ok(principal) => {
+            parts.extensions.insert(principal);
+        }
+        Err(e) => return e.into_response(),
+    }
+    if parts.method != axum::http::Method::POST {
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => {
+            return jsonrpc_error(
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::INVALID_REQUEST,
+                &format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
+            );
+        }
+    };
+    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+        return jsonrpc_error(
+            axum::http::StatusCode::BAD_REQUEST,
+            ErrorCode::PARSE_ERROR,
+            &format!("parse error: {e}"),
+        );
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
+}
+
+fn jsonrpc_error(status: axum::http::StatusCode, code: ErrorCode, message: &str) -> Response {
+    (
+        status,
+        axum::Json(
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": code.0, "message": message}}),
+        ),
+    )
+        .into_response()
+}
+
+fn parts(ctx: &RequestContext<RoleServer>) -> Option<&axum::http::request::Parts> {
+    ctx.extensions.get::<axum::http::request::Parts>()
+}
+
+fn principal(ctx: &RequestContext<RoleServer>) -> Result<Principal, McpError> {
+    parts(ctx)
+        .and_then(|p| p.extensions.get::<Principal>())
+        .cloned()
+        .ok_or_else(|| McpError::internal_error("the request was not authenticated", None))
+}
+
+/// A run or step id: the request's `_meta` first, then the HTTP header; never arguments.
+fn structural_id(
+    request: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+    meta_key: &str,
+    header: &str,
+) -> Option<String> {
+    let from_meta = request
+        .meta
+        .as_ref()
+        .and_then(|m| m.get(meta_key))
+        .or_else(|| ctx.meta.get(meta_key))
+        .and_then(|v| match v {
+            Value::String(s) => Some(s.trim().to_owned()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+        .filter(|s| !s.is_empty());
+    from_meta.or_else(|| {
+        parts(ctx)?
+            .headers
+            .get(header)?
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    })
+}
+
+/// What the category promises, as MCP hints (from the registry, never from upstream).
+fn annotations(cap: &Capability) -> ToolAnnotations {
+    let (read_only, destructive, idempotent) = match cap.category {
+        Category::Read => (true, false, true),
+        Category::IdempotentWrite => (false, true, true),
+        // oncegate replays repeats inside the window, but a repeat after it (or with
+        // other significant arguments) is a new effect: not idempotent in MCP's sense.
+        Category::Keyed | Category::NonIdempotent => (false, true, false),
+    };
+    let mut a = ToolAnnotations::new()
+        .read_only(read_only)
+        .destructive(destructive)
+        .idempotent(idempotent);
+    a.open_world_hint = Some(true);
+    a
+}
+
+fn arg_schema(normaliser: &Normaliser) -> Value {
+    match normaliser {
+        Normaliser::Money { .. } => json!({
+            "type": ["string", "number"],
+            "description": "an amount, e.g. \"12.50\", 12.5 or \"USD 12.50\""
+        }),
+        Normaliser::Email => json!({"type": "string", "format": "email"}),
+        Normaliser::Text { .. } => json!({"type": "string"}),
+        Normaliser::Integer => json!({"type": ["integer", "string"]}),
+        Normaliser::Decimal => json!({"type": ["number", "string"]}),
+        Normaliser::Enum { values } => json!({"type": "string", "enum": values}),
+        Normaliser::Set => json!({"type": "array"}),
+        Normaliser::Id => json!({"type": ["string", "integer"]}),
+    }
+}
+
+/// A schema built from the key recipe and the templates: what the gateway reads.
+pub fn derived_schema(cap: &Capability) -> JsonObject {
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    let mut add = |root: &str, nested: bool, schema: Value, is_required: bool| {
+        if !properties.contains_key(root) {
+            let schema = if nested {
+                json!({"type": "object"})
+            } else {
+                schema
+            };
+            properties.insert(root.to_owned(), schema);
+        }
+        if is_required && !required.contains(&Value::from(root)) {
+            required.push(Value::from(root));
+        }
+    };
+    if let Some(path) = &cap.key.business_ref {
+        let nested = path.as_str().contains('.');
+        add(
+            path.root(),
+            nested,
+            json!({"type": ["string", "integer"], "description": "the business reference: one intent per value"}),
+            true,
+        );
+    }
+    for arg in &cap.key.significant {
+        let nested = arg.path.as_str().contains('.');
+        add(
+            arg.path.root(),
+            nested,
+            arg_schema(&arg.normaliser),
+            !arg.optional,
+        );
+        if let Normaliser::Money {
+            currency_arg: Some(c),
+            default_currency,
+            ..
+        } = &arg.normaliser
+        {
+            add(
+                c.root(),
+                c.as_str().contains('.'),
+                json!({"type": "string", "description": "ISO 4217 currency code"}),
+                default_currency.is_none() && !arg.optional,
+            );
+        }
+    }
+    // Arguments only passed through to the provider (a memo, a body): optional.
+    let mut templates = Vec::new();
+    if let Some(up) = &cap.upstream {
+        templates.push(&up.url);
+        if let Some(body) = &up.body {
+            body.templates(&mut templates);
+        }
+    }
+    for t in templates {
+        for part in t.parts() {
+            if let oncegate_core::template::Part::Placeholder(Source::Arg(path)) = part {
+                add(
+                    path.root(),
+                    path.as_str().contains('.'),
+                    json!({"description": "passed to the provider as given; not part of the intent"}),
+                    false,
+                );
+            }
+        }
+    }
+    let mut schema = Map::new();
+    schema.insert("type".into(), json!("object"));
+    schema.insert("properties".into(), Value::Object(properties));
+    if !required.is_empty() {
+        schema.insert("required".into(), Value::Array(required));
+    }
+    schema
+}
+
+impl McpSurface {
+    /// The capabilities this principal may call (approvers call none).
+    fn callable(&self, principal: &Principal) -> Vec<Arc<Capability>> {
+        if !matches!(principal.role, Role::Agent | Role::Admin) {
+            return Vec::new();
+        }
+        self.state
+            .gate()
+            .registry()
+            .capabilities()
+            .iter()
+            .filter(|c| c.upstream.is_some() || c.dry_run)
+            .cloned()
+            .collect()
+    }
+
+    /// The input schema: the registry's, else an MCP upstream's own (when arguments pass
+    /// through unmapped; the key argument is the gateway's, so it is removed), else one
+    /// derived from the key recipe.
+    async fn input_schema(&self, cap: &Capability) -> Arc<JsonObject> {
+        if let Some(Value::Object(s)) = &cap.input_schema {
+            return Arc::new(s.clone());
+        }
+        if let Some(up) = cap
+            .upstream
+            .as_ref()
+            .filter(|u| u.kind == UpstreamKind::Mcp && u.body.is_none())
+        {
+            if let Some(s) = self.cached_schema(&cap.name) {
+                return s;
+            }
+            match crate::upstream::UpstreamExecutor::new(self.state.http(), Arc::new(cap.clone()))
+                .upstream_tool_schema(up)
+                .await
+            {
+                Ok(mut schema) => {
+                    if let Some(arg) = &up.idempotency_arg {
+                        strip_property(&mut schema, arg);
+                    }
+                    let schema = Arc::new(schema);
+                    self.upstream_schemas
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(cap.name.clone(), schema.clone());
+                    return schema;
+                }
+                Err(e) => {
+                    tracing::warn!(capability = %cap.name, error = %e, "could not read the MCP upstream's tool schema; showing the derived one");
+                }
+            }
+        }
+        Arc::new(derived_schema(cap))
+    }
+
+    fn cached_schema(&self, name: &str) -> Option<Arc<JsonObject>> {
+        self.upstream_schemas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    async fn tool(&self, cap: &Capability) -> Tool {
+        let description = cap
+            .description
+            .clone()
+            .unwrap_or_else(|| format!("{} (through oncegate)", cap.name));
+        let mut tool = Tool::new(cap.name.clone(), description, self.input_schema(cap).await)
+            .with_annotations(annotations(cap));
+        let mut meta = MetaObject::new();
+        meta.insert("dev.oncegate/category".into(), json!(cap.category));
+        tool.meta = Some(meta);
+        tool
+    }
+
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let principal = principal(&ctx)?;
+        let name = request.name.to_string();
+        let Some(cap) = self.state.gate().registry().capability(&name).cloned() else {
+            return Err(McpError::invalid_params(
+                format!("unknown tool `{name}`"),
+                None,
+            ));
+        };
+        let call = Call {
+            capability: name.clone(),
+            arguments: Value::Object(request.arguments.clone().unwrap_or_default()),
+            run_id: structural_id(&request, &ctx, RUN_ID_META_KEY, "oncegate-run-id"),
+            step_id: structural_id(&request, &ctx, STEP_ID_META_KEY, "oncegate-step-id"),
+        };
+        if cap.category == Category::Read
+            && let Err(e) = self.state.take_read_token(&principal.name)
+        {
+            return Ok(refusal(Code::RateLimited, &e.message()));
+        }
+        let executor = Arc::new(crate::upstream::UpstreamExecutor::new(
+            self.state.http(),
+            cap.clone(),
+        ));
+        let gate = self.state.gate().clone();
+        let who = principal.name.clone();
+        // Its own task, as on the JSON API: a closed stream (a cancel, under 2026-07-28)
+        // drops this future, never the claim or the effect.
+        let guard = self.state.inflight().enter();
+        let task = tokio::spawn(async move {
+            let _guard = guard;
+            gate.invoke_with(&who, call, executor).await
+        });
+        let outcome = match task.await {
+            Ok(Ok(o)) => o,
+            Ok(Err(GateError::UnknownCapability(n))) => {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool `{n}`"),
+                    None,
+                ));
+            }
+            Ok(Err(e)) => return Ok(refusal(e.code(), &e.to_string())),
+            Err(e) => {
+                return Ok(refusal(
+                    Code::StoreUnavailable,
+                    &format!("the call task failed: {e}"),
+                ));
+            }
+        };
+        self.state.send_alerts(&outcome, &name, &principal.name);
+        record_decision(&outcome, &name);
+        Ok(tool_result(&outcome, &cap))
+    }
+}
+
+fn strip_property(schema: &mut JsonObject, name: &str) {
+    if let Some(Value::Object(props)) = schema.get_mut("properties") {
+        props.remove(name);
+    }
+    if let Some(Value::Array(required)) = schema.get_mut("required") {
+        required.retain(|r| r.as_str() != Some(name));
+    }
+}
+
+/// A call the gateway refused before deciding (bad arguments, forbidden, store down).
+fn refusal(code: Code, message: &str) -> CallToolResult {
+    let status = match code {
+        Code::Forbidden => "denied",
+        _ => "refused",
+    };
+    let mut result = CallToolResult::error(vec![ContentBlock::text(format!(
+        "{}: {message} - do not retry.",
+        status.to_ascii_uppercase()
+    ))]);
+    let mut meta = MetaObject::new();
+    meta.insert(
+        OUTCOME_META_KEY.into(),
+        json!({"status": status, "intentKey": null, "attempt": 0, "effectRef": null, "approvalId": null, "code": code}),
+    );
+    result.meta = Some(meta);
+    result
+}
+
+/// The answer to one decided call.
+pub fn tool_result(o: &Outcome, cap: &Capability) -> CallToolResult {
+    let line = ContentBlock::text(model_line(o));
+    let upstream_is_mcp = cap
+        .upstream
+        .as_ref()
+        .is_some_and(|u| u.kind == UpstreamKind::Mcp);
+    // The upstream's own answer, as a tool result.
+    let upstream = o.result.as_ref().map(|r| {
+        let shaped = upstream_is_mcp
+            && r.get("content").is_some_and(Value::is_array)
+            && r.get("isError") != Some(&Value::Bool(true));
+        match shaped.then(|| serde_json::from_value::<CallToolResult>(r.clone())) {
+            Some(Ok(mut t)) => {
+                t.is_error = None;
+                t
+            }
+            _ => {
+                let mut t = CallToolResult::success(vec![ContentBlock::text(r.to_string())]);
+                t.structured_content = r.is_object().then(|| r.clone());
+                t
+            }
+        }
+    });
+    let success = match o.status {
+        Status::Applied | Status::DryRun => true,
+        Status::Replayed => o.state != Some(IntentState::Failed),
+        _ => false,
+    };
+    let mut result = match (success, upstream) {
+        (true, Some(mut up)) => {
+            up.content.insert(0, line);
+            up
+        }
+        (true, None) => CallToolResult::success(vec![line]),
+        (false, up) => {
+            let mut content = vec![line];
+            // A definite refusal by the provider: show the model what it said.
+            if matches!(o.status, Status::Failed | Status::Replayed)
+                && let Some(up) = up
+            {
+                content.extend(up.content);
+            }
+            CallToolResult::error(content)
+        }
+    };
+    let mut meta = result.meta.take().unwrap_or_default();
+    meta.insert(
+        OUTCOME_META_KEY.into(),
+        json!({
+            "status": o.status.as_str(),
+            "intentKey": o.key.as_ref().map(ToString::to_string),
+            "attempt": o.attempt,
+            "generation": o.generation,
+            "state": o.state.map(|s| s.as_str()),
+            "effectRef": o.effect_ref,
+            "approvalId": o.approval_id,
+            "code": o.reason.as_ref().map(|r| r.code),
+        }),
+    );
+    result.meta = Some(meta);
+    result
+}
+
+impl ServerHandler for McpSurface {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("oncegate", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Every tool goes through oncegate: calling a tool twice for one intent has the effect of calling it once. \
+                 Read the first line of each result and follow it; a result that says \"do not call again\" means exactly that.",
+            )
+    }
+
+    fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<ListToolsResult, McpError>> + MaybeSendFuture + '_ {
+        async move {
+            let principal = principal(&ctx)?;
+            let mut tools = Vec::new();
+            for cap in self.callable(&principal) {
+                tools.push(self.tool(&cap).await);
+            }
+            Ok(ListToolsResult {
+                tools,
+                ..Default::default()
+            })
+        }
+    }
+
+    fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + MaybeSendFuture + '_ {
+        async move { self.call(request, ctx).await.map(CallToolResponse::from) }
+    }
+}

@@ -1,0 +1,282 @@
+//! MCP upstreams: a capability whose effect is a tool on an MCP server (Streamable HTTP).
+//!
+//! Each call connects with rmcp (the 2026-07-28 stateless era first, 2025-11-25 with a
+//! session as the fallback), sends one `tools/call` with the intent key in
+//! `_meta["dev.oncegate/idempotency_key"]` (and in the tool's own key argument where the
+//! registry names one), and classifies the answer:
+//!
+//! - a failure to connect or to discover the server: nothing of the call left, `not_sent`;
+//! - a result: `applied`, or `failed` when the tool reports `isError` (definite);
+//! - a JSON-RPC error that rejects the request itself (parse, invalid request, unknown
+//!   method or tool, invalid params): `failed`; any other error, a lost connection or the
+//!   timeout: `unknown`, because the tool may have run.
+//!
+//! The `tools/call` runs in its own task: rmcp cancels the upstream request when its
+//! future is dropped, and an effect must never be cancelled half-way, so on a timeout the
+//! gateway stops waiting but leaves the request to finish (its late answer is logged; the
+//! intent is reconciled).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig, ErrorCode, JsonObject,
+    ProtocolVersion, RequestMetaObject,
+};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientLifecycleMode, ClientServiceExt};
+use serde_json::{Value, json};
+
+/// The `_meta` key an MCP upstream finds the intent key under.
+pub const IDEMPOTENCY_META_KEY: &str = "dev.oncegate/idempotency_key";
+
+/// One `tools/call` to send.
+pub struct ToolCall {
+    /// The server's Streamable HTTP endpoint.
+    pub url: String,
+    /// Headers for every request (credentials; `Authorization: Bearer` included).
+    pub headers: Vec<(String, String)>,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments.
+    pub arguments: JsonObject,
+    /// `_meta` entries to add to the request.
+    pub meta: JsonObject,
+    /// How long the whole exchange may take.
+    pub timeout: Duration,
+}
+
+/// How a `tools/call` ended.
+pub enum CallEnd {
+    /// The server answered with a tool result (which may be `isError`).
+    Result(CallToolResult),
+    /// Nothing of the call reached the server.
+    NotSent(String),
+    /// The server rejected the request itself (JSON-RPC error): nothing ran.
+    Rejected(String),
+    /// It may have run.
+    Unknown(String),
+}
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+fn transport_config(call: &ToolCall) -> Result<StreamableHttpClientTransportConfig, String> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(call.url.clone());
+    let mut custom = HashMap::new();
+    for (name, value) in &call.headers {
+        if name.eq_ignore_ascii_case("authorization") {
+            match value.strip_prefix("Bearer ") {
+                Some(token) => config.auth_header = Some(token.to_owned()),
+                None => {
+                    return Err("MCP upstreams take `Authorization: Bearer <token>` only".into());
+                }
+            }
+            continue;
+        }
+        let name = axum::http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| format!("header `{name}`: {e}"))?;
+        let value = axum::http::HeaderValue::from_str(value)
+            .map_err(|_| format!("header `{name}` has a value that cannot be sent"))?;
+        custom.insert(name, value);
+    }
+    config.custom_headers = custom;
+    // Sessions that expire are re-initialised by rmcp only for requests the server
+    // rejected with 404 (never processed), which is safe for effects.
+    config.reinit_on_expired_session = true;
+    Ok(config)
+}
+
+/// Connects: `server/discover` (2026-07-28), or `initialize` with a legacy server.
+async fn connect(client: reqwest::Client, call: &ToolCall) -> Result<Client, String> {
+    let transport = StreamableHttpClientTransport::with_client(client, transport_config(call)?);
+    ClientConfig::default()
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+        )
+        .await
+        .map_err(|e| error_chain(&e))
+}
+
+/// The error and its sources, without echoing a URL (it may carry credentials).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        let part = match err.downcast_ref::<reqwest::Error>() {
+            Some(r) => r.without_url_text(),
+            None => err.to_string(),
+        };
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+        source = err.source();
+    }
+    text
+}
+
+trait WithoutUrl {
+    fn without_url_text(&self) -> String;
+}
+
+impl WithoutUrl for reqwest::Error {
+    fn without_url_text(&self) -> String {
+        if self.is_connect() {
+            "connection failed".into()
+        } else if self.is_timeout() {
+            "timed out".into()
+        } else {
+            self.to_string()
+                .split(" for url (")
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    }
+}
+
+/// True when the error chain proves the request never left: a failed connect.
+fn never_sent(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(err) = source {
+        if err
+            .downcast_ref::<reqwest::Error>()
+            .is_some_and(|r| r.is_connect() || r.is_builder())
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+fn classify(e: ServiceError) -> CallEnd {
+    match e {
+        ServiceError::McpError(data)
+            if [
+                ErrorCode::PARSE_ERROR,
+                ErrorCode::INVALID_REQUEST,
+                ErrorCode::METHOD_NOT_FOUND,
+                ErrorCode::INVALID_PARAMS,
+            ]
+            .contains(&data.code) =>
+        {
+            CallEnd::Rejected(format!(
+                "the upstream rejected the call ({}): {}",
+                data.code.0, data.message
+            ))
+        }
+        ServiceError::McpError(data) => CallEnd::Unknown(format!(
+            "the upstream answered an error ({}): {}; it may have run",
+            data.code.0, data.message
+        )),
+        ServiceError::TransportSend(ref err) if never_sent(err.error.as_ref()) => CallEnd::NotSent(
+            format!("nothing was sent to the upstream: {}", error_chain(&e)),
+        ),
+        other => CallEnd::Unknown(format!(
+            "the connection failed after the call was sent: {}",
+            error_chain(&other)
+        )),
+    }
+}
+
+/// Sends one `tools/call`; never cancels it once sent.
+pub async fn call_tool(client: reqwest::Client, call: ToolCall) -> CallEnd {
+    let deadline = tokio::time::Instant::now() + call.timeout;
+    let peer = match tokio::time::timeout_at(deadline, connect(client, &call)).await {
+        Ok(Ok(peer)) => peer,
+        Ok(Err(e)) => {
+            return CallEnd::NotSent(format!("could not connect to the MCP upstream: {e}"));
+        }
+        Err(_) => {
+            return CallEnd::NotSent(
+                "the MCP upstream did not complete its handshake before the timeout".into(),
+            );
+        }
+    };
+    let mut params = CallToolRequestParams::new(call.tool.clone());
+    params.arguments = Some(call.arguments);
+    if !call.meta.is_empty() {
+        params.meta = Some(RequestMetaObject::from(call.meta));
+    }
+    let tool = call.tool;
+    // Its own task: dropping rmcp's future would cancel the upstream request.
+    let mut task = tokio::spawn(async move {
+        let answer = peer.call_tool_once(params).await;
+        let _ = peer.cancel().await;
+        answer
+    });
+    match tokio::time::timeout_at(deadline, &mut task).await {
+        Ok(Ok(Ok(CallToolResponse::Complete(result)))) => CallEnd::Result(result),
+        Ok(Ok(Ok(_))) => CallEnd::Unknown(
+            "the upstream answered with a task or an input request, which oncegate does not drive; it may run".into(),
+        ),
+        Ok(Ok(Err(e))) => classify(e),
+        Ok(Err(join)) => CallEnd::Unknown(format!("the upstream call task failed: {join}")),
+        Err(_) => {
+            // Leave the request running; its answer, if it ever comes, is only logged.
+            tokio::spawn(async move {
+                if let Ok(answer) = task.await {
+                    tracing::info!(tool, late = answer.is_ok(), "an MCP upstream answered after the timeout; the intent is reconciled");
+                }
+            });
+            CallEnd::Unknown("the upstream did not answer before the timeout".into())
+        }
+    }
+}
+
+/// The input schema of one tool on an MCP server (from its `tools/list`).
+pub async fn tool_schema(client: reqwest::Client, call: ToolCall) -> Result<JsonObject, String> {
+    let fetch = async {
+        let peer = connect(client, &call).await?;
+        let tools = peer.list_all_tools().await.map_err(|e| error_chain(&e));
+        let _ = peer.cancel().await;
+        tools?
+            .into_iter()
+            .find(|t| t.name == call.tool)
+            .map(|t| (*t.input_schema).clone())
+            .ok_or_else(|| format!("the upstream has no tool `{}`", call.tool))
+    };
+    tokio::time::timeout(call.timeout, fetch)
+        .await
+        .map_err(|_| "the upstream did not list its tools before the timeout".to_owned())?
+}
+
+/// The JSON a tool result is judged by: `structuredContent`, or the first text block
+/// parsed as JSON (servers that predate structured content).
+pub fn structured(result: &CallToolResult) -> Value {
+    if let Some(v) = &result.structured_content {
+        return v.clone();
+    }
+    result
+        .content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
+        .unwrap_or(Value::Null)
+}
+
+/// The first text block of a result (for messages).
+pub fn first_text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .unwrap_or_default()
+}
+
+/// A stored record re-shaped as a tool result (for a reconciled effect).
+pub fn as_tool_result(record: &Value) -> Value {
+    json!({
+        "content": [{"type": "text", "text": record.to_string()}],
+        "structuredContent": record,
+    })
+}
