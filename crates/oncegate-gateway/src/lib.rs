@@ -4,6 +4,7 @@
 //! real server process in tests, the demo and benchmarks).
 
 pub mod demo;
+pub mod mcp;
 pub mod sandbox;
 pub mod server;
 pub mod upstream;
