@@ -1,0 +1,219 @@
+//! How MCP upstream answers are classified, against a real rmcp Streamable HTTP server
+//! serving both protocol eras.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use oncegate_core::{EffectResult, ReconcileResult};
+use oncegate_gateway::upstream::UpstreamExecutor;
+use oncegate_store::{Executor, IntentHandle};
+use rmcp::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{MaybeSendFuture, RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
+
+/// A provider with one tool per behaviour; counts the effects that completed.
+#[derive(Clone, Default)]
+struct Provider {
+    completed: Arc<AtomicUsize>,
+    keys: Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl ServerHandler for Provider {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<ListToolsResult, ErrorData>> + MaybeSendFuture + '_ {
+        let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}, "idempotency_key": {"type": "string"}}, "required": ["order_id"]});
+        let Value::Object(schema) = schema else {
+            unreachable!()
+        };
+        std::future::ready(Ok(ListToolsResult {
+            tools: vec![Tool::new("ok", "charges", schema)],
+            ..Default::default()
+        }))
+    }
+
+    fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
+        async move {
+            // rmcp moves the request's `_meta` into the context.
+            let key = ctx
+                .meta
+                .get("dev.oncegate/idempotency_key")
+                .cloned()
+                .unwrap_or(Value::Null);
+            self.keys.lock().unwrap().push(json!({
+                "meta": key,
+                "arg": request.arguments.as_ref().and_then(|a| a.get("idempotency_key").cloned()),
+            }));
+            let structured = json!({"id": "fx_1", "found": true, "charge": {"id": "fx_1"}});
+            match request.name.as_ref() {
+                "ok" | "lookup" => Ok(CallToolResult::structured(structured).into()),
+                "declined" => {
+                    Ok(CallToolResult::error(vec![ContentBlock::text("card declined")]).into())
+                }
+                "invalid" => Err(ErrorData::invalid_params("amount is missing", None)),
+                "internal" => Err(ErrorData::internal_error("database hiccup", None)),
+                "slow" => {
+                    // Inline, not spawned: if the caller dropped its request (a cancel,
+                    // a closed stream), this would never complete.
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    self.completed.fetch_add(1, Ordering::SeqCst);
+                    Ok(CallToolResult::structured(structured).into())
+                }
+                other => Err(ErrorData::invalid_params(
+                    format!("unknown tool {other}"),
+                    None,
+                )),
+            }
+        }
+    }
+}
+
+async fn provider() -> (String, Provider) {
+    let p = Provider::default();
+    let served = p.clone();
+    let service: StreamableHttpService<Provider, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(served.clone()),
+        Arc::default(),
+        StreamableHttpServerConfig::default().with_json_response(true),
+    );
+    let app = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, p)
+}
+
+fn executor(url: &str, tool: &str, extra: &str) -> UpstreamExecutor {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"
+[[capabilities]]
+name = "pay"
+category = "keyed"
+key = {{ business_ref = "order_id" }}
+
+[capabilities.upstream]
+kind = "mcp"
+url = "{url}"
+tool = "{tool}"
+timeout = "1s"
+effect_ref = "/id"
+{extra}
+
+[capabilities.reconcile]
+kind = "mcp"
+tool = "lookup"
+found = "/found"
+effect_ref = "/charge/id"
+result = "/charge"
+"#
+    );
+    std::fs::write(dir.path().join("c.toml"), text).unwrap();
+    let registry = oncegate_store::load_registry(&dir.path().join("c.toml")).unwrap();
+    let cap = registry.capability("pay").unwrap().clone();
+    UpstreamExecutor::new(oncegate_gateway::server::http_client(), Arc::clone(&cap))
+}
+
+fn intent() -> IntentHandle {
+    IntentHandle {
+        key: "k1".into(),
+        intent_key: oncegate_core::IntentKey::from_hex("k1"),
+        generation: 1,
+        capability: "pay".into(),
+        arguments: json!({"order_id": "A-1"}),
+        normalised: json!({}),
+        business_ref: Some("A-1".into()),
+        run_id: None,
+        step_id: None,
+    }
+}
+
+#[tokio::test]
+async fn mcp_answers_are_classified_conservatively() {
+    let (url, provider) = provider().await;
+    type Check = fn(&EffectResult) -> bool;
+    let cases: [(&str, Check); 4] = [
+        (
+            "ok",
+            |r| matches!(r, EffectResult::Applied { effect_ref: Some(id), result } if id == "fx_1" && result["structuredContent"]["id"] == "fx_1"),
+        ),
+        (
+            "declined",
+            |r| matches!(r, EffectResult::Failed { message, .. } if message.contains("card declined")),
+        ),
+        ("invalid", |r| matches!(r, EffectResult::Failed { .. })),
+        ("internal", |r| matches!(r, EffectResult::Unknown { .. })),
+    ];
+    for (tool, ok) in cases {
+        let result = executor(&url, tool, "").execute(intent()).await;
+        assert!(ok(&result), "{tool}: {result:?}");
+    }
+    // The key travelled in _meta on every call, and not as an argument.
+    let keys = provider.keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 4);
+    assert!(
+        keys.iter().all(|k| k["meta"] == "k1" && k["arg"].is_null()),
+        "{keys:?}"
+    );
+
+    // Nothing listens on port 9: the handshake fails, nothing of the call left.
+    let refused = executor("http://127.0.0.1:9/mcp", "ok", "")
+        .execute(intent())
+        .await;
+    assert!(
+        matches!(refused, EffectResult::NotSent { .. }),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_key_argument_is_filled_and_reconciliation_reads_a_tool() {
+    let (url, provider) = provider().await;
+    let ex = executor(&url, "ok", "idempotency_arg = \"idempotency_key\"");
+    let result = ex.execute(intent()).await;
+    assert!(matches!(result, EffectResult::Applied { .. }), "{result:?}");
+    let keys = provider.keys.lock().unwrap().clone();
+    assert_eq!(keys[0]["arg"], "k1", "{keys:?}");
+    assert_eq!(keys[0]["meta"], "k1", "{keys:?}");
+    let found = ex.reconcile(intent()).await;
+    let ReconcileResult::Found {
+        effect_ref: Some(id),
+        result,
+    } = found
+    else {
+        panic!("{found:?}")
+    };
+    assert_eq!(id, "fx_1");
+    // Stored as a tool result, so a reconciled replay reads like the original answer.
+    assert_eq!(result["structuredContent"], json!({"id": "fx_1"}));
+}
+
+#[tokio::test]
+async fn a_timeout_is_unknown_and_never_cancels_the_upstream_call() {
+    let (url, provider) = provider().await;
+    let result = executor(&url, "slow", "").execute(intent()).await;
+    assert!(
+        matches!(&result, EffectResult::Unknown { message } if message.contains("timeout")),
+        "{result:?}"
+    );
+    // The call was left running, not cancelled: the effect completes.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(provider.completed.load(Ordering::SeqCst), 1);
+}
