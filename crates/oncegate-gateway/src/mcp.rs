@@ -34,7 +34,7 @@ use rmcp::model::{
     ErrorData as McpError, Implementation, JsonObject, ListToolsResult, MetaObject,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::service::{MaybeSendFuture, RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Map, Value, json};
@@ -102,15 +102,35 @@ pub async fn authenticate(State(state): State<AppState>, request: Request, next:
             );
         }
     };
-    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+    let message: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return jsonrpc_error(
+                axum::http::StatusCode::BAD_REQUEST,
+                ErrorCode::PARSE_ERROR,
+                &format!("parse error: {e}"),
+            );
+        }
+    };
+    if !is_jsonrpc_message(&message) {
         return jsonrpc_error(
             axum::http::StatusCode::BAD_REQUEST,
-            ErrorCode::PARSE_ERROR,
-            &format!("parse error: {e}"),
+            ErrorCode::INVALID_REQUEST,
+            "invalid request: not a JSON-RPC 2.0 request, notification or response",
         );
     }
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
         .await
+}
+
+/// A single JSON-RPC 2.0 message (MCP has no batches since 2025-06-18).
+fn is_jsonrpc_message(v: &Value) -> bool {
+    let Some(m) = v.as_object() else {
+        return false;
+    };
+    m.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
+        && (m.get("method").is_some_and(Value::is_string)
+            || (m.contains_key("id") && (m.contains_key("result") || m.contains_key("error"))))
 }
 
 fn jsonrpc_error(status: axum::http::StatusCode, code: ErrorCode, message: &str) -> Response {
@@ -169,9 +189,11 @@ fn annotations(cap: &Capability) -> ToolAnnotations {
     let (read_only, destructive, idempotent) = match cap.category {
         Category::Read => (true, false, true),
         Category::IdempotentWrite => (false, true, true),
-        // oncegate replays repeats inside the window, but a repeat after it (or with
-        // other significant arguments) is a new effect: not idempotent in MCP's sense.
-        Category::Keyed | Category::NonIdempotent => (false, true, false),
+        // The upstream dedupes the intent key, inside the replay window or not.
+        Category::Keyed => (false, true, true),
+        // oncegate replays repeats inside the window, but after it the provider, which
+        // cannot dedupe, would act again: not idempotent in MCP's sense.
+        Category::NonIdempotent => (false, true, false),
     };
     let mut a = ToolAnnotations::new()
         .read_only(read_only)
@@ -510,29 +532,27 @@ impl ServerHandler for McpSurface {
             )
     }
 
-    fn list_tools(
+    async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<ListToolsResult, McpError>> + MaybeSendFuture + '_ {
-        async move {
-            let principal = principal(&ctx)?;
-            let mut tools = Vec::new();
-            for cap in self.callable(&principal) {
-                tools.push(self.tool(&cap).await);
-            }
-            Ok(ListToolsResult {
-                tools,
-                ..Default::default()
-            })
+    ) -> Result<ListToolsResult, McpError> {
+        let principal = principal(&ctx)?;
+        let mut tools = Vec::new();
+        for cap in self.callable(&principal) {
+            tools.push(self.tool(&cap).await);
         }
+        Ok(ListToolsResult {
+            tools,
+            ..Default::default()
+        })
     }
 
-    fn call_tool(
+    async fn call_tool(
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + MaybeSendFuture + '_ {
-        async move { self.call(request, ctx).await.map(CallToolResponse::from) }
+    ) -> Result<CallToolResponse, McpError> {
+        self.call(request, ctx).await.map(CallToolResponse::from)
     }
 }

@@ -1,138 +1,12 @@
 //! The gateway end to end: real `oncegate sandbox` and `oncegate serve` processes,
 //! real sockets, a real SQLite file.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const TOKENS: [(&str, &str); 5] = [
-    ("ONCEGATE_TOKEN_PLANNER", "tok-planner"),
-    ("ONCEGATE_TOKEN_SUBAGENT", "tok-subagent"),
-    ("ONCEGATE_TOKEN_ALICE", "tok-alice"),
-    ("ONCEGATE_TOKEN_BOB", "tok-bob"),
-    ("ONCEGATE_TOKEN_OPS", "tok-ops"),
-];
-const API_KEY: &str = "sk_test_gateway";
-
-/// A child process killed when dropped.
-struct Proc {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(mut cmd: Command) -> Proc {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn oncegate");
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let url = line
-        .split_whitespace()
-        .last()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(url.starts_with("http://"), "unexpected first line `{line}`");
-    Proc { child, url }
-}
-
-fn sandbox(ignore: &[&str]) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));
-    cmd.args(["sandbox", "--listen", "127.0.0.1:0", "--api-key", API_KEY]);
-    if !ignore.is_empty() {
-        cmd.args(["--ignore-idempotency-key", &ignore.join(",")]);
-    }
-    spawn(cmd)
-}
-
-/// A scratch copy of the example registry with test-sized timeouts.
-struct Setup {
-    dir: tempfile::TempDir,
-    sandbox: Proc,
-}
-
-impl Setup {
-    fn new(ignore: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-        std::fs::copy(
-            examples.join("policies.cedar"),
-            dir.path().join("policies.cedar"),
-        )
-        .unwrap();
-        let text = std::fs::read_to_string(examples.join("payments.toml"))
-            .unwrap()
-            .replace("timeout = \"5s\"", "timeout = \"2s\"")
-            .replacen("lease = \"30s\"", "lease = \"3s\"", 1)
-            .replacen("attempt_ceiling = 10", "attempt_ceiling = 100", 1)
-            .replace(
-                "listen = \"127.0.0.1:7878\"",
-                "listen = \"127.0.0.1:7878\"\nread_rate_per_second = 3\nalert_webhook = \"{env.TEST_ALERT_URL}\"",
-            )
-            .replace(
-                "name = \"append_ledger\"\n",
-                "name = \"append_ledger\"\nrequire_client_key = true\n",
-            );
-        std::fs::write(dir.path().join("oncegate.toml"), text).unwrap();
-        Self {
-            dir,
-            sandbox: sandbox(ignore),
-        }
-    }
-
-    fn db(&self) -> PathBuf {
-        self.dir.path().join("oncegate.db")
-    }
-
-    fn gateway(&self) -> Proc {
-        self.gateway_with(&[])
-    }
-
-    fn gateway_with(&self, env: &[(&str, &str)]) -> Proc {
-        self.gateway_sweeping(env, "1h")
-    }
-
-    fn gateway_sweeping(&self, env: &[(&str, &str)], sweep_every: &str) -> Proc {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));
-        cmd.args([
-            "serve",
-            "--config",
-            self.dir.path().join("oncegate.toml").to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--sweep-every",
-            sweep_every,
-        ])
-        .env("SANDBOX_URL", &self.sandbox.url)
-        .env("SANDBOX_API_KEY", API_KEY);
-        for (k, v) in TOKENS.iter().chain(env) {
-            cmd.env(k, v);
-        }
-        spawn(cmd)
-    }
-}
-
-fn client() -> reqwest::blocking::Client {
-    oncegate_gateway::server::install_crypto();
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
-}
+use crate::support::{Proc, Setup, client, effects, fault};
 
 fn call(gw: &Proc, token: &str, capability: &str, arguments: Value) -> (u16, Value) {
     call_at(&gw.url, token, capability, arguments)
@@ -147,26 +21,6 @@ fn call_at(url: &str, token: &str, capability: &str, arguments: Value) -> (u16, 
         .unwrap();
     let status = r.status().as_u16();
     (status, r.json().unwrap_or(Value::Null))
-}
-
-fn effects(sb: &Proc, kind: &str) -> Vec<Value> {
-    let body: Value = client()
-        .get(format!("{}/v1/effects?kind={kind}", sb.url))
-        .bearer_auth(API_KEY)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    body["effects"].as_array().cloned().unwrap_or_default()
-}
-
-fn fault(sb: &Proc, path: &str, fault: &str, delay_ms: u64) {
-    let r = client()
-        .post(format!("{}/_sandbox/faults", sb.url))
-        .json(&json!({"path": path, "fault": fault, "times": 1, "delay_ms": delay_ms}))
-        .send()
-        .unwrap();
-    assert!(r.status().is_success(), "queue fault: {}", r.status());
 }
 
 #[test]

@@ -5,6 +5,8 @@ use std::process::{Command, Output};
 
 mod demo;
 mod gateway;
+mod mcp;
+mod support;
 
 fn oncegate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_oncegate"))

@@ -45,42 +45,40 @@ impl ServerHandler for Provider {
         }))
     }
 
-    fn call_tool(
+    async fn call_tool(
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
-        async move {
-            // rmcp moves the request's `_meta` into the context.
-            let key = ctx
-                .meta
-                .get("dev.oncegate/idempotency_key")
-                .cloned()
-                .unwrap_or(Value::Null);
-            self.keys.lock().unwrap().push(json!({
-                "meta": key,
-                "arg": request.arguments.as_ref().and_then(|a| a.get("idempotency_key").cloned()),
-            }));
-            let structured = json!({"id": "fx_1", "found": true, "charge": {"id": "fx_1"}});
-            match request.name.as_ref() {
-                "ok" | "lookup" => Ok(CallToolResult::structured(structured).into()),
-                "declined" => {
-                    Ok(CallToolResult::error(vec![ContentBlock::text("card declined")]).into())
-                }
-                "invalid" => Err(ErrorData::invalid_params("amount is missing", None)),
-                "internal" => Err(ErrorData::internal_error("database hiccup", None)),
-                "slow" => {
-                    // Inline, not spawned: if the caller dropped its request (a cancel,
-                    // a closed stream), this would never complete.
-                    tokio::time::sleep(Duration::from_millis(1500)).await;
-                    self.completed.fetch_add(1, Ordering::SeqCst);
-                    Ok(CallToolResult::structured(structured).into())
-                }
-                other => Err(ErrorData::invalid_params(
-                    format!("unknown tool {other}"),
-                    None,
-                )),
+    ) -> Result<CallToolResponse, ErrorData> {
+        // rmcp moves the request's `_meta` into the context.
+        let key = ctx
+            .meta
+            .get("dev.oncegate/idempotency_key")
+            .cloned()
+            .unwrap_or(Value::Null);
+        self.keys.lock().unwrap().push(json!({
+            "meta": key,
+            "arg": request.arguments.as_ref().and_then(|a| a.get("idempotency_key").cloned()),
+        }));
+        let structured = json!({"id": "fx_1", "found": true, "charge": {"id": "fx_1"}});
+        match request.name.as_ref() {
+            "ok" | "lookup" => Ok(CallToolResult::structured(structured).into()),
+            "declined" => {
+                Ok(CallToolResult::error(vec![ContentBlock::text("card declined")]).into())
             }
+            "invalid" => Err(ErrorData::invalid_params("amount is missing", None)),
+            "internal" => Err(ErrorData::internal_error("database hiccup", None)),
+            "slow" => {
+                // Inline, not spawned: if the caller dropped its request (a cancel,
+                // a closed stream), this would never complete.
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                self.completed.fetch_add(1, Ordering::SeqCst);
+                Ok(CallToolResult::structured(structured).into())
+            }
+            other => Err(ErrorData::invalid_params(
+                format!("unknown tool {other}"),
+                None,
+            )),
         }
     }
 }

@@ -1,0 +1,390 @@
+//! `/mcp` end to end, with MCP clients that nobody here wrote: the PyPI `mcp` package
+//! (as an agent, in both protocol eras), the TypeScript SDK and rmcp, against
+//! `oncegate serve --config examples/payments.toml` in front of `oncegate sandbox`.
+//! Every test counts effects in the sandbox's own ledger.
+//!
+//! The Python and Node clients are installed by `tests/clients/setup.sh` (cached, and
+//! safe to run from parallel test processes), which the first test here calls, so
+//! `cargo nextest run` alone works on a fresh clone.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientLifecycleMode, ClientServiceExt};
+use serde_json::{Value, json};
+
+use crate::support::{API_KEY, Proc, Setup, client, effects, effects_where, fault};
+
+const OUTCOME: &str = "dev.oncegate/outcome";
+const MODERN: &str = "2026-07-28";
+
+#[test]
+fn a_python_agent_in_the_legacy_era_cannot_charge_an_order_twice() {
+    python_agent("legacy", "PY-L-1");
+}
+
+#[test]
+fn a_python_agent_in_the_2026_era_cannot_charge_an_order_twice() {
+    python_agent(MODERN, "PY-M-1");
+}
+
+#[test]
+fn the_typescript_sdk_round_trip_is_one_charge() {
+    let clients = clients();
+    let setup = Setup::example();
+    let gw = setup.gateway();
+    let mut cmd = Command::new("node");
+    cmd.arg(clients.node_dir.join("roundtrip.mjs"))
+        .current_dir(&clients.node_dir)
+        .args(client_args(&gw, &setup.sandbox, "NODE-1"));
+    let (ok, output) = run_client(cmd, Duration::from_secs(60));
+    assert!(ok, "the node round trip failed:\n{output}");
+    assert!(output.contains("every check holds"), "{output}");
+    assert_eq!(
+        effects_where(&setup.sandbox, "kind=charge&order_id=NODE-1").len(),
+        1
+    );
+}
+
+#[test]
+fn thirty_two_parallel_rmcp_calls_are_one_charge() {
+    // 32 identical calls are 32 attempts at one intent: under the example's ceiling of 10
+    // the breaker would (rightly) refuse 22 of them as a retry storm.
+    let setup = Setup::with_registry(&[], |registry| {
+        registry.replacen("attempt_ceiling = 10", "attempt_ceiling = 100", 1)
+    });
+    let gw = setup.gateway();
+    // A slow provider keeps the first call in flight while the others arrive.
+    fault(&setup.sandbox, "/v1/charges", "slow", 500);
+    oncegate_gateway::server::install_crypto();
+    let url = format!("{}/mcp", gw.url);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let answers: Vec<Value> = runtime.block_on(async move {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+        config.auth_header = Some("tok-planner".to_owned());
+        config.max_concurrent_requests = 32;
+        let transport = StreamableHttpClientTransport::with_client(http, config);
+        let client = ()
+            .serve_with_lifecycle(
+                transport,
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                },
+            )
+            .await
+            .expect("server/discover");
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..32 {
+            let peer = client.peer().clone();
+            calls.spawn(async move {
+                let params: CallToolRequestParams = serde_json::from_value(json!({
+                    "name": "charge_card",
+                    "arguments": {"order_id": "RS-1", "amount": "7.00", "currency": "USD", "memo": "subagent"},
+                    "_meta": {"dev.oncegate/run_id": "run-rmcp", "dev.oncegate/step_id": "charge"},
+                }))
+                .unwrap();
+                match peer.call_tool_once(params).await.expect("tools/call") {
+                    CallToolResponse::Complete(result) => serde_json::to_value(result).unwrap(),
+                    other => panic!("not a plain tool result: {other:?}"),
+                }
+            });
+        }
+        let answers = calls.join_all().await;
+        let _ = client.cancel().await;
+        answers
+    });
+
+    let statuses: Vec<&str> = answers
+        .iter()
+        .map(|a| a["_meta"][OUTCOME]["status"].as_str().unwrap_or("none"))
+        .collect();
+    println!("32 parallel calls answered {statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == "applied").count(),
+        1,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses
+            .iter()
+            .all(|s| ["applied", "replayed", "in_flight"].contains(s)),
+        "{statuses:?}"
+    );
+    let refs: Vec<&str> = answers
+        .iter()
+        .filter_map(|a| a["_meta"][OUTCOME]["effectRef"].as_str())
+        .collect();
+    assert!(
+        !refs.is_empty() && refs.iter().all(|r| *r == refs[0]),
+        "{refs:?}"
+    );
+    for answer in &answers {
+        let status = answer["_meta"][OUTCOME]["status"].as_str();
+        let is_error = answer["isError"].as_bool().unwrap_or(false);
+        assert_eq!(is_error, status == Some("in_flight"), "{answer}");
+    }
+    assert_eq!(
+        effects_where(&setup.sandbox, "kind=charge&order_id=RS-1").len(),
+        1
+    );
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
+}
+
+#[test]
+fn malformed_unknown_unauthenticated_and_oversized_requests_execute_nothing() {
+    let setup = Setup::example();
+    let gw = setup.gateway();
+    let charge = tools_call(
+        "charge_card",
+        json!({"order_id": "BAD-1", "amount": "5.00"}),
+    );
+
+    // The control: these headers and this envelope do reach a tool.
+    let (status, _, body) = post_mcp(
+        &gw,
+        Some("tok-planner"),
+        tools_call("get_order", json!({"order_id": "BAD-1"})).to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let answer = jsonrpc(&body);
+    assert!(
+        answer["result"].is_object(),
+        "a read goes through: {answer}"
+    );
+
+    // Not JSON at all (parse error), and JSON that is no JSON-RPC request (invalid request).
+    for (malformed, code) in [
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card""#,
+            -32700,
+        ),
+        (r#"{"hello":"world"}"#, -32600),
+    ] {
+        let (status, _, body) = post_mcp(&gw, Some("tok-planner"), malformed.to_owned());
+        assert_eq!(status, 400, "{malformed}: {body}");
+        let error: Value = serde_json::from_str(&body).unwrap_or_default();
+        assert_eq!(
+            (error["jsonrpc"].as_str(), error["error"]["code"].as_i64()),
+            (Some("2.0"), Some(code)),
+            "{malformed}: a JSON-RPC error answers a malformed request: {body}"
+        );
+    }
+
+    // An unknown tool is a JSON-RPC error, not a tool result.
+    let (status, _, body) = post_mcp(
+        &gw,
+        Some("tok-planner"),
+        tools_call("transfer_everything", json!({"to": "mallory"})).to_string(),
+    );
+    let answer = jsonrpc(&body);
+    assert!(
+        answer["error"]["code"].is_i64() && answer.get("result").is_none(),
+        "{status} {answer}"
+    );
+
+    // No token, a wrong token.
+    for token in [None, Some("tok-nobody")] {
+        let (status, headers, body) = post_mcp(&gw, token, charge.to_string());
+        assert_eq!(status, 401, "{token:?}: {body}");
+        let challenge = headers
+            .get(reqwest::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        assert!(challenge.starts_with("Bearer"), "{token:?}: {headers:?}");
+    }
+
+    // A body over 256 KiB.
+    let huge = tools_call(
+        "charge_card",
+        json!({"order_id": "BAD-2", "amount": "5.00", "memo": "x".repeat(300 * 1024)}),
+    );
+    let (status, _, body) = post_mcp(&gw, Some("tok-planner"), huge.to_string());
+    assert_eq!(status, 413, "{body}");
+
+    assert!(effects(&setup.sandbox, "charge").is_empty());
+}
+
+/// The agent script of `tests/clients/python/agent.py`, in one protocol era.
+fn python_agent(era: &str, order: &str) {
+    let clients = clients();
+    let setup = Setup::example();
+    let gw = setup.gateway();
+    let started = Instant::now();
+    let mut cmd = Command::new(&clients.python);
+    cmd.arg(clients.root.join("tests/clients/python/agent.py"))
+        .args(client_args(&gw, &setup.sandbox, order))
+        .args(["--era", era])
+        .env("PYTHONUNBUFFERED", "1");
+    let (ok, output) = run_client(cmd, Duration::from_secs(120));
+    println!("python agent ({era}) took {:.1?}", started.elapsed());
+    assert!(ok, "the python agent ({era}) failed:\n{output}");
+    assert!(output.contains("every check holds"), "{output}");
+    // Counted here too, so the script cannot pass by checking the wrong thing.
+    for order in [order.to_owned(), format!("{order}-closed")] {
+        let charges = effects_where(&setup.sandbox, &format!("kind=charge&order_id={order}"));
+        assert_eq!(charges.len(), 1, "{order}: {charges:?}");
+    }
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 2);
+}
+
+fn client_args(gw: &Proc, sandbox: &Proc, order: &str) -> Vec<String> {
+    [
+        "--url",
+        &format!("{}/mcp", gw.url),
+        "--token",
+        "tok-planner",
+        "--sandbox",
+        &sandbox.url,
+        "--sandbox-key",
+        API_KEY,
+        "--order",
+        order,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// Where `tests/clients/setup.sh` put the clients.
+struct Clients {
+    root: PathBuf,
+    python: PathBuf,
+    node_dir: PathBuf,
+}
+
+/// Installs the clients once per test process; the script itself is cached and locked
+/// across the processes nextest runs in parallel.
+fn clients() -> &'static Clients {
+    static CLIENTS: OnceLock<Clients> = OnceLock::new();
+    CLIENTS.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .canonicalize()
+            .unwrap();
+        let out = Command::new("bash")
+            .arg(root.join("tests/clients/setup.sh"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run tests/clients/setup.sh");
+        assert!(
+            out.status.success(),
+            "tests/clients/setup.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Clients {
+            python: root.join("target/mcp-clients/venv/bin/python"),
+            node_dir: root.join("tests/clients/node"),
+            root,
+        }
+    })
+}
+
+/// Runs a client to its end (killed after `limit`); returns success and everything it printed.
+fn run_client(mut cmd: Command, limit: Duration) -> (bool, String) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the client");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = format!(
+        "{}{}{}",
+        stdout.join().unwrap(),
+        stderr.join().unwrap(),
+        if status.is_none() {
+            format!("\n(killed after {limit:?})")
+        } else {
+            String::new()
+        }
+    );
+    println!("{output}");
+    (status.is_some_and(|s| s.success()), output)
+}
+
+/// A 2026-07-28 `tools/call`: the protocol version rides in `_meta`, no session.
+fn tools_call(name: &str, arguments: Value) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {
+            "name": name,
+            "arguments": arguments,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    })
+}
+
+/// A raw `POST /mcp` with the headers a 2026-07-28 client sends.
+fn post_mcp(
+    gw: &Proc,
+    token: Option<&str>,
+    body: String,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let parsed: Option<Value> = serde_json::from_str(&body).ok();
+    let mut request = client()
+        .post(format!("{}/mcp", gw.url))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", MODERN);
+    if let Some(method) = parsed.as_ref().and_then(|b| b["method"].as_str()) {
+        request = request.header("Mcp-Method", method);
+    }
+    if let Some(name) = parsed.as_ref().and_then(|b| b["params"]["name"].as_str()) {
+        request = request.header("Mcp-Name", name);
+    }
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.body(body).send().unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.text().unwrap())
+}
+
+/// The JSON-RPC message in a response body, plain JSON or the last SSE `data:` event.
+fn jsonrpc(body: &str) -> Value {
+    if let Ok(value) = serde_json::from_str(body) {
+        return value;
+    }
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .next_back()
+        .unwrap_or_else(|| panic!("no JSON-RPC message in `{body}`"))
+}
