@@ -1,33 +1,49 @@
 //! `oncegate sandbox`: a simulated payment / messaging / ledger provider.
 //!
-//! It is a real HTTP JSON server (never a mock) that the demo, the tests and the
-//! benchmarks point the gateway at, and then count effects on: every charge, refund,
-//! email and ledger entry it ever committed is listed by `GET /v1/effects`. It behaves
-//! like the providers the gateway has to cope with: it honours `Idempotency-Key` (or,
-//! per resource, ignores it), and an admin API queues faults that make a request fail
-//! before commit, or commit and then stall past the caller's timeout or drop the
-//! connection. Effects live in memory only: the ledger survives nothing but its own
-//! process.
+//! It is a real server (never a mock) that the demo, the tests and the benchmarks point
+//! the gateway at, and then count effects on: every charge, refund, email and ledger
+//! entry it ever committed is listed by `GET /v1/effects`. It behaves like the providers
+//! the gateway has to cope with: it honours idempotency keys (or, per resource, ignores
+//! them), and an admin API queues faults that make a request fail before commit, or
+//! commit and then stall past the caller's timeout or never answer. Effects live in
+//! memory only: the ledger survives nothing but its own process.
 //!
-//! The HTTP API is documented on [`router`].
+//! One ledger, two surfaces: an HTTP JSON API under `/v1` (the `http` module) and an
+//! MCP server at `/mcp` whose tools do the same things (the `mcp` module). Both call the
+//! one create and lookup code here, so an effect is the same effect whichever surface
+//! made it, and a queued fault breaks the next create of its resource on either.
+//!
+//! Both surfaces are documented on [`router`].
 
 mod conn;
 mod faults;
 mod http;
 mod ledger;
+mod mcp;
 
-use std::{fmt, str::FromStr};
+use std::{
+    fmt,
+    str::FromStr,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
 
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 use tokio::net::TcpListener;
+
+use faults::{Fault, FaultKind, FaultQueue};
+use ledger::{Commit, KeyUse, Ledger, Lookup, NewEffect};
 
 /// How a sandbox behaves; the defaults are a well-behaved provider without auth.
 #[derive(Default, Clone)]
 pub struct SandboxConfig {
-    /// Resources whose `POST` ignores `Idempotency-Key`: every request is a new effect,
-    /// and the key is not recorded, so a lookup by key finds nothing.
+    /// Resources whose creates (`POST` or MCP tool) ignore the idempotency key: every
+    /// request is a new effect, and the key is not recorded, so a lookup by key finds
+    /// nothing (`GET /v1/effects` still shows it as sent).
     pub ignore_idempotency_key: Vec<Resource>,
-    /// When set, every `/v1` request must carry `Authorization: Bearer <api_key>`.
+    /// When set, every `/v1` and `/mcp` request must carry `Authorization: Bearer <api_key>`.
     pub api_key: Option<String>,
 }
 
@@ -137,7 +153,8 @@ impl FromStr for Resource {
     }
 }
 
-/// The sandbox's HTTP API as a router (all bodies JSON, amounts in integer minor units).
+/// The sandbox as a router: its HTTP API, its MCP server and its admin API (all bodies
+/// JSON, amounts in integer minor units).
 ///
 /// Provider API (under `/v1`; with an `api_key`, each call needs `Authorization: Bearer`):
 ///
@@ -152,22 +169,47 @@ impl FromStr for Resource {
 ///   `{"found":true,"charge":{..}}` with the first match, or `{"found":false}`.
 /// - `GET /v1/orders/{order_id}` → `{"order_id","charges":[..],"refunds":[..]}`.
 /// - `GET /v1/effects[?kind=charge&order_id=O&idempotency_key=K]` → `{"effects":[..]}`,
-///   every committed effect in commit order; `idempotency_key` there is the header as
-///   sent, whether or not the provider honoured it.
+///   every committed effect in commit order, whichever surface committed it;
+///   `idempotency_key` there is the key as sent, whether or not the provider honoured it.
+///
+/// MCP server at `/mcp` (Streamable HTTP; the same `Authorization: Bearer` rule as `/v1`;
+/// only loopback `Host` headers are accepted, against DNS rebinding). Clients of the
+/// 2025-11-25 era initialize and get an `Mcp-Session-Id`; 2026-07-28 requests are served
+/// statelessly. Tools, each the twin of an HTTP call above and answering the same JSON
+/// as `structuredContent` (and as one text block):
+///
+/// - `create_charge`, `create_refund` `{order_id, amount_minor, currency, memo?,
+///   idempotency_key?}`, `send_email` `{order_id, to, template, body?, dedupe_ref?,
+///   idempotency_key?}`, `append_ledger` (any object, plus `idempotency_key?`). The key
+///   is the `idempotency_key` argument or `_meta["dev.oncegate/idempotency_key"]` (both
+///   given and different: `idempotency_key_conflict`); it is not part of the stored
+///   body, so a call and a `POST` with the same key and body are one effect. A replay
+///   answers the first result with `_meta["dev.oncegate/idempotent_replayed"] = true`.
+/// - `find_charge`, `find_refund`, `find_email`, `find_ledger_entry` `{idempotency_key?,
+///   order_id?, dedupe_ref? (emails)}` and `get_order` `{order_id}`: read-only lookups.
+///
+/// A refusal is a tool result with `isError: true` and `structuredContent` `{"error":
+/// code, "detail"?}`, with the codes of the HTTP API (`invalid_request`,
+/// `idempotency_key_reused`, `card_declined`, `rate_limited`, ...); only a provider
+/// failure (`fail_before_commit`) is a JSON-RPC internal error (-32603).
 ///
 /// Admin API (no auth): `POST /_sandbox/faults` `{path, fault, times?, delay_ms?}` queues
-/// a fault for the next `times` (default 1) `POST`s to `path`; `GET` lists and `DELETE`
-/// clears the queue; `GET /_sandbox/health`. A `Sandbox-Fault: <fault>` header (with an
-/// optional `Sandbox-Fault-Delay-Ms`) applies a fault to one request and leaves the queue
-/// alone. Faults: `fail_before_commit` (500), `decline` (402), `rate_limit` (429) commit
-/// nothing; `slow` waits `delay_ms` (default 2000) and then commits even if the caller
-/// has hung up; `stall_after_commit` commits and then waits `delay_ms` (default 30000)
-/// before answering; `drop_after_commit` commits and closes the connection unanswered.
+/// a fault for the next `times` (default 1) creates of the resource at `path`, over
+/// either surface; `GET` lists and `DELETE` clears the queue; `GET /_sandbox/health`. A
+/// `Sandbox-Fault: <fault>` header (with an optional `Sandbox-Fault-Delay-Ms`) applies a
+/// fault to one `POST` and leaves the queue alone. Faults: `fail_before_commit` (500),
+/// `decline` (402), `rate_limit` (429) commit nothing; `slow` waits `delay_ms` (default
+/// 2000) and then commits even if the caller has hung up; `stall_after_commit` commits
+/// and then waits `delay_ms` (default 30000) before answering; `drop_after_commit`
+/// commits and closes the connection unanswered (over MCP: holds the call unanswered
+/// until the client cancels it or goes away). A commit never depends on the caller
+/// staying: it runs on its own task.
 ///
-/// `drop_after_commit` needs the socket, which only [`serve`] has: a router served some
-/// other way (or driven with `oneshot`) commits and answers 500 `drop_requires_serve`.
+/// `drop_after_commit` over HTTP needs the socket, which only [`serve`] has: a router
+/// served some other way (or driven with `oneshot`) commits and answers 500
+/// `drop_requires_serve`.
 pub fn router(config: SandboxConfig) -> axum::Router {
-    http::router(config)
+    http::router(Arc::new(Sandbox::new(config)))
 }
 
 /// Serves the sandbox on `listener` until the process ends.
@@ -177,4 +219,202 @@ pub async fn serve(listener: TcpListener, config: SandboxConfig) -> std::io::Res
     }
     let app = router(config).into_make_service_with_connect_info::<conn::Severer>();
     axum::serve(conn::SeverableListener::new(listener), app).await
+}
+
+/// Longest accepted idempotency key, as at the providers the sandbox imitates.
+const MAX_KEY_LEN: usize = 255;
+
+/// Whether `key` can be an idempotency key. An empty or overlong one is refused rather
+/// than taken as no key, since that would turn a retry into a second effect.
+fn acceptable_key(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_LEN
+}
+
+/// One sandbox's state, shared by every request on either surface.
+struct Sandbox {
+    config: SandboxConfig,
+    ledger: Mutex<Ledger>,
+    faults: Mutex<FaultQueue>,
+}
+
+/// A create that committed, or that replayed the commit of an earlier one.
+#[derive(Debug)]
+struct Created {
+    /// What the provider answers: the new object, or the first one for a replay.
+    object: Value,
+    replayed: bool,
+    /// What the request's fault still asks for once the effect is committed; each
+    /// surface acts it out its own way.
+    after_commit: AfterCommit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterCommit {
+    Answer,
+    /// `stall_after_commit`: wait this long, then answer.
+    Stall(Duration),
+    /// `drop_after_commit`: never answer.
+    Drop,
+}
+
+/// Why a create committed nothing. Each surface maps it to its wire once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// `fail_before_commit`, or a commit task that died: the same to the caller.
+    Internal,
+    /// `decline`.
+    CardDeclined,
+    /// `rate_limit`.
+    RateLimited,
+    /// The key was used before with another body.
+    KeyReused,
+}
+
+/// What a lookup asks for (`GET /v1/charges?..`, `find_charge`); every given criterion
+/// must match.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LookupParams {
+    idempotency_key: Option<String>,
+    order_id: Option<String>,
+    dedupe_ref: Option<String>,
+}
+
+/// Why a lookup cannot be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LookupError {
+    /// No criterion at all: a lookup would match everything.
+    NoCriterion,
+    /// `dedupe_ref` on a resource other than emails.
+    DedupeRefNotEmails,
+}
+
+impl Sandbox {
+    fn new(config: SandboxConfig) -> Sandbox {
+        Sandbox {
+            config,
+            ledger: Mutex::default(),
+            faults: Mutex::default(),
+        }
+    }
+
+    // A handler that panicked under a lock cannot leave the ledger half-written (every
+    // mutation is a single push/insert), so a poisoned lock is still safe to use.
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn faults(&self) -> MutexGuard<'_, FaultQueue> {
+        self.faults.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Creates `effect` as the provider does, from either surface: applies `fault` (the
+    /// one the request asked for itself, else the next queued for the resource), then
+    /// commits unless `key` says it already happened.
+    ///
+    /// Call it only for a request that is otherwise valid, so that a test's queued fault
+    /// is not used up by some malformed call.
+    async fn create(
+        self: &Arc<Self>,
+        effect: NewEffect,
+        key: Option<String>,
+        fault: Option<Fault>,
+    ) -> Result<Created, Refusal> {
+        let resource = effect.resource();
+        let fault = fault.or_else(|| self.faults().take(resource));
+        if let Some(fault) = fault {
+            tracing::debug!(
+                %resource,
+                fault = fault.kind.as_str(),
+                delay_ms = u64::try_from(fault.delay.as_millis()).unwrap_or(u64::MAX),
+                "sandbox fault applied"
+            );
+        }
+        match fault.map(|f| f.kind) {
+            Some(FaultKind::FailBeforeCommit) => return Err(Refusal::Internal),
+            Some(FaultKind::Decline) => return Err(Refusal::CardDeclined),
+            Some(FaultKind::RateLimit) => return Err(Refusal::RateLimited),
+            _ => {}
+        }
+
+        // The commit runs on its own task: a provider finishes a request whose caller hung
+        // up, and a slow request that commits after the caller's timeout is exactly the
+        // ambiguity the gateway has to survive. Dropping this future (an HTTP client that
+        // disconnects, an MCP call that is cancelled) detaches the task; it never aborts
+        // an effect half-way.
+        let slow = fault.filter(|f| f.kind == FaultKind::Slow).map(|f| f.delay);
+        let honoured = !self.config.ignore_idempotency_key.contains(&resource);
+        let commit = tokio::spawn({
+            let sandbox = Arc::clone(self);
+            async move {
+                if let Some(delay) = slow {
+                    tokio::time::sleep(delay).await;
+                }
+                let key = KeyUse {
+                    key: key.as_deref(),
+                    honoured,
+                };
+                sandbox.ledger().commit(effect, key, Timestamp::now())
+            }
+        })
+        .await
+        .map_err(|_| Refusal::Internal)?;
+
+        let (object, replayed) = match commit {
+            Commit::Created(object) => (object, false),
+            Commit::Replayed(object) => (object, true),
+            Commit::KeyReused => return Err(Refusal::KeyReused),
+        };
+        let after_commit = match fault {
+            Some(Fault {
+                kind: FaultKind::StallAfterCommit,
+                delay,
+            }) => AfterCommit::Stall(delay),
+            Some(Fault {
+                kind: FaultKind::DropAfterCommit,
+                ..
+            }) => AfterCommit::Drop,
+            _ => AfterCommit::Answer,
+        };
+        Ok(Created {
+            object,
+            replayed,
+            after_commit,
+        })
+    }
+
+    /// `{"found":true,"charge":{..}}` with the first object of `resource` that matches
+    /// `params`, or `{"found":false}`.
+    fn lookup(&self, resource: Resource, params: &LookupParams) -> Result<Value, LookupError> {
+        if params.dedupe_ref.is_some() && resource != Resource::Emails {
+            return Err(LookupError::DedupeRefNotEmails);
+        }
+        let lookup = Lookup {
+            idempotency_key: params.idempotency_key.as_deref(),
+            order_id: params.order_id.as_deref(),
+            dedupe_ref: params.dedupe_ref.as_deref(),
+        };
+        if lookup.idempotency_key.is_none()
+            && lookup.order_id.is_none()
+            && lookup.dedupe_ref.is_none()
+        {
+            return Err(LookupError::NoCriterion);
+        }
+        let found = self.ledger().find(resource, &lookup).cloned();
+        Ok(match found {
+            Some(object) => json!({ "found": true, resource.lookup_field(): object }),
+            None => json!({ "found": false }),
+        })
+    }
+
+    /// `{"order_id","charges":[..],"refunds":[..]}`. The sandbox has no order catalogue:
+    /// any order exists, with whatever was done to it.
+    fn order(&self, order_id: &str) -> Value {
+        let ledger = self.ledger();
+        json!({
+            "order_id": order_id,
+            "charges": ledger.for_order(Resource::Charges, order_id),
+            "refunds": ledger.for_order(Resource::Refunds, order_id),
+        })
+    }
 }

@@ -14,7 +14,7 @@ pub struct SandboxArgs {
     /// Resources that ignore `Idempotency-Key` (charges, refunds, emails, ledger).
     #[arg(long = "ignore-idempotency-key", value_delimiter = ',')]
     ignore: Vec<Resource>,
-    /// Require `Authorization: Bearer KEY` on /v1 requests.
+    /// Require `Authorization: Bearer KEY` on /v1 and /mcp requests.
     #[arg(long, env = "SANDBOX_API_KEY")]
     api_key: Option<String>,
 }

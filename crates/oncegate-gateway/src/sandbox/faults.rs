@@ -1,7 +1,9 @@
-//! Fault injection: what can go wrong with one `POST`, and the queue of faults to come.
+//! Fault injection: what can go wrong with one create, and the queue of faults to come.
 //!
 //! The gateway, not the test, makes the upstream calls, so a test cannot put a header
-//! on the request it wants to break; it queues the fault here first, by path.
+//! on the request it wants to break; it queues the fault here first, by path. A queued
+//! fault belongs to the resource, not the surface: the next create of it breaks,
+//! whether a `POST` or an MCP tool call.
 
 use std::{collections::VecDeque, time::Duration};
 
@@ -15,15 +17,16 @@ use super::Resource;
 pub(super) enum FaultKind {
     /// Commit, then wait before answering, past the caller's timeout.
     StallAfterCommit,
-    /// Commit, then close the connection without an answer.
+    /// Commit, then close the connection without an answer (over MCP: hold the call
+    /// unanswered until the client cancels it).
     DropAfterCommit,
-    /// Answer 500 and commit nothing.
+    /// Answer 500 (over MCP: a JSON-RPC internal error) and commit nothing.
     FailBeforeCommit,
     /// Wait, then behave normally (the commit happens even if the caller left).
     Slow,
-    /// Answer 402 `card_declined` and commit nothing.
+    /// Answer 402 `card_declined` (over MCP: an error result) and commit nothing.
     Decline,
-    /// Answer 429 `rate_limited` and commit nothing.
+    /// Answer 429 `rate_limited` (over MCP: an error result) and commit nothing.
     RateLimit,
 }
 
@@ -118,7 +121,7 @@ pub(super) struct Queued {
 }
 
 impl FaultQueue {
-    /// Queues a fault for the next `times` `POST`s of `resource`.
+    /// Queues a fault for the next `times` creates of `resource`.
     pub(super) fn push(&mut self, resource: Resource, fault: Fault, times: u32) -> Queued {
         let queued = Queued {
             path: resource.path(),
@@ -132,7 +135,7 @@ impl FaultQueue {
         queued
     }
 
-    /// The fault for the next `POST` of `resource`, if one is queued; uses it up once.
+    /// The fault for the next create of `resource`, if one is queued; uses it up once.
     pub(super) fn take(&mut self, resource: Resource) -> Option<Fault> {
         let index = self.pending.iter().position(|q| q.resource == resource)?;
         let queued = self.pending.get_mut(index)?;

@@ -1,6 +1,9 @@
-//! The sandbox's routes, handlers and the one mapping of its errors to HTTP.
+//! The sandbox's routes, its HTTP handlers and the one mapping of its errors to HTTP.
+//!
+//! The MCP endpoint is mounted here too, behind the same API-key check as `/v1`; its
+//! tools live in the `mcp` module.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use axum::{
     Extension, Json, Router,
@@ -11,16 +14,16 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{MethodRouter, get, post},
 };
-use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
 use super::{
-    Resource, SandboxConfig,
+    AfterCommit, LookupError, LookupParams, Refusal, Resource, Sandbox, acceptable_key,
     conn::Severer,
-    faults::{Fault, FaultKind, FaultQueue, FaultRequest},
-    ledger::{Commit, EffectFilter, KeyUse, Ledger, Lookup, NewEffect},
+    faults::{Fault, FaultKind, FaultRequest},
+    ledger::{EffectFilter, NewEffect},
+    mcp,
 };
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -28,16 +31,7 @@ const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-repl
 const SANDBOX_FAULT: HeaderName = HeaderName::from_static("sandbox-fault");
 const SANDBOX_FAULT_DELAY_MS: HeaderName = HeaderName::from_static("sandbox-fault-delay-ms");
 
-/// Longest accepted `Idempotency-Key`, as at the providers the sandbox imitates.
-const MAX_KEY_LEN: usize = 255;
-
-pub(super) fn router(config: SandboxConfig) -> Router {
-    let state = Arc::new(Sandbox {
-        config,
-        ledger: Mutex::default(),
-        faults: Mutex::default(),
-    });
-
+pub(super) fn router(state: SharedSandbox) -> Router {
     let provider = Router::new()
         .route("/v1/charges", resource_routes(Resource::Charges))
         .route("/v1/refunds", resource_routes(Resource::Refunds))
@@ -45,6 +39,7 @@ pub(super) fn router(config: SandboxConfig) -> Router {
         .route("/v1/ledger", resource_routes(Resource::Ledger))
         .route("/v1/orders/{order_id}", get(order))
         .route("/v1/effects", get(effects))
+        .nest_service("/mcp", mcp::service(Arc::clone(&state)))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             require_api_key,
@@ -59,25 +54,6 @@ pub(super) fn router(config: SandboxConfig) -> Router {
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
-}
-
-/// Shared by every request of one sandbox.
-struct Sandbox {
-    config: SandboxConfig,
-    ledger: Mutex<Ledger>,
-    faults: Mutex<FaultQueue>,
-}
-
-impl Sandbox {
-    // A handler that panicked under a lock cannot leave the ledger half-written (every
-    // mutation is a single push/insert), so a poisoned lock is still safe to use.
-    fn ledger(&self) -> MutexGuard<'_, Ledger> {
-        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn faults(&self) -> MutexGuard<'_, FaultQueue> {
-        self.faults.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 type SharedSandbox = Arc<Sandbox>;
@@ -169,6 +145,29 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Internal => ApiError::Internal,
+            Refusal::CardDeclined => ApiError::CardDeclined,
+            Refusal::RateLimited => ApiError::RateLimited,
+            Refusal::KeyReused => ApiError::IdempotencyKeyReused,
+        }
+    }
+}
+
+impl From<LookupError> for ApiError {
+    fn from(error: LookupError) -> Self {
+        match error {
+            LookupError::NoCriterion => ApiError::MissingLookupParameter,
+            LookupError::DedupeRefNotEmails => {
+                ApiError::InvalidQuery("dedupe_ref applies to emails only".to_owned())
+            }
+        }
+    }
+}
+
+/// `/v1` and `/mcp` alike need `Authorization: Bearer <api_key>` when one is configured.
 async fn require_api_key(
     State(sandbox): State<SharedSandbox>,
     request: Request,
@@ -200,7 +199,7 @@ fn resource_routes(resource: Resource) -> MethodRouter<SharedSandbox> {
               body: Bytes| create(resource, sandbox, severer, headers, body),
     )
     .get(
-        move |sandbox: State<SharedSandbox>, query: Result<Query<LookupQuery>, QueryRejection>| {
+        move |sandbox: State<SharedSandbox>, query: Result<Query<LookupParams>, QueryRejection>| {
             lookup(resource, sandbox, query)
         },
     )
@@ -216,64 +215,12 @@ async fn create(
     let key = idempotency_key(&headers)?;
     let request: Value = serde_json::from_slice(&body).map_err(|_| ApiError::MalformedJson)?;
     let effect = NewEffect::parse(resource, request).map_err(|e| ApiError::InvalidBody(e.0))?;
+    let created = sandbox.create(effect, key, header_fault(&headers)?).await?;
 
-    // Only a request that would otherwise succeed uses up a queued fault, so a test's
-    // fault is not eaten by some malformed call.
-    let fault = match header_fault(&headers)? {
-        Some(fault) => Some(fault),
-        None => sandbox.faults().take(resource),
-    };
-    if let Some(fault) = fault {
-        tracing::debug!(
-            %resource,
-            fault = fault.kind.as_str(),
-            delay_ms = u64::try_from(fault.delay.as_millis()).unwrap_or(u64::MAX),
-            "sandbox fault applied"
-        );
-    }
-    let kind = fault.map(|f| f.kind);
-    match kind {
-        Some(FaultKind::FailBeforeCommit) => return Err(ApiError::Internal),
-        Some(FaultKind::Decline) => return Err(ApiError::CardDeclined),
-        Some(FaultKind::RateLimit) => return Err(ApiError::RateLimited),
-        _ => {}
-    }
-
-    // The commit runs on its own task: a provider finishes a request whose caller hung
-    // up, and a slow request that commits after the caller's timeout is exactly the
-    // ambiguity the gateway has to survive.
-    let slow = fault.filter(|f| f.kind == FaultKind::Slow).map(|f| f.delay);
-    let honoured = !sandbox.config.ignore_idempotency_key.contains(&resource);
-    let commit = tokio::spawn({
-        let sandbox = Arc::clone(&sandbox);
-        async move {
-            if let Some(delay) = slow {
-                tokio::time::sleep(delay).await;
-            }
-            let key = KeyUse {
-                key: key.as_deref(),
-                honoured,
-            };
-            sandbox.ledger().commit(effect, key, Timestamp::now())
-        }
-    })
-    .await
-    .map_err(|_| ApiError::Internal)?;
-
-    let (object, replayed) = match commit {
-        Commit::Created(object) => (object, false),
-        Commit::Replayed(object) => (object, true),
-        Commit::KeyReused => return Err(ApiError::IdempotencyKeyReused),
-    };
-    match fault {
-        Some(Fault {
-            kind: FaultKind::StallAfterCommit,
-            delay,
-        }) => tokio::time::sleep(delay).await,
-        Some(Fault {
-            kind: FaultKind::DropAfterCommit,
-            ..
-        }) => {
+    match created.after_commit {
+        AfterCommit::Answer => {}
+        AfterCommit::Stall(delay) => tokio::time::sleep(delay).await,
+        AfterCommit::Drop => {
             let Some(Extension(ConnectInfo(severer))) = severer else {
                 return Err(ApiError::DropRequiresServe);
             };
@@ -281,11 +228,10 @@ async fn create(
             // Never reaches the caller: the connection fails on hyper's first write.
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
-        _ => {}
     }
 
-    let mut response = Json(object).into_response();
-    if replayed {
+    let mut response = Json(created.object).into_response();
+    if created.replayed {
         response
             .headers_mut()
             .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
@@ -300,7 +246,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         return Ok(None);
     };
     match value.to_str() {
-        Ok(key) if !key.is_empty() && key.len() <= MAX_KEY_LEN => Ok(Some(key.to_owned())),
+        Ok(key) if acceptable_key(key) => Ok(Some(key.to_owned())),
         _ => Err(ApiError::InvalidHeader("Idempotency-Key")),
     }
 }
@@ -328,49 +274,17 @@ fn header_fault(headers: &HeaderMap) -> Result<Option<Fault>, ApiError> {
     Ok(Some(Fault::new(kind, delay_ms)))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LookupQuery {
-    idempotency_key: Option<String>,
-    order_id: Option<String>,
-    dedupe_ref: Option<String>,
-}
-
 async fn lookup(
     resource: Resource,
     State(sandbox): State<SharedSandbox>,
-    query: Result<Query<LookupQuery>, QueryRejection>,
+    query: Result<Query<LookupParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
-    if query.dedupe_ref.is_some() && resource != Resource::Emails {
-        return Err(ApiError::InvalidQuery(
-            "dedupe_ref applies to emails only".to_owned(),
-        ));
-    }
-    let lookup = Lookup {
-        idempotency_key: query.idempotency_key.as_deref(),
-        order_id: query.order_id.as_deref(),
-        dedupe_ref: query.dedupe_ref.as_deref(),
-    };
-    if lookup.idempotency_key.is_none() && lookup.order_id.is_none() && lookup.dedupe_ref.is_none()
-    {
-        return Err(ApiError::MissingLookupParameter);
-    }
-    let found = sandbox.ledger().find(resource, &lookup).cloned();
-    Ok(Json(match found {
-        Some(object) => json!({ "found": true, resource.lookup_field(): object }),
-        None => json!({ "found": false }),
-    }))
+    let Query(params) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+    Ok(Json(sandbox.lookup(resource, &params)?))
 }
 
 async fn order(State(sandbox): State<SharedSandbox>, Path(order_id): Path<String>) -> Json<Value> {
-    // The sandbox has no order catalogue: any order exists, with whatever was done to it.
-    let ledger = sandbox.ledger();
-    Json(json!({
-        "order_id": order_id,
-        "charges": ledger.for_order(Resource::Charges, &order_id),
-        "refunds": ledger.for_order(Resource::Refunds, &order_id),
-    }))
+    Json(sandbox.order(&order_id))
 }
 
 #[derive(Debug, Deserialize)]

@@ -12,12 +12,12 @@ use serde_json::{Map, Value, json};
 
 use super::Resource;
 
-/// A validated `POST` body, ready to commit.
+/// A validated create (a `POST` body or a create tool's arguments), ready to commit.
 #[derive(Debug)]
 pub(super) struct NewEffect {
     resource: Resource,
-    /// The body exactly as received: what a repeated key is compared with, and what
-    /// `/v1/effects` shows.
+    /// The body exactly as received (over MCP: the arguments without the key): what a
+    /// repeated key is compared with, and what `/v1/effects` shows.
     request: Value,
     order_id: Option<String>,
     amount_minor: Option<i64>,
@@ -130,6 +130,11 @@ impl NewEffect {
         };
         Ok(effect)
     }
+
+    /// What the effect creates.
+    pub(super) fn resource(&self) -> Resource {
+        self.resource
+    }
 }
 
 fn non_empty(field: &str, value: String) -> Result<String, InvalidBody> {
@@ -170,7 +175,7 @@ fn currency(code: &str) -> Result<String, InvalidBody> {
     }
 }
 
-/// What committing a `POST` did.
+/// What committing a create did.
 #[derive(Debug, PartialEq)]
 pub(super) enum Commit {
     /// A new effect; its object.
@@ -181,10 +186,10 @@ pub(super) enum Commit {
     KeyReused,
 }
 
-/// How the provider treats the `Idempotency-Key` of one `POST`.
+/// How the provider treats the idempotency key of one create.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct KeyUse<'a> {
-    /// The header as sent.
+    /// The key as sent (the `Idempotency-Key` header, or the MCP argument or `_meta`).
     pub(super) key: Option<&'a str>,
     /// Whether this resource honours keys at all.
     pub(super) honoured: bool,

@@ -1,5 +1,8 @@
 //! The sandbox provider over a real socket: idempotency keys honoured and ignored, each
 //! injected fault, lookups, the effect list the demo counts, and API-key auth.
+//! Its MCP surface is tested in `mcp`.
+
+mod mcp;
 
 use std::time::Duration;
 

@@ -1,0 +1,551 @@
+//! The sandbox's MCP surface: its provider calls as tools, over MCP Streamable HTTP.
+//!
+//! One ledger, two surfaces: a tool call runs the same create and lookup code as the
+//! HTTP API, so an effect created here is the same kind of effect as a `POST`, listed by
+//! `GET /v1/effects` with its idempotency key as sent, a call and a `POST` with the same
+//! key and body are one effect, and a fault queued for `/v1/charges` breaks the next
+//! charge whichever surface makes it. The tools are documented on [`super::router`].
+//!
+//! rmcp serves both protocol eras from the one endpoint: a 2025-11-25 client initializes
+//! and gets a session, a 2026-07-28 request carries its version in `_meta` and is served
+//! statelessly. Whichever it is, a cancelled call (a client that gave up, or closed its
+//! stream) only stops the waiting here: the commit runs on its own task (see
+//! `Sandbox::create`).
+
+use std::sync::Arc;
+
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
+        ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+        Tool, ToolAnnotations,
+    },
+    service::RequestContext,
+    transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    },
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    AfterCommit, LookupError, LookupParams, Refusal, Resource, Sandbox, acceptable_key,
+    ledger::NewEffect,
+};
+
+/// Where a create tool takes its idempotency key from, besides its `idempotency_key`
+/// argument: the request's `_meta`, which is where a gateway puts a key it derived
+/// itself, out of the model's reach.
+const IDEMPOTENCY_KEY_META: &str = "dev.oncegate/idempotency_key";
+
+/// The argument a create tool takes its idempotency key from.
+const IDEMPOTENCY_KEY_ARGUMENT: &str = "idempotency_key";
+
+/// Set in a create result's `_meta` when it replays an earlier call (HTTP's
+/// `Idempotent-Replayed: true`).
+const REPLAYED_META: &str = "dev.oncegate/idempotent_replayed";
+
+/// The `/mcp` endpoint of `sandbox`.
+pub(super) fn service(sandbox: Arc<Sandbox>) -> StreamableHttpService<Tools, LocalSessionManager> {
+    let tools = Tools {
+        sandbox,
+        catalogue: catalogue().into(),
+    };
+    // rmcp's defaults, on purpose: legacy-era clients keep their sessions, and only
+    // loopback `Host` headers pass (DNS-rebinding protection; the sandbox is a loopback
+    // service). Stateless (2026-07-28) calls are answered as plain JSON rather than an
+    // SSE stream; rmcp keeps SSE for legacy sessions whatever this says.
+    let config = StreamableHttpServerConfig::default().with_json_response(true);
+    StreamableHttpService::new(move || Ok(tools.clone()), Arc::default(), config)
+}
+
+/// The sandbox's MCP server: one per session (legacy era) or per request (2026-07-28),
+/// all sharing the sandbox.
+#[derive(Clone)]
+pub(super) struct Tools {
+    sandbox: Arc<Sandbox>,
+    catalogue: Arc<[Tool]>,
+}
+
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "oncegate-sandbox",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(
+                "A simulated payments, email and ledger provider. Creates take an optional \
+                 idempotency_key (or _meta[\"dev.oncegate/idempotency_key\"]): a repeat with \
+                 the same key and arguments answers the first result and commits nothing.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.catalogue.to_vec()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.catalogue
+            .iter()
+            .find(|tool| tool.name == name)
+            .cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let Some(call) = ToolCall::parse(&request.name) else {
+            return Err(McpError::invalid_params(
+                format!("tool not found: {}", request.name),
+                None,
+            ));
+        };
+        // rmcp moves the request's `_meta` into the context before a handler runs; look
+        // in both, in case a transport ever leaves it in place.
+        let meta_key = context
+            .meta
+            .get(IDEMPOTENCY_KEY_META)
+            .or_else(|| request.meta.as_ref()?.get(IDEMPOTENCY_KEY_META))
+            .cloned();
+        let arguments = request.arguments.unwrap_or_default();
+        let outcome = match call {
+            ToolCall::Create(resource) => {
+                self.create(resource, arguments, meta_key, &context.ct)
+                    .await
+            }
+            ToolCall::Find(resource) => self.find(resource, arguments),
+            ToolCall::GetOrder => self.get_order(arguments),
+        };
+        match outcome {
+            Ok(result) => Ok(result.into()),
+            Err(error) => error.into_result().map(CallToolResponse::from),
+        }
+    }
+}
+
+impl Tools {
+    async fn create(
+        &self,
+        resource: Resource,
+        mut arguments: JsonObject,
+        meta_key: Option<Value>,
+        cancelled: &CancellationToken,
+    ) -> Result<CallToolResult, ToolError> {
+        // The key is how the call is named, not part of what it asks for: stripped, the
+        // stored body is what the same `POST` would store.
+        let argument_key = arguments.remove(IDEMPOTENCY_KEY_ARGUMENT);
+        let key = idempotency_key(argument_key, meta_key)?;
+        let effect = NewEffect::parse(resource, Value::Object(arguments))
+            .map_err(|e| ToolError::InvalidArguments(e.0))?;
+        let created = self
+            .sandbox
+            .create(effect, key, None)
+            .await
+            .map_err(ToolError::Refused)?;
+
+        match created.after_commit {
+            AfterCommit::Answer => {}
+            AfterCommit::Stall(delay) => {
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = cancelled.cancelled() => return Err(ToolError::Cancelled),
+                }
+            }
+            // HTTP closes the connection; an MCP call has no connection of its own (a
+            // session multiplexes calls), so it is left unanswered instead.
+            AfterCommit::Drop => {
+                cancelled.cancelled().await;
+                return Err(ToolError::Cancelled);
+            }
+        }
+
+        let mut result = CallToolResult::structured(created.object);
+        if created.replayed {
+            let mut meta = MetaObject::default();
+            meta.insert(REPLAYED_META.to_owned(), Value::Bool(true));
+            result = result.with_meta(Some(meta));
+        }
+        Ok(result)
+    }
+
+    fn find(&self, resource: Resource, arguments: JsonObject) -> Result<CallToolResult, ToolError> {
+        let params = LookupParams::deserialize(Value::Object(arguments))
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let found = self.sandbox.lookup(resource, &params)?;
+        Ok(CallToolResult::structured(found))
+    }
+
+    fn get_order(&self, arguments: JsonObject) -> Result<CallToolResult, ToolError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct OrderArguments {
+            order_id: String,
+        }
+        let OrderArguments { order_id } = OrderArguments::deserialize(Value::Object(arguments))
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        if order_id.is_empty() {
+            return Err(ToolError::InvalidArguments(
+                "order_id must not be empty".to_owned(),
+            ));
+        }
+        Ok(CallToolResult::structured(self.sandbox.order(&order_id)))
+    }
+}
+
+/// The idempotency key of a create: the argument or the `_meta` entry, which must agree
+/// when both are given. `null` counts as not given, as agents often send it for optional
+/// arguments.
+fn idempotency_key(
+    argument: Option<Value>,
+    meta: Option<Value>,
+) -> Result<Option<String>, ToolError> {
+    let argument = key_text(argument, "idempotency_key")?;
+    let meta = key_text(meta, "_meta[\"dev.oncegate/idempotency_key\"]")?;
+    let key = match (argument, meta) {
+        (Some(argument), Some(meta)) if argument != meta => return Err(ToolError::KeyConflict),
+        (argument, meta) => argument.or(meta),
+    };
+    match key {
+        Some(key) if !acceptable_key(&key) => Err(ToolError::InvalidArguments(
+            "an idempotency key must be 1 to 255 bytes long".to_owned(),
+        )),
+        key => Ok(key),
+    }
+}
+
+fn key_text(value: Option<Value>, name: &str) -> Result<Option<String>, ToolError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(key)) => Ok(Some(key)),
+        Some(_) => Err(ToolError::InvalidArguments(format!(
+            "{name} must be a string"
+        ))),
+    }
+}
+
+/// A tool, by what it does to which resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolCall {
+    Create(Resource),
+    Find(Resource),
+    GetOrder,
+}
+
+impl ToolCall {
+    const GET_ORDER: &str = "get_order";
+
+    fn create_name(resource: Resource) -> &'static str {
+        match resource {
+            Resource::Charges => "create_charge",
+            Resource::Refunds => "create_refund",
+            Resource::Emails => "send_email",
+            Resource::Ledger => "append_ledger",
+        }
+    }
+
+    fn find_name(resource: Resource) -> &'static str {
+        match resource {
+            Resource::Charges => "find_charge",
+            Resource::Refunds => "find_refund",
+            Resource::Emails => "find_email",
+            Resource::Ledger => "find_ledger_entry",
+        }
+    }
+
+    fn parse(name: &str) -> Option<ToolCall> {
+        if name == Self::GET_ORDER {
+            return Some(ToolCall::GetOrder);
+        }
+        Resource::ALL.into_iter().find_map(|resource| {
+            if name == Self::create_name(resource) {
+                Some(ToolCall::Create(resource))
+            } else if name == Self::find_name(resource) {
+                Some(ToolCall::Find(resource))
+            } else {
+                None
+            }
+        })
+    }
+}
+
+/// Everything a tool call answers with other than success; the `code` is the HTTP
+/// API's.
+#[derive(Debug)]
+enum ToolError {
+    InvalidArguments(String),
+    /// The `idempotency_key` argument and the `_meta` key differ.
+    KeyConflict,
+    MissingLookupParameter,
+    Refused(Refusal),
+    /// The client cancelled a call that was holding its answer back; nobody reads this.
+    Cancelled,
+}
+
+impl From<LookupError> for ToolError {
+    fn from(error: LookupError) -> Self {
+        match error {
+            LookupError::NoCriterion => ToolError::MissingLookupParameter,
+            LookupError::DedupeRefNotEmails => {
+                ToolError::InvalidArguments("dedupe_ref applies to emails only".to_owned())
+            }
+        }
+    }
+}
+
+impl ToolError {
+    /// An error result the model can read and act on (`isError: true`, the HTTP API's
+    /// error body as `structuredContent`), or, for a provider failure, a JSON-RPC error.
+    fn into_result(self) -> Result<CallToolResult, McpError> {
+        let (code, detail) = match self {
+            ToolError::InvalidArguments(detail) => ("invalid_request", Some(detail)),
+            ToolError::KeyConflict => (
+                "idempotency_key_conflict",
+                Some(
+                    "the idempotency_key argument and _meta[\"dev.oncegate/idempotency_key\"] \
+                     differ"
+                        .to_owned(),
+                ),
+            ),
+            ToolError::MissingLookupParameter => (
+                "missing_lookup_parameter",
+                Some("give idempotency_key, order_id or dedupe_ref".to_owned()),
+            ),
+            ToolError::Refused(Refusal::CardDeclined) => ("card_declined", None),
+            ToolError::Refused(Refusal::RateLimited) => ("rate_limited", None),
+            ToolError::Refused(Refusal::KeyReused) => ("idempotency_key_reused", None),
+            // The HTTP surface's 500: the provider failed, which is not the tool's answer.
+            ToolError::Refused(Refusal::Internal) => {
+                return Err(McpError::internal_error("internal_error", None));
+            }
+            ToolError::Cancelled => {
+                return Err(McpError::internal_error("request cancelled", None));
+            }
+        };
+        let body = match detail {
+            Some(detail) => json!({ "error": code, "detail": detail }),
+            None => json!({ "error": code }),
+        };
+        Ok(CallToolResult::structured_error(body))
+    }
+}
+
+/// Every tool the sandbox offers, creates first.
+fn catalogue() -> Vec<Tool> {
+    let creates = Resource::ALL.into_iter().map(|resource| {
+        let (title, description, schema) = match resource {
+            Resource::Charges => (
+                "Create a charge",
+                "Charge an order (POST /v1/charges). Amounts are in minor units.",
+                money_schema(),
+            ),
+            Resource::Refunds => (
+                "Create a refund",
+                "Refund (part of) an order (POST /v1/refunds). Amounts are in minor units.",
+                money_schema(),
+            ),
+            Resource::Emails => (
+                "Send an email",
+                "Send a templated email about an order (POST /v1/emails).",
+                email_schema(),
+            ),
+            Resource::Ledger => (
+                "Append a ledger entry",
+                "Append any JSON object to the ledger (POST /v1/ledger).",
+                ledger_schema(),
+            ),
+        };
+        let description = format!(
+            "{description} With an idempotency key (argument or \
+             _meta[\"dev.oncegate/idempotency_key\"]) a repeat answers the first result and \
+             commits nothing; the same key with other arguments is idempotency_key_reused."
+        );
+        Tool::new(ToolCall::create_name(resource), description, schema)
+            .with_title(title)
+            .with_annotations(
+                ToolAnnotations::with_title(title)
+                    .read_only(false)
+                    .destructive(false)
+                    .idempotent(false),
+            )
+    });
+    let finds = Resource::ALL.into_iter().map(|resource| {
+        let (title, noun) = match resource {
+            Resource::Charges => ("Find a charge", "a charge"),
+            Resource::Refunds => ("Find a refund", "a refund"),
+            Resource::Emails => ("Find an email", "an email"),
+            Resource::Ledger => ("Find a ledger entry", "a ledger entry"),
+        };
+        let criteria = match resource {
+            Resource::Emails => "idempotency_key, order_id or dedupe_ref",
+            _ => "idempotency_key or order_id",
+        };
+        let description = format!(
+            "Look up {noun} by {criteria}; every one given must match (GET {path}). Answers \
+             {{\"found\":true,\"{field}\":{{..}}}} with the first match, or {{\"found\":false}}.",
+            path = resource.path(),
+            field = resource.lookup_field(),
+        );
+        Tool::new(
+            ToolCall::find_name(resource),
+            description,
+            find_schema(resource),
+        )
+        .with_title(title)
+        .with_annotations(ToolAnnotations::with_title(title).read_only(true))
+    });
+    let get_order = Tool::new(
+        ToolCall::GET_ORDER,
+        "The charges and refunds of an order (GET /v1/orders/{order_id}).",
+        object_schema(
+            json!({ "order_id": { "type": "string", "minLength": 1 } }),
+            &["order_id"],
+            false,
+        ),
+    )
+    .with_title("Get an order")
+    .with_annotations(ToolAnnotations::with_title("Get an order").read_only(true));
+
+    creates
+        .chain(finds)
+        .chain(std::iter::once(get_order))
+        .collect()
+}
+
+fn key_property() -> Value {
+    json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 255,
+        "description": "Names this create: a repeat with the same key is not a new effect.",
+    })
+}
+
+fn money_schema() -> Arc<JsonObject> {
+    object_schema(
+        json!({
+            "order_id": { "type": "string", "minLength": 1 },
+            "amount_minor": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The amount in minor units (cents for USD).",
+            },
+            "currency": {
+                "type": "string",
+                "pattern": "^[A-Za-z]{3}$",
+                "description": "ISO 4217 code.",
+            },
+            "memo": { "type": "string" },
+            "idempotency_key": key_property(),
+        }),
+        &["order_id", "amount_minor", "currency"],
+        true,
+    )
+}
+
+fn email_schema() -> Arc<JsonObject> {
+    object_schema(
+        json!({
+            "order_id": { "type": "string", "minLength": 1 },
+            "to": { "type": "string", "minLength": 1 },
+            "template": { "type": "string", "minLength": 1 },
+            "body": { "type": "string" },
+            "dedupe_ref": {
+                "type": "string",
+                "description": "A reference of the caller's that find_email can find it by.",
+            },
+            "idempotency_key": key_property(),
+        }),
+        &["order_id", "to", "template"],
+        true,
+    )
+}
+
+fn ledger_schema() -> Arc<JsonObject> {
+    object_schema(
+        json!({
+            "order_id": { "type": "string" },
+            "amount_minor": { "type": "integer" },
+            "currency": { "type": "string" },
+            "idempotency_key": key_property(),
+        }),
+        &[],
+        true,
+    )
+}
+
+fn find_schema(resource: Resource) -> Arc<JsonObject> {
+    let mut properties = json!({
+        "idempotency_key": { "type": "string", "minLength": 1 },
+        "order_id": { "type": "string", "minLength": 1 },
+    });
+    if resource == Resource::Emails
+        && let Some(properties) = properties.as_object_mut()
+    {
+        properties.insert(
+            "dedupe_ref".to_owned(),
+            json!({ "type": "string", "minLength": 1 }),
+        );
+    }
+    let mut schema = object_schema(properties, &[], false);
+    Arc::make_mut(&mut schema).insert("minProperties".to_owned(), json!(1));
+    schema
+}
+
+/// A JSON Schema object. Creates tolerate unknown fields (and keep them in the stored
+/// body), as the HTTP API does; lookups refuse them, so a misspelt criterion is not
+/// silently dropped.
+fn object_schema(properties: Value, required: &[&str], open: bool) -> Arc<JsonObject> {
+    let mut schema = JsonObject::new();
+    schema.insert("type".to_owned(), json!("object"));
+    schema.insert("properties".to_owned(), properties);
+    if !required.is_empty() {
+        schema.insert("required".to_owned(), json!(required));
+    }
+    schema.insert("additionalProperties".to_owned(), json!(open));
+    Arc::new(schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_name_parses_back() {
+        let names: Vec<_> = catalogue().into_iter().map(|tool| tool.name).collect();
+        assert_eq!(names.len(), 9);
+        for name in &names {
+            assert!(ToolCall::parse(name).is_some(), "{name}");
+        }
+        assert_eq!(ToolCall::parse("create_charges"), None);
+    }
+
+    #[test]
+    fn the_key_comes_from_the_argument_or_meta_and_both_must_agree() {
+        let key = |argument: Option<Value>, meta: Option<Value>| {
+            idempotency_key(argument, meta).map_err(|e| format!("{e:?}"))
+        };
+        assert_eq!(key(Some(json!("k")), None), Ok(Some("k".to_owned())));
+        assert_eq!(key(None, Some(json!("k"))), Ok(Some("k".to_owned())));
+        assert_eq!(
+            key(Some(json!("k")), Some(json!("k"))),
+            Ok(Some("k".to_owned()))
+        );
+        assert_eq!(key(Some(Value::Null), None), Ok(None));
+        assert_eq!(
+            key(Some(json!("k")), Some(json!("j"))),
+            Err("KeyConflict".into())
+        );
+        assert!(key(Some(json!(7)), None).is_err());
+        assert!(key(Some(json!("")), None).is_err());
+        assert!(key(None, Some(json!("k".repeat(256)))).is_err());
+    }
+}
