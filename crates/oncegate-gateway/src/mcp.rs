@@ -32,7 +32,7 @@ use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
     ErrorData as McpError, Implementation, JsonObject, ListToolsResult, MetaObject,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -473,6 +473,8 @@ pub fn tool_result(o: &Outcome, cap: &Capability) -> CallToolResult {
         match shaped.then(|| serde_json::from_value::<CallToolResult>(r.clone())) {
             Some(Ok(mut t)) => {
                 t.is_error = None;
+                // Stored results may predate 2026-07-28; rmcp clears this for older peers.
+                t.result_type = Some(ResultType::COMPLETE);
                 t
             }
             _ => {

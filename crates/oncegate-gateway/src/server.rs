@@ -379,7 +379,7 @@ impl From<&Outcome> for Envelope {
     }
 }
 
-fn outcome_response(o: &Outcome, capability: &str) -> Response {
+fn outcome_response(state: &AppState, o: &Outcome, capability: &str) -> Response {
     let code = match o.status {
         Status::Applied | Status::Replayed | Status::DryRun | Status::Failed => StatusCode::OK,
         Status::InFlight | Status::Unknown | Status::PendingApproval => StatusCode::ACCEPTED,
@@ -391,7 +391,19 @@ fn outcome_response(o: &Outcome, capability: &str) -> Response {
         },
     };
     record_decision(o, capability);
-    (code, Json(Envelope::from(o))).into_response()
+    let mut envelope = Envelope::from(o);
+    if state
+        .gate
+        .registry()
+        .capability(capability)
+        .and_then(|c| c.upstream.as_ref())
+        .is_some_and(|u| u.kind == oncegate_core::config::UpstreamKind::Mcp)
+    {
+        // The provider's record, as an HTTP upstream's body would be (MCP clients get
+        // the whole tool result on /mcp).
+        envelope.result = envelope.result.map(crate::upstream::mcp::record_of);
+    }
+    (code, Json(envelope)).into_response()
 }
 
 /// Counts a decision (both surfaces).
@@ -484,7 +496,7 @@ async fn post_call(
         );
         return Ok((StatusCode::CONFLICT, Json(envelope)).into_response());
     }
-    Ok(outcome_response(&outcome, &capability))
+    Ok(outcome_response(&state, &outcome, &capability))
 }
 
 impl AppState {
@@ -724,7 +736,7 @@ async fn decide_approval(
         .await
         .map_err(|e| ApiError::Store(format!("the approval task failed: {e}")))?
         .map_err(ApiError::Gate)?;
-    Ok(outcome_response(&outcome, &approval.capability))
+    Ok(outcome_response(&state, &outcome, &approval.capability))
 }
 
 #[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals", params(("id" = String, Path)), responses((status = 200, description = "executed once; a repeat returns the first result", body = Envelope), (status = 403, description = "not an approver, or own call")), security(("bearer" = [])))]

@@ -103,8 +103,8 @@ fn semantic_errors_point_at_their_line() {
             "replay_window",
         ),
         (
-            "default_currency = \"USD\" },\n]\n\n[capabilities.upstream]\nkind = \"http\"\nmethod = \"POST\"",
-            "default_currency = \"USX\" },\n]\n\n[capabilities.upstream]\nkind = \"http\"\nmethod = \"POST\"",
+            "default_currency = \"USD\" },\n]\n\n# The key travels",
+            "default_currency = \"USX\" },\n]\n\n# The key travels",
             "USX",
         ),
         (

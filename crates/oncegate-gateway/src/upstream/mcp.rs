@@ -264,6 +264,15 @@ pub fn structured(result: &CallToolResult) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The provider's record inside a stored tool result (what [`structured`] reads); any
+/// other value as it is.
+pub fn record_of(stored: Value) -> Value {
+    match serde_json::from_value::<CallToolResult>(stored.clone()) {
+        Ok(r) if stored.get("content").is_some_and(Value::is_array) => structured(&r),
+        _ => stored,
+    }
+}
+
 /// The first text block of a result (for messages).
 pub fn first_text(result: &CallToolResult) -> String {
     result
