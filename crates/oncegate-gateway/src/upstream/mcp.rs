@@ -32,6 +32,9 @@ use serde_json::{Value, json};
 /// The `_meta` key an MCP upstream finds the intent key under.
 pub const IDEMPOTENCY_META_KEY: &str = "dev.oncegate/idempotency_key";
 
+/// How long a timed-out `tools/call` is left running before it is given up.
+pub const LATE_ANSWER_LIMIT: Duration = Duration::from_secs(600);
+
 /// One `tools/call` to send.
 pub struct ToolCall {
     /// The server's Streamable HTTP endpoint.
@@ -223,9 +226,19 @@ pub async fn call_tool(client: reqwest::Client, call: ToolCall) -> CallEnd {
         Ok(Err(join)) => CallEnd::Unknown(format!("the upstream call task failed: {join}")),
         Err(_) => {
             // Leave the request running; its answer, if it ever comes, is only logged.
+            // A server that never answers would hold the connection forever: after
+            // LATE_ANSWER_LIMIT the request is given up (rmcp then cancels it upstream;
+            // the intent has long been unknown and reconciled by then).
             tokio::spawn(async move {
-                if let Ok(answer) = task.await {
-                    tracing::info!(tool, late = answer.is_ok(), "an MCP upstream answered after the timeout; the intent is reconciled");
+                match tokio::time::timeout(LATE_ANSWER_LIMIT, &mut task).await {
+                    Ok(Ok(answer)) => {
+                        tracing::info!(tool, late = answer.is_ok(), "an MCP upstream answered after the timeout; the intent is reconciled");
+                    }
+                    Ok(Err(_)) => {}
+                    Err(_) => {
+                        tracing::warn!(tool, "an MCP upstream never answered; giving the request up");
+                        task.abort();
+                    }
                 }
             });
             CallEnd::Unknown("the upstream did not answer before the timeout".into())
