@@ -107,6 +107,17 @@ impl Scope<'_> {
         Ok(out)
     }
 
+    /// Renders header templates (credentials from `{env.NAME}`).
+    fn headers<'t>(
+        &self,
+        headers: impl IntoIterator<Item = (&'t String, &'t Template)>,
+    ) -> Result<Vec<(String, String)>, RenderError> {
+        headers
+            .into_iter()
+            .map(|(k, v)| Ok((k.clone(), self.text(v)?)))
+            .collect()
+    }
+
     fn body(&self, body: &BodyTemplate) -> Result<Value, RenderError> {
         Ok(match body {
             BodyTemplate::Object(map) => {
@@ -421,11 +432,7 @@ impl UpstreamExecutor {
         }
         Ok(mcp::ToolCall {
             url: scope.text(&up.url)?,
-            headers: up
-                .headers
-                .iter()
-                .map(|(k, v)| Ok((k.clone(), scope.text(v)?)))
-                .collect::<Result<_, RenderError>>()?,
+            headers: scope.headers(&up.headers)?,
             tool: up.tool.clone().unwrap_or_default(),
             arguments,
             meta,
@@ -450,12 +457,7 @@ impl UpstreamExecutor {
         let scope = Scope { intent: &nobody };
         let call = mcp::ToolCall {
             url: scope.text(&up.url).map_err(|e| e.to_string())?,
-            headers: up
-                .headers
-                .iter()
-                .map(|(k, v)| Ok((k.clone(), scope.text(v)?)))
-                .collect::<Result<_, RenderError>>()
-                .map_err(|e| e.to_string())?,
+            headers: scope.headers(&up.headers).map_err(|e| e.to_string())?,
             tool: up.tool.clone().unwrap_or_default(),
             arguments: Map::new(),
             meta: Map::new(),
@@ -521,11 +523,7 @@ impl UpstreamExecutor {
         }
         let call = mcp::ToolCall {
             url: scope.text(&rec.url).map_err(|e| e.to_string())?,
-            headers: headers
-                .iter()
-                .map(|(k, v)| Ok((k.clone(), scope.text(v)?)))
-                .collect::<Result<_, RenderError>>()
-                .map_err(|e| e.to_string())?,
+            headers: scope.headers(&headers).map_err(|e| e.to_string())?,
             tool: rec.tool.clone().unwrap_or_default(),
             arguments,
             meta: Map::new(),
