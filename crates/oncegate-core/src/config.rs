@@ -207,6 +207,20 @@ pub struct Upstream {
     pub idempotency_arg: Option<String>,
     /// The MCP tool name (MCP only).
     pub tool: Option<String>,
+    /// What an MCP tool result with `isError: true` means (MCP only).
+    pub tool_errors: ToolErrors,
+}
+
+/// How an MCP upstream's tool errors (`isError: true`) are read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrors {
+    /// The tool may have acted before it failed (SDKs turn any exception into a tool
+    /// error): the attempt is `unknown` and reconciled.
+    #[default]
+    Unknown,
+    /// The tool reports only refusals that did nothing: the attempt `failed`.
+    Failed,
 }
 
 /// A JSON body whose string leaves are templates.
@@ -555,6 +569,7 @@ struct RawUpstream {
     idempotency_header: Option<String>,
     idempotency_arg: Option<String>,
     tool: Option<String>,
+    tool_errors: Option<ToolErrors>,
 }
 
 #[derive(Deserialize)]
@@ -1082,10 +1097,11 @@ impl Builder<'_> {
         });
         let mcp_allowed_hosts = match raw.mcp_allowed_hosts {
             Some(hosts) => {
-                if hosts.iter().any(|h| h.trim().is_empty() || h.contains('/')) {
+                if hosts.is_empty() || hosts.iter().any(|h| h.trim().is_empty() || h.contains('/'))
+                {
                     self.err(
                         &[k("gateway"), k("mcp_allowed_hosts")],
-                        "an allowed host is a hostname or host:port",
+                        "list at least one allowed host, each a hostname or host:port (an empty list would turn the Host check off)",
                         Some("e.g. [\"gateway.internal\", \"gateway.internal:7878\"]"),
                     );
                 }
@@ -1485,6 +1501,13 @@ impl Builder<'_> {
         if raw.kind == UpstreamKind::Http && raw.tool.is_some() {
             self.err(&at(&["tool"]), "`tool` applies to MCP upstreams only", None);
         }
+        if raw.kind == UpstreamKind::Http && raw.tool_errors.is_some() {
+            self.err(
+                &at(&["tool_errors"]),
+                "`tool_errors` applies to MCP upstreams only",
+                None,
+            );
+        }
         self.check_pointer(&at(&["effect_ref"]), raw.effect_ref.as_deref());
         let method = raw
             .method
@@ -1512,6 +1535,7 @@ impl Builder<'_> {
                 .unwrap_or_else(|| "Idempotency-Key".to_owned()),
             idempotency_arg: raw.idempotency_arg,
             tool: raw.tool,
+            tool_errors: raw.tool_errors.unwrap_or_default(),
         }
     }
 
@@ -1541,6 +1565,14 @@ impl Builder<'_> {
                 &at(&["tool"]),
                 "an MCP reconciliation needs the read-only tool to call",
                 None,
+            );
+        }
+        if raw.kind == UpstreamKind::Mcp && raw.found.is_none() {
+            // HTTP has 404 for "absent"; a tool result has no status to read.
+            self.err(
+                &at(&["found"]),
+                "an MCP reconciliation needs `found`: a tool answers absence in its result, not with a status",
+                Some("found = \"/found\" (a JSON pointer to a boolean in the tool's structuredContent)"),
             );
         }
         self.check_pointer(&at(&["found"]), raw.found.as_deref());

@@ -64,9 +64,12 @@ pub fn service(state: AppState) -> StreamableHttpService<McpSurface, LocalSessio
         .with_max_request_body_bytes(MAX_BODY_BYTES)
         .with_cancellation_token(state.mcp_shutdown().child_token())
         .with_allowed_hosts(settings.mcp_allowed_hosts.clone());
-    if !settings.mcp_allowed_origins.is_empty() {
-        config = config.with_allowed_origins(settings.mcp_allowed_origins.clone());
-    }
+    config = if settings.mcp_allowed_origins.is_empty() {
+        // Agents and SDKs send no Origin; a browser page does. Without a list, none.
+        config.enforce_origin_validation()
+    } else {
+        config.with_allowed_origins(settings.mcp_allowed_origins.clone())
+    };
     let surface = McpSurface {
         state,
         upstream_schemas: Arc::default(),
@@ -83,61 +86,158 @@ pub fn service(state: AppState) -> StreamableHttpService<McpSurface, LocalSessio
 /// itself, so nothing of such a request reaches the handler.
 pub async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    match state.authenticate(&parts.headers) {
-        Ok(principal) => {
-            parts.extensions.insert(principal);
-        }
+    let principal = match state.authenticate(&parts.headers) {
+        Ok(principal) => principal,
         Err(e) => return e.into_response(),
+    };
+    // A session belongs to the principal that opened it: another token cannot resume its
+    // streams (and read its results), cancel its requests or end it.
+    let session = parts
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session
+        && state.mcp_session_owner(id).as_deref() != Some(principal.name.as_str())
+    {
+        return jsonrpc_error(
+            axum::http::StatusCode::NOT_FOUND,
+            ErrorCode::INVALID_REQUEST,
+            "session not found",
+        );
     }
-    if parts.method != axum::http::Method::POST {
-        return next.run(Request::from_parts(parts, body)).await;
+    let method = parts.method.clone();
+    let name = principal.name.clone();
+    parts.extensions.insert(principal);
+    let request = if method == axum::http::Method::POST {
+        match checked_body(body).await {
+            Ok(body) => Request::from_parts(parts, body),
+            Err(response) => return *response,
+        }
+    } else {
+        Request::from_parts(parts, body)
+    };
+    let response = next.run(request).await;
+    match (&session, response.headers().get(SESSION_HEADER)) {
+        (None, Some(id)) => {
+            if let Ok(id) = id.to_str() {
+                state.bind_mcp_session(id, &name);
+            }
+        }
+        (Some(id), _) if method == axum::http::Method::DELETE && response.status().is_success() => {
+            state.unbind_mcp_session(id);
+        }
+        _ => {}
     }
-    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(b) => b,
-        Err(_) => {
-            return jsonrpc_error(
+    response
+}
+
+/// The `Mcp-Session-Id` header (2025-11-25 sessions).
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Reads a POST body: too large is 413, not JSON is 400 `-32700`, not a routable
+/// JSON-RPC message is 400 `-32600`/`-32602`.
+async fn checked_body(body: axum::body::Body) -> Result<axum::body::Body, Box<Response>> {
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| {
+            Box::new(jsonrpc_error(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
                 ErrorCode::INVALID_REQUEST,
                 &format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
-            );
-        }
-    };
-    let message: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            return jsonrpc_error(
-                axum::http::StatusCode::BAD_REQUEST,
-                ErrorCode::PARSE_ERROR,
-                &format!("parse error: {e}"),
-            );
-        }
-    };
-    if !is_jsonrpc_message(&message) {
-        return jsonrpc_error(
+            ))
+        })?;
+    let message: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Box::new(jsonrpc_error(
             axum::http::StatusCode::BAD_REQUEST,
-            ErrorCode::INVALID_REQUEST,
-            "invalid request: not a JSON-RPC 2.0 request, notification or response",
-        );
+            ErrorCode::PARSE_ERROR,
+            &format!("parse error: {e}"),
+        ))
+    })?;
+    if let Some((code, problem)) = jsonrpc_problem(&message) {
+        return Err(Box::new(jsonrpc_error_with_id(
+            axum::http::StatusCode::BAD_REQUEST,
+            code,
+            problem,
+            message
+                .get("id")
+                .filter(|id| id.is_string() || id.is_i64() || id.is_u64()),
+        )));
     }
-    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
-        .await
+    Ok(axum::body::Body::from(bytes))
 }
 
-/// A single JSON-RPC 2.0 message (MCP has no batches since 2025-06-18).
-fn is_jsonrpc_message(v: &Value) -> bool {
+/// Why a body is not a JSON-RPC 2.0 message rmcp can route (MCP has no batches since
+/// 2025-06-18): `(code, message)`.
+fn jsonrpc_problem(v: &Value) -> Option<(ErrorCode, &'static str)> {
+    let invalid = Some((
+        ErrorCode::INVALID_REQUEST,
+        "invalid request: not a JSON-RPC 2.0 request, notification or response",
+    ));
     let Some(m) = v.as_object() else {
-        return false;
+        return invalid;
     };
-    m.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
-        && (m.get("method").is_some_and(Value::is_string)
-            || (m.contains_key("id") && (m.contains_key("result") || m.contains_key("error"))))
+    if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return invalid;
+    }
+    if m.get("id")
+        .is_some_and(|id| !(id.is_string() || id.is_i64() || id.is_u64()))
+    {
+        return Some((
+            ErrorCode::INVALID_REQUEST,
+            "invalid request: `id` must be a string or an integer",
+        ));
+    }
+    match m.get("method") {
+        Some(Value::String(method)) => {
+            let params = m.get("params");
+            if params.is_some_and(|p| !p.is_object()) {
+                return Some((
+                    ErrorCode::INVALID_PARAMS,
+                    "invalid params: `params` must be an object",
+                ));
+            }
+            if method == "tools/call" {
+                let p = params.and_then(Value::as_object);
+                if !p.and_then(|p| p.get("name")).is_some_and(Value::is_string) {
+                    return Some((
+                        ErrorCode::INVALID_PARAMS,
+                        "invalid params: tools/call needs the tool `name`",
+                    ));
+                }
+                if p.and_then(|p| p.get("arguments"))
+                    .is_some_and(|a| !(a.is_object() || a.is_null()))
+                {
+                    return Some((
+                        ErrorCode::INVALID_PARAMS,
+                        "invalid params: tool `arguments` must be an object",
+                    ));
+                }
+            }
+            None
+        }
+        Some(_) => invalid,
+        None if m.contains_key("id") && (m.contains_key("result") || m.contains_key("error")) => {
+            None
+        }
+        None => invalid,
+    }
 }
 
 fn jsonrpc_error(status: axum::http::StatusCode, code: ErrorCode, message: &str) -> Response {
+    jsonrpc_error_with_id(status, code, message, None)
+}
+
+fn jsonrpc_error_with_id(
+    status: axum::http::StatusCode,
+    code: ErrorCode,
+    message: &str,
+    id: Option<&Value>,
+) -> Response {
     (
         status,
         axum::Json(
-            json!({"jsonrpc": "2.0", "id": null, "error": {"code": code.0, "message": message}}),
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code.0, "message": message}}),
         ),
     )
         .into_response()
@@ -307,7 +407,7 @@ impl McpSurface {
             .registry()
             .capabilities()
             .iter()
-            .filter(|c| c.upstream.is_some() || c.dry_run)
+            .filter(|c| (c.upstream.is_some() || c.dry_run) && !c.require_client_key)
             .cloned()
             .collect()
     }
@@ -395,18 +495,33 @@ impl McpSurface {
         {
             return Ok(refusal(Code::RateLimited, &e.message()));
         }
+        if cap.require_client_key {
+            // A coded orchestrator's own key has no place in MCP: use /v1/calls.
+            return Ok(refusal(
+                Code::ClientKeyMissing,
+                &format!(
+                    "{name} requires a client Idempotency-Key and is only callable on POST /v1/calls"
+                ),
+            ));
+        }
+        let cap_name = name.clone();
         let executor = Arc::new(crate::upstream::UpstreamExecutor::new(
             self.state.http(),
             cap.clone(),
         ));
-        let gate = self.state.gate().clone();
+        let state = self.state.clone();
         let who = principal.name.clone();
         // Its own task, as on the JSON API: a closed stream (a cancel, under 2026-07-28)
-        // drops this future, never the claim or the effect.
+        // drops this future, never the claim, the effect, its alerts or its metrics.
         let guard = self.state.inflight().enter();
         let task = tokio::spawn(async move {
             let _guard = guard;
-            gate.invoke_with(&who, call, executor).await
+            let outcome = state.gate().invoke_with(&who, call, executor).await;
+            if let Ok(o) = &outcome {
+                state.send_alerts(o, &cap_name, &who);
+                record_decision(o, &cap_name);
+            }
+            outcome
         });
         let outcome = match task.await {
             Ok(Ok(o)) => o,
@@ -424,8 +539,6 @@ impl McpSurface {
                 ));
             }
         };
-        self.state.send_alerts(&outcome, &name, &principal.name);
-        record_decision(&outcome, &name);
         Ok(tool_result(&outcome, &cap))
     }
 }
@@ -467,14 +580,16 @@ pub fn tool_result(o: &Outcome, cap: &Capability) -> CallToolResult {
         .is_some_and(|u| u.kind == UpstreamKind::Mcp);
     // The upstream's own answer, as a tool result.
     let upstream = o.result.as_ref().map(|r| {
-        let shaped = upstream_is_mcp
-            && r.get("content").is_some_and(Value::is_array)
-            && r.get("isError") != Some(&Value::Bool(true));
+        let shaped = upstream_is_mcp && r.get("content").is_some_and(Value::is_array);
         match shaped.then(|| serde_json::from_value::<CallToolResult>(r.clone())) {
             Some(Ok(mut t)) => {
                 t.is_error = None;
                 // Stored results may predate 2026-07-28; rmcp clears this for older peers.
                 t.result_type = Some(ResultType::COMPLETE);
+                // The protocol's own keys describe the upstream's server, not oncegate.
+                if let Some(meta) = t.meta.as_mut() {
+                    meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
+                }
                 t
             }
             _ => {

@@ -88,6 +88,8 @@ pub struct AppState {
         Arc<std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>>,
     /// Cancelled at shutdown: ends MCP sessions and their open streams.
     mcp_shutdown: tokio_util::sync::CancellationToken,
+    /// MCP session id -> the principal that opened it.
+    mcp_sessions: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
 impl AppState {
@@ -141,6 +143,7 @@ impl AppState {
             read_buckets: Arc::default(),
             inflight: InFlight::default(),
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
+            mcp_sessions: Arc::default(),
         }
     }
 
@@ -167,6 +170,31 @@ impl AppState {
     /// Cancelled when the server shuts down.
     pub(crate) fn mcp_shutdown(&self) -> &tokio_util::sync::CancellationToken {
         &self.mcp_shutdown
+    }
+
+    /// The principal that opened an MCP session.
+    pub(crate) fn mcp_session_owner(&self, id: &str) -> Option<String> {
+        self.mcp_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Records who opened an MCP session.
+    pub(crate) fn bind_mcp_session(&self, id: &str, principal: &str) {
+        self.mcp_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_owned(), principal.to_owned());
+    }
+
+    /// Forgets an MCP session its owner ended.
+    pub(crate) fn unbind_mcp_session(&self, id: &str) {
+        self.mcp_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
     }
 
     pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
@@ -380,6 +408,12 @@ impl From<&Outcome> for Envelope {
 }
 
 fn outcome_response(state: &AppState, o: &Outcome, capability: &str) -> Response {
+    record_decision(o, capability);
+    envelope_response(state, o, capability)
+}
+
+/// The envelope and its HTTP status (the decision was already counted).
+fn envelope_response(state: &AppState, o: &Outcome, capability: &str) -> Response {
     let code = match o.status {
         Status::Applied | Status::Replayed | Status::DryRun | Status::Failed => StatusCode::OK,
         Status::InFlight | Status::Unknown | Status::PendingApproval => StatusCode::ACCEPTED,
@@ -390,7 +424,6 @@ fn outcome_response(state: &AppState, o: &Outcome, capability: &str) -> Response
             _ => StatusCode::CONFLICT,
         },
     };
-    record_decision(o, capability);
     let mut envelope = Envelope::from(o);
     if state
         .gate
@@ -479,15 +512,21 @@ async fn post_call(
     // The decision and the effect run in their own task: a caller that hangs up never
     // cancels a claim half-way, and the effect's result is recorded regardless.
     let guard = state.inflight.enter();
+    let alerts = (state.clone(), capability.clone());
     let task = tokio::spawn(async move {
         let _guard = guard;
-        gate.invoke_with(&name, call, executor).await
+        let outcome = gate.invoke_with(&name, call, executor).await;
+        if let Ok(o) = &outcome {
+            // In the task, so a caller that hangs up does not lose them.
+            alerts.0.send_alerts(o, &alerts.1, &name);
+            record_decision(o, &alerts.1);
+        }
+        outcome
     });
     let outcome = task
         .await
         .map_err(|e| ApiError::Store(format!("the call task failed: {e}")))?
         .map_err(ApiError::Gate)?;
-    state.send_alerts(&outcome, &capability, &principal.name);
     if client_key.is_some() && outcome.status == Status::InFlight {
         // The IETF idempotency-key draft: a request whose key is still being processed is 409.
         let mut envelope = Envelope::from(&outcome);
@@ -496,7 +535,7 @@ async fn post_call(
         );
         return Ok((StatusCode::CONFLICT, Json(envelope)).into_response());
     }
-    Ok(outcome_response(&state, &outcome, &capability))
+    Ok(envelope_response(&state, &outcome, &capability))
 }
 
 impl AppState {

@@ -12,7 +12,7 @@ pub mod mcp;
 use std::sync::Arc;
 
 use oncegate_core::config::{
-    BodyTemplate, Capability, KeyThreading, Reconcile, Upstream, UpstreamKind,
+    BodyTemplate, Capability, KeyThreading, Reconcile, ToolErrors, Upstream, UpstreamKind,
 };
 use oncegate_core::template::{Part, Source, Template};
 use oncegate_core::{EffectResult, ReconcileResult};
@@ -480,9 +480,19 @@ impl UpstreamExecutor {
                 let structured = mcp::structured(&r);
                 let stored = serde_json::to_value(&r).unwrap_or(Value::Null);
                 if r.is_error == Some(true) {
-                    EffectResult::Failed {
-                        message: format!("the tool reported an error: {}", mcp::first_text(&r)),
-                        result: stored,
+                    let said = mcp::first_text(&r);
+                    match up.tool_errors {
+                        ToolErrors::Failed => EffectResult::Failed {
+                            message: format!("the tool reported an error: {said}"),
+                            result: stored,
+                        },
+                        // SDKs turn any exception into a tool error, including one
+                        // raised after the effect: it may have happened.
+                        ToolErrors::Unknown => EffectResult::Unknown {
+                            message: format!(
+                                "the tool reported an error, which may have come after its effect: {said}"
+                            ),
+                        },
                     }
                 } else {
                     EffectResult::Applied {

@@ -170,6 +170,22 @@ fn malformed_unknown_unauthenticated_and_oversized_requests_execute_nothing() {
             -32700,
         ),
         (r#"{"hello":"world"}"#, -32600),
+        (
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#,
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":{"x":1},"method":"tools/call","params":{"name":"charge_card","arguments":{"order_id":"BAD-1","amount":"5.00"}}}"#,
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":["BAD-1","5.00"]}}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":["charge_card"]}"#,
+            -32602,
+        ),
     ] {
         let (status, _, body) = post_mcp(&gw, Some("tok-planner"), malformed.to_owned());
         assert_eq!(status, 400, "{malformed}: {body}");
@@ -212,6 +228,79 @@ fn malformed_unknown_unauthenticated_and_oversized_requests_execute_nothing() {
     let (status, _, body) = post_mcp(&gw, Some("tok-planner"), huge.to_string());
     assert_eq!(status, 413, "{body}");
 
+    assert!(effects(&setup.sandbox, "charge").is_empty());
+}
+
+#[test]
+fn a_session_belongs_to_its_principal_and_browsers_need_an_allowed_origin() {
+    let setup = Setup::example();
+    let gw = setup.gateway();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw-test", "version": "0"}}});
+    let legacy = |token: &str, session: Option<&str>, body: &Value| {
+        let mut request = client()
+            .post(format!("{}/mcp", gw.url))
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .bearer_auth(token);
+        if let Some(id) = session {
+            request = request
+                .header("Mcp-Session-Id", id)
+                .header("MCP-Protocol-Version", "2025-11-25");
+        }
+        let response = request.body(body.to_string()).send().unwrap();
+        let status = response.status().as_u16();
+        let id = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        (status, id, response.text().unwrap())
+    };
+    let (status, session, body) = legacy("tok-planner", None, &initialize);
+    assert_eq!(status, 200, "{body}");
+    let session = session.expect("a 2025-11-25 client gets a session");
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let (status, _, body) = legacy("tok-planner", Some(&session), &list);
+    assert_eq!(status, 200, "the owner uses its session: {body}");
+    // Another principal's token cannot use, resume or end it.
+    let (status, _, body) = legacy("tok-subagent", Some(&session), &list);
+    assert_eq!(status, 404, "{body}");
+    let (status, _, body) = legacy(
+        "tok-subagent",
+        Some(&session),
+        &tools_call(
+            "charge_card",
+            json!({"order_id": "SES-1", "amount": "1.00"}),
+        ),
+    );
+    assert_eq!(status, 404, "{body}");
+    let delete = client()
+        .delete(format!("{}/mcp", gw.url))
+        .bearer_auth("tok-subagent")
+        .header("Mcp-Session-Id", &session)
+        .send()
+        .unwrap();
+    assert_eq!(delete.status().as_u16(), 404);
+    let (status, _, body) = legacy("tok-planner", Some(&session), &list);
+    assert_eq!(status, 200, "still the owner's: {body}");
+
+    // A browser page (it sends Origin) is refused unless gateway.mcp_allowed_origins lists it.
+    let (status, _, body) = {
+        let response = client()
+            .post(format!("{}/mcp", gw.url))
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("Origin", "http://evil.example")
+            .bearer_auth("tok-planner")
+            .body(initialize.to_string())
+            .send()
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, (), response.text().unwrap())
+    };
+    assert_eq!(status, 403, "{body}");
     assert!(effects(&setup.sandbox, "charge").is_empty());
 }
 

@@ -95,6 +95,64 @@ idempotency = "none"
 }
 
 #[test]
+fn mcp_reconciliation_must_say_where_found_is() {
+    let text = r#"
+[[capabilities]]
+name = "pay"
+category = "keyed"
+key = { business_ref = "invoice" }
+
+[capabilities.upstream]
+kind = "mcp"
+url = "http://127.0.0.1:1/mcp"
+tool = "pay"
+
+[capabilities.reconcile]
+kind = "mcp"
+tool = "find_payment"
+"#;
+    let e = error_for(text);
+    assert_eq!(e.field, "capabilities[0].reconcile.found");
+    assert!(e.message.contains("found"), "{}", e.message);
+}
+
+#[test]
+fn tool_errors_and_an_empty_host_list_are_checked() {
+    let text = r#"
+[gateway]
+mcp_allowed_hosts = []
+
+[[capabilities]]
+name = "pay"
+category = "keyed"
+key = { business_ref = "invoice" }
+
+[capabilities.upstream]
+kind = "mcp"
+url = "http://127.0.0.1:1/mcp"
+tool = "pay"
+tool_errors = "failed"
+"#;
+    let e = error_for(text);
+    assert_eq!(e.field, "gateway.mcp_allowed_hosts");
+    let http = r#"
+[[capabilities]]
+name = "pay"
+category = "keyed"
+key = { business_ref = "invoice" }
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:1/pay"
+tool_errors = "failed"
+"#;
+    assert_eq!(
+        error_for(http).field,
+        "capabilities[0].upstream.tool_errors"
+    );
+}
+
+#[test]
 fn semantic_errors_point_at_their_line() {
     let cases = [
         (
