@@ -1501,6 +1501,12 @@ impl Builder<'_> {
         if raw.kind == UpstreamKind::Http && raw.tool.is_some() {
             self.err(&at(&["tool"]), "`tool` applies to MCP upstreams only", None);
         }
+        if raw.kind == UpstreamKind::Mcp && body.is_none() && raw.idempotency_arg.is_none() {
+            self.warn(
+                &at(&["body"]),
+                "the agent's arguments reach this MCP tool unmapped: if the tool takes its own idempotency-key argument, name it in idempotency_arg, or the model's value reaches the tool",
+            );
+        }
         if raw.kind == UpstreamKind::Http && raw.tool_errors.is_some() {
             self.err(
                 &at(&["tool_errors"]),

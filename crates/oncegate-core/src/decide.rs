@@ -373,6 +373,19 @@ pub fn decide(
     };
 
     if let Some(why) = req.kill_switch {
+        // A kill switch stops executions, not the truth: a repeat of an intent that
+        // already settled still replays what happened (an agent that lost the result
+        // must not read "refused" for a charge that went through).
+        if existing.is_some_and(|r| matches!(r.state, IntentState::Applied | IntentState::Failed)) {
+            let unkilled = CallRequest {
+                kill_switch: None,
+                ..req.clone()
+            };
+            let d = decide(existing, &unkilled, cap, verdict, now);
+            if d.action == Action::Respond && d.outcome.status == Status::Replayed {
+                return d;
+            }
+        }
         return respond_only(
             Status::Refused,
             Reason::new(Code::KillSwitch, why),

@@ -126,6 +126,12 @@ pub async fn authenticate(State(state): State<AppState>, request: Request, next:
         }
         (Some(id), _) if method == axum::http::Method::DELETE && response.status().is_success() => {
             state.unbind_mcp_session(id);
+            // rmcp answers 202; SDKs expect 200 or 204 for a terminated session.
+            let mut response = response;
+            if response.status() == axum::http::StatusCode::ACCEPTED {
+                *response.status_mut() = axum::http::StatusCode::OK;
+            }
+            return response;
         }
         _ => {}
     }
@@ -306,8 +312,8 @@ fn annotations(cap: &Capability) -> ToolAnnotations {
 fn arg_schema(normaliser: &Normaliser) -> Value {
     match normaliser {
         Normaliser::Money { .. } => json!({
-            "type": ["string", "number"],
-            "description": "an amount, e.g. \"12.50\", 12.5 or \"USD 12.50\""
+            "type": ["string", "number", "object"],
+            "description": "an amount: \"12.50\", 12.5, \"USD 12.50\", {\"minor\": 1250} or {\"amount\": \"12.50\", \"currency\": \"USD\"}"
         }),
         Normaliser::Email => json!({"type": "string", "format": "email"}),
         Normaliser::Text { .. } => json!({"type": "string"}),
@@ -505,10 +511,10 @@ impl McpSurface {
             ));
         }
         let cap_name = name.clone();
-        let executor = Arc::new(crate::upstream::UpstreamExecutor::new(
-            self.state.http(),
-            cap.clone(),
-        ));
+        let executor = Arc::new(
+            crate::upstream::UpstreamExecutor::new(self.state.http(), cap.clone())
+                .with_inflight(self.state.inflight().clone()),
+        );
         let state = self.state.clone();
         let who = principal.name.clone();
         // Its own task, as on the JSON API: a closed stream (a cancel, under 2026-07-28)
@@ -554,18 +560,26 @@ fn strip_property(schema: &mut JsonObject, name: &str) {
 
 /// A call the gateway refused before deciding (bad arguments, forbidden, store down).
 fn refusal(code: Code, message: &str) -> CallToolResult {
-    let status = match code {
-        Code::Forbidden => "denied",
-        _ => "refused",
+    let (status, line) = match code {
+        Code::Forbidden => ("denied", format!("DENIED: {message} - do not retry.")),
+        Code::InvalidArguments => (
+            "refused",
+            format!(
+                "INVALID ARGUMENTS: {message} - nothing was done; fix the arguments and call again."
+            ),
+        ),
+        Code::RateLimited => (
+            "refused",
+            format!("RATE LIMITED: {message} - nothing was done; wait before reading again."),
+        ),
+        _ => ("refused", format!("REFUSED: {message} - do not retry.")),
     };
-    let mut result = CallToolResult::error(vec![ContentBlock::text(format!(
-        "{}: {message} - do not retry.",
-        status.to_ascii_uppercase()
-    ))]);
+    let mut result = CallToolResult::error(vec![ContentBlock::text(line)]);
     let mut meta = MetaObject::new();
     meta.insert(
         OUTCOME_META_KEY.into(),
-        json!({"status": status, "intentKey": null, "attempt": 0, "effectRef": null, "approvalId": null, "code": code}),
+        json!({"status": status, "intentKey": null, "attempt": 0, "generation": 0, "state": null,
+               "effectRef": null, "approvalId": null, "code": code, "alerts": []}),
     );
     result.meta = Some(meta);
     result
@@ -633,6 +647,7 @@ pub fn tool_result(o: &Outcome, cap: &Capability) -> CallToolResult {
             "effectRef": o.effect_ref,
             "approvalId": o.approval_id,
             "code": o.reason.as_ref().map(|r| r.code),
+            "alerts": o.alerts,
         }),
     );
     result.meta = Some(meta);

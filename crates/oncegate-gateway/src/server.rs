@@ -220,7 +220,9 @@ impl AppState {
             .capability(capability)
             .cloned()
             .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(capability.to_owned())))?;
-        Ok(Arc::new(UpstreamExecutor::new(self.http.clone(), cap)))
+        Ok(Arc::new(
+            UpstreamExecutor::new(self.http.clone(), cap).with_inflight(self.inflight.clone()),
+        ))
     }
 }
 
@@ -367,6 +369,8 @@ pub struct Envelope {
 pub fn model_line(o: &Outcome) -> String {
     let r = o.effect_ref.as_deref().unwrap_or("(no reference)");
     match o.status {
+        // A read passes through: no intent, nothing to not repeat.
+        Status::Applied if o.key.is_none() => "OK: read answered.".into(),
         Status::Applied => format!("APPLIED as {r}."),
         Status::Replayed => match o.state {
             Some(IntentState::Failed) => "ALREADY TRIED: the provider refused it (definite). Do not call again with the same arguments.".into(),

@@ -163,12 +163,24 @@ async fn read_body(response: reqwest::Response) -> Result<Value, reqwest::Error>
 pub struct UpstreamExecutor {
     client: reqwest::Client,
     cap: Arc<Capability>,
+    /// Where a call left running past its timeout registers, so shutdown waits for it.
+    inflight: Option<crate::server::InFlight>,
 }
 
 impl UpstreamExecutor {
     /// An executor for `cap`, sharing `client`'s connection pool.
     pub fn new(client: reqwest::Client, cap: Arc<Capability>) -> Self {
-        Self { client, cap }
+        Self {
+            client,
+            cap,
+            inflight: None,
+        }
+    }
+
+    /// Registers MCP calls left running past their timeout with `inflight`.
+    pub fn with_inflight(mut self, inflight: crate::server::InFlight) -> Self {
+        self.inflight = Some(inflight);
+        self
     }
 
     fn request(
@@ -475,7 +487,7 @@ impl UpstreamExecutor {
                 };
             }
         };
-        match mcp::call_tool(self.client.clone(), call).await {
+        match mcp::call_tool(self.client.clone(), call, self.inflight.as_ref()).await {
             mcp::CallEnd::Result(r) => {
                 let structured = mcp::structured(&r);
                 let stored = serde_json::to_value(&r).unwrap_or(Value::Null);
@@ -539,7 +551,7 @@ impl UpstreamExecutor {
             meta: Map::new(),
             timeout: rec.timeout.unsigned_abs(),
         };
-        match mcp::call_tool(self.client.clone(), call).await {
+        match mcp::call_tool(self.client.clone(), call, None).await {
             mcp::CallEnd::Result(r) if r.is_error == Some(true) => Err(format!(
                 "the reconciliation tool reported an error: {}",
                 mcp::first_text(&r)

@@ -519,10 +519,18 @@ impl<S: Store> Gate<S> {
                         outcome.effect_ref = effect_ref;
                         outcome.result = Some(result);
                     }
-                    other => {
+                    EffectResult::Failed { message, result } => {
                         outcome.status = Status::Failed;
-                        outcome.reason =
-                            Some(Reason::new(Code::UpstreamRejected, format!("{other:?}")));
+                        outcome.result = Some(result);
+                        outcome.reason = Some(Reason::new(Code::UpstreamRejected, message));
+                    }
+                    EffectResult::Unknown { message } | EffectResult::NotSent { message } => {
+                        // A read changes nothing: the agent may simply read again.
+                        outcome.status = Status::Failed;
+                        outcome.reason = Some(Reason::new(
+                            Code::UpstreamRejected,
+                            format!("the read did not complete: {message}"),
+                        ));
                     }
                 }
                 return Ok(outcome);

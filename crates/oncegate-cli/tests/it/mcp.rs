@@ -285,6 +285,17 @@ fn a_session_belongs_to_its_principal_and_browsers_need_an_allowed_origin() {
     assert_eq!(delete.status().as_u16(), 404);
     let (status, _, body) = legacy("tok-planner", Some(&session), &list);
     assert_eq!(status, 200, "still the owner's: {body}");
+    // The owner ends it (200: SDKs expect 200 or 204), and then it is gone.
+    let delete = client()
+        .delete(format!("{}/mcp", gw.url))
+        .bearer_auth("tok-planner")
+        .header("Mcp-Session-Id", &session)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .send()
+        .unwrap();
+    assert_eq!(delete.status().as_u16(), 200);
+    let (status, _, body) = legacy("tok-planner", Some(&session), &list);
+    assert_eq!(status, 404, "{body}");
 
     // A browser page (it sends Origin) is refused unless gateway.mcp_allowed_origins lists it.
     let (status, _, body) = {

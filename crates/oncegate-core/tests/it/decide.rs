@@ -819,6 +819,32 @@ fn kill_switch_refuses() {
 }
 
 #[test]
+fn kill_switch_still_replays_what_already_happened() {
+    let f = fixture("charge_card");
+    let mut req = f.req(None, None);
+    req.kill_switch = Some("charge_card switched off by ops");
+    let applied = f.record(IntentState::Applied);
+    let d = decide(Some(&applied), &req, &f.cap, &PolicyVerdict::Allow, t0());
+    assert_eq!(d.outcome.status, Status::Replayed, "{:?}", d.outcome);
+    assert_eq!(d.action, Action::Respond);
+    // Anything that would run something is refused.
+    for state in [IntentState::Unknown, IntentState::NotApplied] {
+        let d = decide(
+            Some(&f.record(state)),
+            &req,
+            &f.cap,
+            &PolicyVerdict::Allow,
+            t0(),
+        );
+        assert_eq!(
+            (d.outcome.status, d.outcome.reason.map(|r| r.code)),
+            (Status::Refused, Some(Code::KillSwitch)),
+            "{state:?}"
+        );
+    }
+}
+
+#[test]
 fn idempotent_writes_retry_unknowns_and_reads_pass_through() {
     let f = fixture_with("charge_card", |mut c| {
         c.category = oncegate_core::config::Category::IdempotentWrite;

@@ -192,7 +192,14 @@ fn classify(e: ServiceError) -> CallEnd {
 }
 
 /// Sends one `tools/call`; never cancels it once sent.
-pub async fn call_tool(client: reqwest::Client, call: ToolCall) -> CallEnd {
+///
+/// A call left running past its timeout registers with `inflight` (when given), so a
+/// shutdown waits for its answer instead of cutting it off.
+pub async fn call_tool(
+    client: reqwest::Client,
+    call: ToolCall,
+    inflight: Option<&crate::server::InFlight>,
+) -> CallEnd {
     let deadline = tokio::time::Instant::now() + call.timeout;
     let peer = match tokio::time::timeout_at(deadline, connect(client, &call)).await {
         Ok(Ok(peer)) => peer,
@@ -229,7 +236,9 @@ pub async fn call_tool(client: reqwest::Client, call: ToolCall) -> CallEnd {
             // A server that never answers would hold the connection forever: after
             // LATE_ANSWER_LIMIT the request is given up (rmcp then cancels it upstream;
             // the intent has long been unknown and reconciled by then).
+            let guard = inflight.map(crate::server::InFlight::enter);
             tokio::spawn(async move {
+                let _guard = guard;
                 match tokio::time::timeout(LATE_ANSWER_LIMIT, &mut task).await {
                     Ok(Ok(answer)) => {
                         tracing::info!(tool, late = answer.is_ok(), "an MCP upstream answered after the timeout; the intent is reconciled");
