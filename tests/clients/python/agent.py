@@ -5,7 +5,8 @@ Run by crates/oncegate-cli/tests/it/mcp.rs against `oncegate serve` in front of 
 would: it lists the tools, charges an order while the provider stalls past the
 gateway's timeout, then re-plans three times with drifting arguments and a fresh
 tools/call each time, and checks what the model would read and what the provider's own
-ledger holds. Then it closes the stream of a call half-way and calls again.
+ledger holds. Then it closes the stream of a call half-way and calls again, and finally
+has eight sub-agents charge one order at once with drifting amounts.
 
     python agent.py --url http://127.0.0.1:7878/mcp --token tok-planner \
         --sandbox http://127.0.0.1:9000 --sandbox-key sk_test --order A-1 --era legacy
@@ -265,6 +266,37 @@ async def closed_stream(args: argparse.Namespace) -> None:
     check(len(charges) == 1, f"the sandbox ledger holds exactly one charge for {order}", charges)
 
 
+async def parallel_calls(args: argparse.Namespace) -> None:
+    """Eight sub-agents charge one order at once, each with its own drift, on its own client."""
+    order = f"{args.order}-parallel"
+    spellings = ["7.00", 7, "USD 7.00", {"minor": 700}, "7", 7.0, "7.00 USD", "usd 7"]
+    results: list[types.CallToolResult] = []
+
+    async def one(i: int, amount: Any) -> None:
+        async with http_client(args) as http, connect(args, http) as client:
+            results.append(
+                await client.call_tool(
+                    "charge_card",
+                    {"order_id": order, "amount": amount, "memo": f"sub-agent {i}"},
+                    meta=step_meta(args, f"parallel-{i}"),
+                )
+            )
+
+    async with anyio.create_task_group() as tg:
+        for i, amount in enumerate(spellings):
+            tg.start_soon(one, i, amount)
+    statuses = sorted(outcome(r).get("status") or "?" for r in results)
+    check(
+        all(s in ("applied", "replayed", "in_flight") for s in statuses) and statuses.count("applied") <= 1,
+        "8 parallel drifting calls: at most one applied, the rest replayed or in flight",
+        statuses,
+    )
+    refs = {outcome(r).get("effectRef") for r in results} - {None}
+    check(len(refs) <= 1, "every answer that names an effect names the same one", refs)
+    charges = sandbox_charges(args, order)
+    check(len(charges) == 1, f"the sandbox ledger holds exactly one charge for {order}", charges)
+
+
 async def main() -> int:
     args = parse_args()
     args.run_id = args.run_id or f"run-py-{args.era}-{args.order}"
@@ -272,6 +304,7 @@ async def main() -> int:
     try:
         await stalled_charge_then_replans(args)
         await closed_stream(args)
+        await parallel_calls(args)
     except CheckFailed as e:
         print(e, flush=True)
         return 1

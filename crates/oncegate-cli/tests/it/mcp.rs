@@ -331,11 +331,16 @@ fn python_agent(era: &str, order: &str) {
     assert!(ok, "the python agent ({era}) failed:\n{output}");
     assert!(output.contains("every check holds"), "{output}");
     // Counted here too, so the script cannot pass by checking the wrong thing.
-    for order in [order.to_owned(), format!("{order}-closed")] {
+    let orders = [
+        order.to_owned(),
+        format!("{order}-closed"),
+        format!("{order}-parallel"),
+    ];
+    for order in &orders {
         let charges = effects_where(&setup.sandbox, &format!("kind=charge&order_id={order}"));
         assert_eq!(charges.len(), 1, "{order}: {charges:?}");
     }
-    assert_eq!(effects(&setup.sandbox, "charge").len(), 2);
+    assert_eq!(effects(&setup.sandbox, "charge").len(), orders.len());
 }
 
 fn client_args(gw: &Proc, sandbox: &Proc, order: &str) -> Vec<String> {
