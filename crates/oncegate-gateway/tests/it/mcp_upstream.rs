@@ -20,9 +20,9 @@ use serde_json::{Value, json};
 
 /// A provider with one tool per behaviour; counts the effects that completed.
 #[derive(Clone, Default)]
-struct Provider {
+pub(crate) struct Provider {
     completed: Arc<AtomicUsize>,
-    keys: Arc<std::sync::Mutex<Vec<Value>>>,
+    pub(crate) keys: Arc<std::sync::Mutex<Vec<Value>>>,
 }
 
 impl ServerHandler for Provider {
@@ -83,7 +83,7 @@ impl ServerHandler for Provider {
     }
 }
 
-async fn provider() -> (String, Provider) {
+pub(crate) async fn provider() -> (String, Provider) {
     let p = Provider::default();
     let served = p.clone();
     let service: StreamableHttpService<Provider, LocalSessionManager> = StreamableHttpService::new(

@@ -1,0 +1,136 @@
+//! What `POST /mcp` shows agents: schemas from the registry, from an MCP upstream's own
+//! tools/list, or derived from the key recipe; hints from the category.
+
+use oncegate_gateway::server::{AppState, app, http_client, install_crypto};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ClientConfig, ProtocolVersion};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientLifecycleMode, ClientServiceExt};
+use serde_json::{Value, json};
+
+use crate::mcp_upstream::provider;
+
+async fn gateway(upstream: &str, dir: &std::path::Path) -> String {
+    let text = format!(
+        r#"
+[store]
+url = "sqlite://gw.db"
+
+[[principals]]
+name = "agent"
+role = "agent"
+token_env = "UNUSED_TOKEN_AGENT"
+
+[[capabilities]]
+name = "pay"
+description = "pay an invoice"
+category = "keyed"
+key = {{ business_ref = "order_id" }}
+
+[capabilities.upstream]
+kind = "mcp"
+url = "{upstream}"
+tool = "ok"
+idempotency_arg = "idempotency_key"
+effect_ref = "/id"
+
+[[capabilities]]
+name = "note"
+category = "non_idempotent"
+input_schema = {{ type = "object", properties = {{ text = {{ type = "string" }} }}, required = ["text"] }}
+key = {{ business_ref = "text" }}
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:9/notes"
+idempotency = "argument"
+idempotency_arg = "key"
+
+[[capabilities]]
+name = "lookup"
+category = "read"
+
+[capabilities.upstream]
+kind = "http"
+method = "GET"
+url = "http://127.0.0.1:9/lookup"
+"#
+    );
+    std::fs::write(dir.join("c.toml"), text).unwrap();
+    let registry = oncegate_store::load_registry(&dir.join("c.toml")).unwrap();
+    let gate = oncegate_store::Gate::open(registry).await.unwrap();
+    let state = AppState::with_tokens(gate, http_client(), vec![("agent".into(), "tok".into())]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+    url
+}
+
+#[tokio::test]
+async fn tools_show_the_right_schemas_and_honest_hints() {
+    install_crypto();
+    let (upstream, provider) = provider().await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = gateway(&upstream, dir.path()).await;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    config.auth_header = Some("tok".into());
+    let transport = StreamableHttpClientTransport::with_client(http_client(), config);
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    let tool =
+        |name: &str| serde_json::to_value(tools.iter().find(|t| t.name == name).unwrap()).unwrap();
+
+    // The upstream's own schema, without the key argument the gateway fills in.
+    let pay = tool("pay");
+    assert_eq!(
+        pay["inputSchema"]["properties"],
+        json!({"order_id": {"type": "string"}}),
+        "{pay}"
+    );
+    assert_eq!(pay["inputSchema"]["required"], json!(["order_id"]));
+    assert_eq!(
+        (
+            &pay["annotations"]["readOnlyHint"],
+            &pay["annotations"]["idempotentHint"]
+        ),
+        (&json!(false), &json!(true))
+    );
+    // The registry's schema as written.
+    let note = tool("note");
+    assert_eq!(note["inputSchema"]["required"], json!(["text"]), "{note}");
+    assert_eq!(note["annotations"]["idempotentHint"], json!(false));
+    let lookup = tool("lookup");
+    assert_eq!(
+        lookup["annotations"]["readOnlyHint"],
+        json!(true),
+        "{lookup}"
+    );
+
+    // A call threads the key into the argument and _meta; the model's own value for the
+    // key argument never reaches the tool.
+    let mut params = CallToolRequestParams::new("pay");
+    params.arguments = Some(
+        json!({"order_id": "I-1", "idempotency_key": "from-the-model"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let CallToolResponse::Complete(result) = client.call_tool_once(params).await.unwrap() else {
+        panic!("not a complete result")
+    };
+    let outcome = result.meta.as_ref().unwrap()["dev.oncegate/outcome"].clone();
+    assert_eq!(outcome["status"], "applied", "{outcome}");
+    let seen = provider.keys.lock().unwrap().clone();
+    let key = outcome["intentKey"].as_str().unwrap();
+    assert_eq!(seen.last().unwrap()["arg"], Value::from(key), "{seen:?}");
+    assert_eq!(seen.last().unwrap()["meta"], Value::from(key), "{seen:?}");
+    client.cancel().await.unwrap();
+}
