@@ -648,7 +648,8 @@ impl World {
     pub fn describe(&self) -> String {
         let tokens: Vec<String> = TOKENS.iter().map(|(p, t)| format!("{p}={t}")).collect();
         format!(
-            "gateway: {}\nsandbox: {} (API key {API_KEY}; ledger at /v1/effects)\ntokens:  {}\nstore:   {} (config beside it: oncegate.toml)",
+            "gateway: {} (MCP at {}/mcp, JSON API under /v1)\nsandbox: {} (API key {API_KEY}; ledger at /v1/effects; MCP at /mcp)\ntokens:  {}\nstore:   {} (config beside it: oncegate.toml)",
+            self.gateway,
             self.gateway,
             self.sandbox,
             tokens.join(" "),
