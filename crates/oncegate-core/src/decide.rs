@@ -381,8 +381,11 @@ pub fn decide(
                 kill_switch: None,
                 ..req.clone()
             };
-            let d = decide(existing, &unkilled, cap, verdict, now);
+            let mut d = decide(existing, &unkilled, cap, verdict, now);
             if d.action == Action::Respond && d.outcome.status == Status::Replayed {
+                if let Value::Object(detail) = &mut d.event.detail {
+                    detail.insert("kill_switch".into(), Value::String(why.to_owned()));
+                }
                 return d;
             }
         }

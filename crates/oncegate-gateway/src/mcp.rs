@@ -118,6 +118,12 @@ pub async fn authenticate(State(state): State<AppState>, request: Request, next:
         Request::from_parts(parts, body)
     };
     let response = next.run(request).await;
+    if let Some(id) = &session
+        && response.status() == axum::http::StatusCode::NOT_FOUND
+    {
+        // rmcp ended it (idle, worker gone): forget the binding too.
+        state.unbind_mcp_session(id);
+    }
     match (&session, response.headers().get(SESSION_HEADER)) {
         (None, Some(id)) => {
             if let Ok(id) = id.to_str() {
@@ -196,7 +202,8 @@ fn jsonrpc_problem(v: &Value) -> Option<(ErrorCode, &'static str)> {
     }
     match m.get("method") {
         Some(Value::String(method)) => {
-            let params = m.get("params");
+            // `"params": null` is sent by some clients for "no params".
+            let params = m.get("params").filter(|p| !p.is_null());
             if params.is_some_and(|p| !p.is_object()) {
                 return Some((
                     ErrorCode::INVALID_PARAMS,

@@ -88,8 +88,9 @@ pub struct AppState {
         Arc<std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>>,
     /// Cancelled at shutdown: ends MCP sessions and their open streams.
     mcp_shutdown: tokio_util::sync::CancellationToken,
-    /// MCP session id -> the principal that opened it.
-    mcp_sessions: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
+    /// MCP session id -> the principal that opened it, and when it was last used.
+    mcp_sessions:
+        Arc<std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>>,
 }
 
 impl AppState {
@@ -172,21 +173,22 @@ impl AppState {
         &self.mcp_shutdown
     }
 
-    /// The principal that opened an MCP session.
+    /// The principal that opened an MCP session (and marks it used).
     pub(crate) fn mcp_session_owner(&self, id: &str) -> Option<String> {
-        self.mcp_sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id)
-            .cloned()
+        let mut sessions = self.mcp_sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let (owner, used) = sessions.get_mut(id)?;
+        *used = std::time::Instant::now();
+        Some(owner.clone())
     }
 
-    /// Records who opened an MCP session.
+    /// Records who opened an MCP session. Bindings idle longer than rmcp keeps an idle
+    /// session are dropped here, so the map cannot grow without bound.
     pub(crate) fn bind_mcp_session(&self, id: &str, principal: &str) {
-        self.mcp_sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.to_owned(), principal.to_owned());
+        const IDLE: Duration = Duration::from_secs(15 * 60);
+        let now = std::time::Instant::now();
+        let mut sessions = self.mcp_sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.retain(|_, (_, used)| now.duration_since(*used) < IDLE);
+        sessions.insert(id.to_owned(), (principal.to_owned(), now));
     }
 
     /// Forgets an MCP session its owner ended.
@@ -411,12 +413,8 @@ impl From<&Outcome> for Envelope {
     }
 }
 
-fn outcome_response(state: &AppState, o: &Outcome, capability: &str) -> Response {
-    record_decision(o, capability);
-    envelope_response(state, o, capability)
-}
-
-/// The envelope and its HTTP status (the decision was already counted).
+/// The envelope and its HTTP status (the decision is counted where it is made, in the
+/// call's own task).
 fn envelope_response(state: &AppState, o: &Outcome, capability: &str) -> Response {
     let code = match o.status {
         Status::Applied | Status::Replayed | Status::DryRun | Status::Failed => StatusCode::OK,
@@ -771,15 +769,22 @@ async fn decide_approval(
     let executor = state.executor(&approval.capability)?;
     let gate = state.gate.clone();
     let guard = state.inflight.enter();
+    let counted = (state.clone(), approval.capability.clone());
     let task = tokio::spawn(async move {
         let _guard = guard;
-        gate.decide_approval(&p.name, &id, choice, executor).await
+        let outcome = gate.decide_approval(&p.name, &id, choice, executor).await;
+        if let Ok(o) = &outcome {
+            // In the task, so an approver who hangs up does not lose them.
+            counted.0.send_alerts(o, &counted.1, &p.name);
+            record_decision(o, &counted.1);
+        }
+        outcome
     });
     let outcome = task
         .await
         .map_err(|e| ApiError::Store(format!("the approval task failed: {e}")))?
         .map_err(ApiError::Gate)?;
-    Ok(outcome_response(&state, &outcome, &approval.capability))
+    Ok(envelope_response(&state, &outcome, &approval.capability))
 }
 
 #[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals", params(("id" = String, Path)), responses((status = 200, description = "executed once; a repeat returns the first result", body = Envelope), (status = 403, description = "not an approver, or own call")), security(("bearer" = [])))]

@@ -487,13 +487,21 @@ impl UpstreamExecutor {
                 };
             }
         };
-        match mcp::call_tool(self.client.clone(), call, self.inflight.as_ref()).await {
+        let read = self.cap.category == oncegate_core::Category::Read;
+        // Only effects hold shutdown; a read left running changes nothing.
+        let hold = if read { None } else { self.inflight.as_ref() };
+        match mcp::call_tool(self.client.clone(), call, hold).await {
             mcp::CallEnd::Result(r) => {
                 let structured = mcp::structured(&r);
                 let stored = serde_json::to_value(&r).unwrap_or(Value::Null);
                 if r.is_error == Some(true) {
                     let said = mcp::first_text(&r);
                     match up.tool_errors {
+                        // A read has no effect to be unsure about.
+                        _ if read => EffectResult::Failed {
+                            message: format!("the tool reported an error: {said}"),
+                            result: stored,
+                        },
                         ToolErrors::Failed => EffectResult::Failed {
                             message: format!("the tool reported an error: {said}"),
                             result: stored,

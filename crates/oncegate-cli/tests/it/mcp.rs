@@ -264,6 +264,10 @@ fn a_session_belongs_to_its_principal_and_browsers_need_an_allowed_origin() {
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
     let (status, _, body) = legacy("tok-planner", Some(&session), &list);
     assert_eq!(status, 200, "the owner uses its session: {body}");
+    // Some clients send `"params": null` for "no params" (keepalive pings).
+    let ping = json!({"jsonrpc": "2.0", "id": "p1", "method": "ping", "params": null});
+    let (status, _, body) = legacy("tok-planner", Some(&session), &ping);
+    assert_eq!(status, 200, "{body}");
     // Another principal's token cannot use, resume or end it.
     let (status, _, body) = legacy("tok-subagent", Some(&session), &list);
     assert_eq!(status, 404, "{body}");

@@ -827,6 +827,10 @@ fn kill_switch_still_replays_what_already_happened() {
     let d = decide(Some(&applied), &req, &f.cap, &PolicyVerdict::Allow, t0());
     assert_eq!(d.outcome.status, Status::Replayed, "{:?}", d.outcome);
     assert_eq!(d.action, Action::Respond);
+    assert_eq!(
+        d.event.detail["kill_switch"], "charge_card switched off by ops",
+        "the audit says the switch was on"
+    );
     // Anything that would run something is refused.
     for state in [IntentState::Unknown, IntentState::NotApplied] {
         let d = decide(
