@@ -41,6 +41,8 @@ use serde_json::{Map, Value, json};
 
 use crate::server::{AppState, MAX_BODY_BYTES, Principal, model_line, record_decision};
 
+pub mod sessions;
+
 /// The `_meta` key the outcome is reported under.
 pub const OUTCOME_META_KEY: &str = "dev.oncegate/outcome";
 /// The request `_meta` key of the orchestrator's run id.
@@ -70,6 +72,9 @@ pub fn service(state: AppState) -> StreamableHttpService<McpSurface, LocalSessio
     } else {
         config.with_allowed_origins(settings.mcp_allowed_origins.clone())
     };
+    if let Some(files) = state.mcp_session_files() {
+        config.session_store = Some(Arc::new(files.clone()));
+    }
     let surface = McpSurface {
         state,
         upstream_schemas: Arc::default(),
@@ -98,7 +103,7 @@ pub async fn authenticate(State(state): State<AppState>, request: Request, next:
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if let Some(id) = &session
-        && state.mcp_session_owner(id).as_deref() != Some(principal.name.as_str())
+        && state.mcp_session_owner(id).await.as_deref() != Some(principal.name.as_str())
     {
         return jsonrpc_error(
             axum::http::StatusCode::NOT_FOUND,
@@ -127,7 +132,7 @@ pub async fn authenticate(State(state): State<AppState>, request: Request, next:
     match (&session, response.headers().get(SESSION_HEADER)) {
         (None, Some(id)) => {
             if let Ok(id) = id.to_str() {
-                state.bind_mcp_session(id, &name);
+                state.bind_mcp_session(id, &name).await;
             }
         }
         (Some(id), _) if method == axum::http::Method::DELETE && response.status().is_success() => {

@@ -91,6 +91,8 @@ pub struct AppState {
     /// MCP session id -> the principal that opened it, and when it was last used.
     mcp_sessions:
         Arc<std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>>,
+    /// 2025-11-25 sessions on disk beside the store, so they survive a restart.
+    mcp_session_files: Option<crate::mcp::sessions::SessionFiles>,
 }
 
 impl AppState {
@@ -121,6 +123,7 @@ impl AppState {
                 tracing::error!(principal = %name, "this principal's token is shared with another principal; it cannot log in");
             }
         }
+        let mcp_session_files = session_files(&gate);
         let tokens = given
             .into_iter()
             .filter(|(_, t)| seen.get(t).copied() == Some(1))
@@ -145,6 +148,7 @@ impl AppState {
             inflight: InFlight::default(),
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
             mcp_sessions: Arc::default(),
+            mcp_session_files,
         }
     }
 
@@ -173,17 +177,39 @@ impl AppState {
         &self.mcp_shutdown
     }
 
-    /// The principal that opened an MCP session (and marks it used).
-    pub(crate) fn mcp_session_owner(&self, id: &str) -> Option<String> {
-        let mut sessions = self.mcp_sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let (owner, used) = sessions.get_mut(id)?;
-        *used = std::time::Instant::now();
-        Some(owner.clone())
+    /// The principal that opened an MCP session (and marks it used); after a restart,
+    /// from the session files.
+    pub(crate) async fn mcp_session_owner(&self, id: &str) -> Option<String> {
+        {
+            let mut sessions = self.mcp_sessions.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((owner, used)) = sessions.get_mut(id) {
+                *used = std::time::Instant::now();
+                return Some(owner.clone());
+            }
+        }
+        let owner = self.mcp_session_files.as_ref()?.principal(id).await?;
+        self.remember_mcp_session(id, &owner);
+        Some(owner)
     }
 
-    /// Records who opened an MCP session. Bindings idle longer than rmcp keeps an idle
-    /// session are dropped here, so the map cannot grow without bound.
-    pub(crate) fn bind_mcp_session(&self, id: &str, principal: &str) {
+    /// The session files, when sessions persist.
+    pub(crate) fn mcp_session_files(&self) -> Option<&crate::mcp::sessions::SessionFiles> {
+        self.mcp_session_files.as_ref()
+    }
+
+    /// Records who opened an MCP session, in memory and on disk.
+    pub(crate) async fn bind_mcp_session(&self, id: &str, principal: &str) {
+        self.remember_mcp_session(id, principal);
+        if let Some(files) = &self.mcp_session_files
+            && let Err(e) = files.set_principal(id, principal).await
+        {
+            tracing::warn!(error = %e, "an MCP session's owner could not be saved; it ends with this process");
+        }
+    }
+
+    /// Bindings idle longer than rmcp keeps an idle session are dropped here, so the map
+    /// cannot grow without bound.
+    fn remember_mcp_session(&self, id: &str, principal: &str) {
         const IDLE: Duration = Duration::from_secs(15 * 60);
         let now = std::time::Instant::now();
         let mut sessions = self.mcp_sessions.lock().unwrap_or_else(|e| e.into_inner());
@@ -225,6 +251,26 @@ impl AppState {
         Ok(Arc::new(
             UpstreamExecutor::new(self.http.clone(), cap).with_inflight(self.inflight.clone()),
         ))
+    }
+}
+
+/// `<store>.mcp-sessions/` beside an SQLite store (none for other stores, or when the
+/// directory cannot be made: sessions then live in memory only).
+fn session_files(gate: &Gate) -> Option<crate::mcp::sessions::SessionFiles> {
+    let registry = gate.registry();
+    let dir = registry
+        .source
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    let db = oncegate_store::resolve_sqlite_path(&registry.store_url, dir)?;
+    let mut name = db.file_name()?.to_owned();
+    name.push(".mcp-sessions");
+    match crate::mcp::sessions::SessionFiles::open(&db.with_file_name(name)) {
+        Ok(files) => Some(files),
+        Err(e) => {
+            tracing::warn!(error = %e, "MCP sessions will not survive a restart: cannot create their directory");
+            None
+        }
     }
 }
 

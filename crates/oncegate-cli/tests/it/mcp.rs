@@ -319,6 +319,64 @@ fn a_session_belongs_to_its_principal_and_browsers_need_an_allowed_origin() {
     assert!(effects(&setup.sandbox, "charge").is_empty());
 }
 
+#[test]
+fn a_2025_session_survives_a_gateway_restart_and_stays_its_owners() {
+    let setup = Setup::example();
+    let send = |gw: &Proc, token: &str, session: Option<&str>, body: Value| {
+        let mut request = client()
+            .post(format!("{}/mcp", gw.url))
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .bearer_auth(token);
+        if let Some(id) = session {
+            request = request
+                .header("Mcp-Session-Id", id)
+                .header("MCP-Protocol-Version", "2025-11-25");
+        }
+        let response = request.body(body.to_string()).send().unwrap();
+        let status = response.status().as_u16();
+        let id = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        (status, id, response.text().unwrap())
+    };
+    let charge = |n: u64| {
+        json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+            "name": "charge_card", "arguments": {"order_id": "RST-1", "amount": "2.00"}}})
+    };
+    let mut gw = setup.gateway();
+    let (status, session, body) = send(
+        &gw,
+        "tok-planner",
+        None,
+        json!({"jsonrpc": "2.0", "id": 1,
+        "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw-test", "version": "0"}}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let session = session.unwrap();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(send(&gw, "tok-planner", Some(&session), initialized).0, 202);
+    let (status, _, body) = send(&gw, "tok-planner", Some(&session), charge(2));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("APPLIED as ch_"), "{body}");
+
+    // A deploy: the gateway stops and starts again on the same store.
+    drop(gw);
+    gw = setup.gateway();
+    let (status, _, body) = send(&gw, "tok-subagent", Some(&session), charge(3));
+    assert_eq!(status, 404, "still not another principal's: {body}");
+    let (status, _, body) = send(&gw, "tok-planner", Some(&session), charge(4));
+    assert_eq!(status, 200, "the session was restored: {body}");
+    assert!(body.contains("ALREADY APPLIED as ch_"), "{body}");
+    assert_eq!(
+        effects_where(&setup.sandbox, "kind=charge&order_id=RST-1").len(),
+        1
+    );
+}
+
 /// The agent script of `tests/clients/python/agent.py`, in one protocol era.
 fn python_agent(era: &str, order: &str) {
     let clients = clients();
