@@ -238,26 +238,8 @@ fn a_session_belongs_to_its_principal_and_browsers_need_an_allowed_origin() {
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "raw-test", "version": "0"}}});
-    let legacy = |token: &str, session: Option<&str>, body: &Value| {
-        let mut request = client()
-            .post(format!("{}/mcp", gw.url))
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .bearer_auth(token);
-        if let Some(id) = session {
-            request = request
-                .header("Mcp-Session-Id", id)
-                .header("MCP-Protocol-Version", "2025-11-25");
-        }
-        let response = request.body(body.to_string()).send().unwrap();
-        let status = response.status().as_u16();
-        let id = response
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        (status, id, response.text().unwrap())
-    };
+    let legacy =
+        |token: &str, session: Option<&str>, body: &Value| post_legacy(&gw, token, session, body);
     let (status, session, body) = legacy("tok-planner", None, &initialize);
     assert_eq!(status, 200, "{body}");
     let session = session.expect("a 2025-11-25 client gets a session");
@@ -323,24 +305,7 @@ fn a_session_belongs_to_its_principal_and_browsers_need_an_allowed_origin() {
 fn a_2025_session_survives_a_gateway_restart_and_stays_its_owners() {
     let setup = Setup::example();
     let send = |gw: &Proc, token: &str, session: Option<&str>, body: Value| {
-        let mut request = client()
-            .post(format!("{}/mcp", gw.url))
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .bearer_auth(token);
-        if let Some(id) = session {
-            request = request
-                .header("Mcp-Session-Id", id)
-                .header("MCP-Protocol-Version", "2025-11-25");
-        }
-        let response = request.body(body.to_string()).send().unwrap();
-        let status = response.status().as_u16();
-        let id = response
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        (status, id, response.text().unwrap())
+        post_legacy(gw, token, session, &body)
     };
     let charge = |n: u64| {
         json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
@@ -375,6 +340,33 @@ fn a_2025_session_survives_a_gateway_restart_and_stays_its_owners() {
         effects_where(&setup.sandbox, "kind=charge&order_id=RST-1").len(),
         1
     );
+}
+
+/// A raw `POST /mcp` as a 2025-11-25 client sends it: (status, new session id, body).
+fn post_legacy(
+    gw: &Proc,
+    token: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> (u16, Option<String>, String) {
+    let mut request = client()
+        .post(format!("{}/mcp", gw.url))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .bearer_auth(token);
+    if let Some(id) = session {
+        request = request
+            .header("Mcp-Session-Id", id)
+            .header("MCP-Protocol-Version", "2025-11-25");
+    }
+    let response = request.body(body.to_string()).send().unwrap();
+    let status = response.status().as_u16();
+    let id = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    (status, id, response.text().unwrap())
 }
 
 /// The agent script of `tests/clients/python/agent.py`, in one protocol era.
