@@ -50,12 +50,16 @@ pub const RUN_ID_META_KEY: &str = "dev.oncegate/run_id";
 /// The request `_meta` key of the orchestrator's step id.
 pub const STEP_ID_META_KEY: &str = "dev.oncegate/step_id";
 
+/// An upstream tool's schema, or when reading it last failed.
+type SchemaRead = Result<Arc<JsonObject>, std::time::Instant>;
+
 /// The MCP server: one value per session (or per stateless request), sharing the state.
 #[derive(Clone)]
 pub struct McpSurface {
     state: AppState,
-    /// Input schemas read from MCP upstreams' own tools/list, by capability.
-    upstream_schemas: Arc<Mutex<HashMap<String, Arc<JsonObject>>>>,
+    /// Input schemas read from MCP upstreams' own tools/list, by capability (or when the
+    /// last read failed).
+    upstream_schemas: Arc<Mutex<HashMap<String, SchemaRead>>>,
 }
 
 /// The Streamable HTTP service to nest at `/mcp`.
@@ -433,7 +437,10 @@ impl McpSurface {
     /// The input schema: the registry's, else an MCP upstream's own (when arguments pass
     /// through unmapped; the key argument is the gateway's, so it is removed), else one
     /// derived from the key recipe.
-    async fn input_schema(&self, cap: &Capability) -> Arc<JsonObject> {
+    async fn input_schema(&self, cap: &Arc<Capability>) -> Arc<JsonObject> {
+        /// How long a failed read of an upstream's schema is not retried: `tools/list`
+        /// must not wait out an unreachable upstream's timeout on every call.
+        const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
         if let Some(Value::Object(s)) = &cap.input_schema {
             return Arc::new(s.clone());
         }
@@ -442,41 +449,47 @@ impl McpSurface {
             .as_ref()
             .filter(|u| u.kind == UpstreamKind::Mcp && u.body.is_none())
         {
-            if let Some(s) = self.cached_schema(&cap.name) {
-                return s;
-            }
-            match crate::upstream::UpstreamExecutor::new(self.state.http(), Arc::new(cap.clone()))
-                .upstream_tool_schema(up)
-                .await
-            {
-                Ok(mut schema) => {
-                    if let Some(arg) = &up.idempotency_arg {
-                        strip_property(&mut schema, arg);
+            let cached = self
+                .upstream_schemas
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&cap.name)
+                .cloned();
+            let fetched = match cached {
+                Some(Ok(schema)) => return schema,
+                Some(Err(failed)) if failed.elapsed() < RETRY_AFTER => None,
+                _ => Some(
+                    crate::upstream::UpstreamExecutor::new(self.state.http(), cap.clone())
+                        .upstream_tool_schema(up)
+                        .await,
+                ),
+            };
+            if let Some(fetched) = fetched {
+                let entry = match fetched {
+                    Ok(mut schema) => {
+                        if let Some(arg) = &up.idempotency_arg {
+                            strip_property(&mut schema, arg);
+                        }
+                        Ok(Arc::new(schema))
                     }
-                    let schema = Arc::new(schema);
-                    self.upstream_schemas
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(cap.name.clone(), schema.clone());
+                    Err(e) => {
+                        tracing::warn!(capability = %cap.name, error = %e, "could not read the MCP upstream's tool schema; showing the derived one");
+                        Err(std::time::Instant::now())
+                    }
+                };
+                self.upstream_schemas
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(cap.name.clone(), entry.clone());
+                if let Ok(schema) = entry {
                     return schema;
-                }
-                Err(e) => {
-                    tracing::warn!(capability = %cap.name, error = %e, "could not read the MCP upstream's tool schema; showing the derived one");
                 }
             }
         }
         Arc::new(derived_schema(cap))
     }
 
-    fn cached_schema(&self, name: &str) -> Option<Arc<JsonObject>> {
-        self.upstream_schemas
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned()
-    }
-
-    async fn tool(&self, cap: &Capability) -> Tool {
+    async fn tool(&self, cap: &Arc<Capability>) -> Tool {
         let description = cap
             .description
             .clone()

@@ -112,7 +112,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
         let part = match err.downcast_ref::<reqwest::Error>() {
-            Some(r) => r.without_url_text(),
+            Some(r) => super::reqwest_error_text(r).text,
             None => err.to_string(),
         };
         if !text.contains(&part) {
@@ -124,26 +124,6 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = err.source();
     }
     text
-}
-
-trait WithoutUrl {
-    fn without_url_text(&self) -> String;
-}
-
-impl WithoutUrl for reqwest::Error {
-    fn without_url_text(&self) -> String {
-        if self.is_connect() {
-            "connection failed".into()
-        } else if self.is_timeout() {
-            "timed out".into()
-        } else {
-            self.to_string()
-                .split(" for url (")
-                .next()
-                .unwrap_or_default()
-                .to_owned()
-        }
-    }
 }
 
 /// True when the error chain proves the request never left: a failed connect.

@@ -9,6 +9,7 @@ use rmcp::{ClientLifecycleMode, ClientServiceExt};
 use serde_json::{Value, json};
 
 use crate::mcp_upstream::provider;
+use crate::upstream::registry_in;
 
 async fn gateway(upstream: &str, dir: &std::path::Path) -> String {
     let text = format!(
@@ -56,8 +57,7 @@ method = "GET"
 url = "http://127.0.0.1:9/lookup"
 "#
     );
-    std::fs::write(dir.join("c.toml"), text).unwrap();
-    let registry = oncegate_store::load_registry(&dir.join("c.toml")).unwrap();
+    let registry = registry_in(dir, &text);
     let gate = oncegate_store::Gate::open(registry).await.unwrap();
     let state = AppState::with_tokens(gate, http_client(), vec![("agent".into(), "tok".into())]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_gateway::upstream::UpstreamExecutor;
-use oncegate_store::{Executor, IntentHandle};
+
+use crate::upstream::{intent, pay_executor};
+use oncegate_store::Executor;
 use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
@@ -123,24 +125,7 @@ effect_ref = "/charge/id"
 result = "/charge"
 "#
     );
-    std::fs::write(dir.path().join("c.toml"), text).unwrap();
-    let registry = oncegate_store::load_registry(&dir.path().join("c.toml")).unwrap();
-    let cap = registry.capability("pay").unwrap().clone();
-    UpstreamExecutor::new(oncegate_gateway::server::http_client(), Arc::clone(&cap))
-}
-
-fn intent() -> IntentHandle {
-    IntentHandle {
-        key: "k1".into(),
-        intent_key: oncegate_core::IntentKey::from_hex("k1"),
-        generation: 1,
-        capability: "pay".into(),
-        arguments: json!({"order_id": "A-1"}),
-        normalised: json!({}),
-        business_ref: Some("A-1".into()),
-        run_id: None,
-        step_id: None,
-    }
+    pay_executor(dir.path(), &text)
 }
 
 #[tokio::test]
@@ -171,7 +156,7 @@ async fn mcp_answers_are_classified_conservatively() {
         }),
     ];
     for (tool, extra, ok) in cases {
-        let result = executor(&url, tool, extra).execute(intent()).await;
+        let result = executor(&url, tool, extra).execute(intent("A-1")).await;
         assert!(ok(&result), "{tool} {extra}: {result:?}");
     }
     // The key travelled in _meta on every call, and not as an argument.
@@ -184,7 +169,7 @@ async fn mcp_answers_are_classified_conservatively() {
 
     // Nothing listens on port 9: the handshake fails, nothing of the call left.
     let refused = executor("http://127.0.0.1:9/mcp", "ok", "")
-        .execute(intent())
+        .execute(intent("A-1"))
         .await;
     assert!(
         matches!(refused, EffectResult::NotSent { .. }),
@@ -196,12 +181,12 @@ async fn mcp_answers_are_classified_conservatively() {
 async fn the_key_argument_is_filled_and_reconciliation_reads_a_tool() {
     let (url, provider) = provider().await;
     let ex = executor(&url, "ok", "idempotency_arg = \"idempotency_key\"");
-    let result = ex.execute(intent()).await;
+    let result = ex.execute(intent("A-1")).await;
     assert!(matches!(result, EffectResult::Applied { .. }), "{result:?}");
     let keys = provider.keys.lock().unwrap().clone();
     assert_eq!(keys[0]["arg"], "k1", "{keys:?}");
     assert_eq!(keys[0]["meta"], "k1", "{keys:?}");
-    let found = ex.reconcile(intent()).await;
+    let found = ex.reconcile(intent("A-1")).await;
     let ReconcileResult::Found {
         effect_ref: Some(id),
         result,
@@ -217,7 +202,7 @@ async fn the_key_argument_is_filled_and_reconciliation_reads_a_tool() {
 #[tokio::test]
 async fn a_timeout_is_unknown_and_never_cancels_the_upstream_call() {
     let (url, provider) = provider().await;
-    let result = executor(&url, "slow", "").execute(intent()).await;
+    let result = executor(&url, "slow", "").execute(intent("A-1")).await;
     assert!(
         matches!(&result, EffectResult::Unknown { message } if message.contains("timeout")),
         "{result:?}"

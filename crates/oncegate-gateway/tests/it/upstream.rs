@@ -68,13 +68,24 @@ found = "/found"
 effect_ref = "/path"
 "#
     );
-    std::fs::write(dir.path().join("c.toml"), text).unwrap();
-    let registry = oncegate_store::load_registry(&dir.path().join("c.toml")).unwrap();
+    pay_executor(dir.path(), &text)
+}
+
+/// Loads the registry `text` from `dir` (its store, if any, lives there too).
+pub(crate) fn registry_in(dir: &std::path::Path, text: &str) -> oncegate_core::Registry {
+    std::fs::write(dir.join("c.toml"), text).unwrap();
+    oncegate_store::load_registry(&dir.join("c.toml")).unwrap()
+}
+
+/// The executor of capability `pay` in the registry `text`.
+pub(crate) fn pay_executor(dir: &std::path::Path, text: &str) -> UpstreamExecutor {
+    let registry = registry_in(dir, text);
     let cap = registry.capability("pay").unwrap().clone();
     UpstreamExecutor::new(oncegate_gateway::server::http_client(), Arc::clone(&cap))
 }
 
-fn intent(order: &str) -> IntentHandle {
+/// An intent of capability `pay` for `order`, with key `k1`.
+pub(crate) fn intent(order: &str) -> IntentHandle {
     IntentHandle {
         key: "k1".into(),
         intent_key: oncegate_core::IntentKey::from_hex("k1"),
