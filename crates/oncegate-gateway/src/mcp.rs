@@ -39,7 +39,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Map, Value, json};
 
-use crate::server::{AppState, MAX_BODY_BYTES, Principal, model_line, record_decision};
+use crate::server::{AppState, MAX_BODY_BYTES, Principal, model_line};
 
 pub mod sessions;
 
@@ -535,25 +535,11 @@ impl McpSurface {
                 ),
             ));
         }
-        let cap_name = name.clone();
-        let executor = Arc::new(
-            crate::upstream::UpstreamExecutor::new(self.state.http(), cap.clone())
-                .with_inflight(self.state.inflight().clone()),
-        );
-        let state = self.state.clone();
-        let who = principal.name.clone();
-        // Its own task, as on the JSON API: a closed stream (a cancel, under 2026-07-28)
-        // drops this future, never the claim, the effect, its alerts or its metrics.
-        let guard = self.state.inflight().enter();
-        let task = tokio::spawn(async move {
-            let _guard = guard;
-            let outcome = state.gate().invoke_with(&who, call, executor).await;
-            if let Ok(o) = &outcome {
-                state.send_alerts(o, &cap_name, &who);
-                record_decision(o, &cap_name);
-            }
-            outcome
-        });
+        let executor = self
+            .state
+            .executor(&name)
+            .map_err(|_| McpError::invalid_params(format!("unknown tool `{name}`"), None))?;
+        let task = self.state.spawn_call(&principal.name, call, executor);
         let outcome = match task.await {
             Ok(Ok(o)) => o,
             Ok(Err(GateError::UnknownCapability(n))) => {

@@ -167,11 +167,6 @@ impl AppState {
         self.http.clone()
     }
 
-    /// The detached call tasks.
-    pub(crate) fn inflight(&self) -> &InFlight {
-        &self.inflight
-    }
-
     /// Cancelled when the server shuts down.
     pub(crate) fn mcp_shutdown(&self) -> &tokio_util::sync::CancellationToken {
         &self.mcp_shutdown
@@ -241,7 +236,30 @@ impl AppState {
         found.ok_or(ApiError::Unauthorized)
     }
 
-    fn executor(&self, capability: &str) -> Result<Arc<UpstreamExecutor>, ApiError> {
+    /// Decides and executes one call in its own task (both surfaces): a caller that
+    /// hangs up (a closed MCP stream is a cancel) never cancels a claim or an effect
+    /// half-way, and the result, its alerts and its metrics are recorded regardless.
+    pub(crate) fn spawn_call(
+        &self,
+        principal: &str,
+        call: Call,
+        executor: Arc<UpstreamExecutor>,
+    ) -> tokio::task::JoinHandle<Result<Outcome, GateError>> {
+        let guard = self.inflight.enter();
+        let (state, principal) = (self.clone(), principal.to_owned());
+        tokio::spawn(async move {
+            let _guard = guard;
+            let capability = call.capability.clone();
+            let outcome = state.gate.invoke_with(&principal, call, executor).await;
+            if let Ok(o) = &outcome {
+                state.send_alerts(o, &capability, &principal);
+                record_decision(o, &capability);
+            }
+            outcome
+        })
+    }
+
+    pub(crate) fn executor(&self, capability: &str) -> Result<Arc<UpstreamExecutor>, ApiError> {
         let cap = self
             .gate
             .registry()
@@ -488,7 +506,7 @@ fn envelope_response(state: &AppState, o: &Outcome, capability: &str) -> Respons
 }
 
 /// Counts a decision (both surfaces).
-pub(crate) fn record_decision(o: &Outcome, capability: &str) {
+fn record_decision(o: &Outcome, capability: &str) {
     metrics::counter!("oncegate_decisions_total", "capability" => capability.to_owned(), "outcome" => o.status.as_str()).increment(1);
     if matches!(o.status, Status::Replayed | Status::InFlight) {
         metrics::counter!("oncegate_duplicates_prevented_total", "capability" => capability.to_owned()).increment(1);
@@ -554,23 +572,8 @@ async fn post_call(
             .check_client_key(&principal, &call, client_key.as_deref())
             .await?;
     }
-    let gate = state.gate.clone();
-    let name = principal.name.clone();
     let capability = call.capability.clone();
-    // The decision and the effect run in their own task: a caller that hangs up never
-    // cancels a claim half-way, and the effect's result is recorded regardless.
-    let guard = state.inflight.enter();
-    let alerts = (state.clone(), capability.clone());
-    let task = tokio::spawn(async move {
-        let _guard = guard;
-        let outcome = gate.invoke_with(&name, call, executor).await;
-        if let Ok(o) = &outcome {
-            // In the task, so a caller that hangs up does not lose them.
-            alerts.0.send_alerts(o, &alerts.1, &name);
-            record_decision(o, &alerts.1);
-        }
-        outcome
-    });
+    let task = state.spawn_call(&principal.name, call, executor);
     let outcome = task
         .await
         .map_err(|e| ApiError::Store(format!("the call task failed: {e}")))?
