@@ -50,6 +50,10 @@ pub struct CallRequest<'a> {
 pub enum Action {
     /// Answer with the outcome.
     Respond,
+    /// Answer from the stored record (a replay, a poll of an in-flight or held intent):
+    /// nothing to write, not even the audit event, so a storm of repeats costs no
+    /// durable write and never counts against the attempt ceiling.
+    Replay,
     /// Run the effect with the record's upstream key, then call [`record_effect`].
     Execute,
     /// Run the reconciliation read, then call [`after_reconcile`].
@@ -242,7 +246,10 @@ fn no_record_outcome(
     }
 }
 
+/// Starts an execution. Executions (and reconciliation reads, see [`decide`]) are what
+/// the attempt ceiling counts.
 fn claim(record: &mut IntentRecord, owner: &str, cap: &Capability, now: Timestamp) {
+    record.attempts += 1;
     record.state = IntentState::InFlight;
     record.lease = Some(Lease {
         owner: owner.to_owned(),
@@ -300,7 +307,7 @@ fn fresh_record(
         normalised: Value::Object(req.derived.normalised.clone()),
         arguments: req.arguments.clone(),
         state: IntentState::InFlight,
-        attempts: 1,
+        attempts: 0,
         executions: 0,
         lease: None,
         effect_ref: None,
@@ -382,7 +389,7 @@ pub fn decide(
                 ..req.clone()
             };
             let mut d = decide(existing, &unkilled, cap, verdict, now);
-            if d.action == Action::Respond && d.outcome.status == Status::Replayed {
+            if d.action == Action::Replay && d.outcome.status == Status::Replayed {
                 if let Value::Object(detail) = &mut d.event.detail {
                     detail.insert("kill_switch".into(), Value::String(why.to_owned()));
                 }
@@ -423,35 +430,7 @@ pub fn decide(
         return new_generation(None, req, cap, verdict, now, 1, None);
     };
 
-    if current.breaker_tripped {
-        let reason = Reason::new(
-            Code::AttemptCeiling,
-            "the attempt ceiling for this intent was reached; an admin must reset its breaker",
-        );
-        let mut outcome = outcome_of(current, Status::Refused, Some(reason));
-        outcome.attempt = current.attempts + 1;
-        let event = event(
-            AuditKind::Call,
-            now,
-            req.principal,
-            existing,
-            None,
-            &outcome,
-            &cap.name,
-            req.run_id,
-            json!({}),
-        );
-        return Decision {
-            action: Action::Respond,
-            record: None,
-            approval: None,
-            outcome,
-            event,
-        };
-    }
-
     let mut record = current.clone();
-    record.attempts += 1;
     record.updated_at = now;
     let mut alerts = Vec::new();
     if let (Some(first), Some(this)) = (current.run_id.as_deref(), req.run_id)
@@ -489,29 +468,64 @@ pub fn decide(
             event,
         }
     };
-
-    if let Some(ceiling) = cap.attempt_ceiling
-        && record.attempts > ceiling
-    {
-        record.breaker_tripped = true;
-        alerts.push(Alert::BreakerTripped { ceiling });
-        let reason = Reason::new(
-            Code::AttemptCeiling,
-            format!(
-                "attempt ceiling of {ceiling} reached; the breaker is tripped until an admin resets it"
-            ),
+    // Answers straight from the stored record: a replay, or a poll of an intent that is
+    // in flight, held or decided. Nothing is written and no attempt is counted.
+    let replay = |status: Status, reason: Option<Reason>, alerts: Vec<Alert>| {
+        let mut outcome = outcome_of(current, status, reason);
+        outcome.alerts = alerts;
+        let detail = json!({"alerts": outcome.alerts, "replay": true});
+        let event = event(
+            AuditKind::Call,
+            now,
+            req.principal,
+            existing,
+            None,
+            &outcome,
+            &cap.name,
+            req.run_id,
+            detail,
         );
-        let outcome = outcome_of(&record, Status::Refused, Some(reason));
-        return finish(Action::Respond, record, None, outcome, alerts);
-    }
+        Decision {
+            action: Action::Replay,
+            record: None,
+            approval: None,
+            outcome,
+            event,
+        }
+    };
+
+    // A refusal that changes nothing stored: audited, but the intent is not rewritten.
+    let refuse = |outcome: Outcome, alerts: Vec<Alert>| {
+        let mut outcome = outcome;
+        outcome.alerts = alerts;
+        let detail = json!({"alerts": outcome.alerts});
+        let event = event(
+            AuditKind::Call,
+            now,
+            req.principal,
+            existing,
+            None,
+            &outcome,
+            &cap.name,
+            req.run_id,
+            detail,
+        );
+        Decision {
+            action: Action::Respond,
+            record: None,
+            approval: None,
+            outcome,
+            event,
+        }
+    };
 
     let window_open = now < current.settled_at.unwrap_or(current.created_at) + cap.replay_window;
     match current.state {
         IntentState::InFlight => {
             let live = current.lease.as_ref().is_some_and(|l| now < l.expires_at);
             if live {
-                let outcome = standing_outcome(&record);
-                return finish(Action::Respond, record, None, outcome, alerts);
+                let standing = standing_outcome(current);
+                return replay(standing.status, standing.reason, alerts);
             }
             // The holder died or stalled past its lease: the effect may have happened.
             record.lease = None;
@@ -520,22 +534,29 @@ pub fn decide(
                 Code::UpstreamUnknown,
                 "the attempt's lease expired before its outcome was recorded",
             ));
-            unknown_path(record, req, cap, now, alerts, &finish)
+            unknown_path(record, true, req, cap, now, alerts, &finish, &refuse)
         }
-        IntentState::Unknown => unknown_path(record, req, cap, now, alerts, &finish),
+        IntentState::Unknown => {
+            unknown_path(record, false, req, cap, now, alerts, &finish, &refuse)
+        }
         IntentState::Applied | IntentState::Failed if window_open => {
-            let outcome = outcome_of(&record, Status::Replayed, None);
-            finish(Action::Respond, record, None, outcome, alerts)
+            // Always the truth, whatever the breaker or the attempt count say: an agent
+            // that lost the result must read the effect reference, not "refused".
+            replay(Status::Replayed, None, alerts)
         }
         IntentState::NotApplied if window_open => {
+            // Confirmed absent: execute again with the same key, and with the arguments
+            // of the call that asks now (its significant arguments are the same; a
+            // corrected free-text argument is what the caller means today).
+            if let Some(refused) = over_ceiling(&mut record, cap, &mut alerts) {
+                return finish(Action::Respond, record, None, refused, alerts);
+            }
+            record.arguments = req.arguments.clone();
             claim(&mut record, req.owner, cap, now);
             let outcome = standing_outcome(&record);
             finish(Action::Execute, record, None, outcome, alerts)
         }
-        IntentState::Denied if window_open => {
-            let outcome = outcome_of(&record, Status::Denied, None);
-            finish(Action::Respond, record, None, outcome, alerts)
-        }
+        IntentState::Denied if window_open => replay(Status::Denied, None, alerts),
         IntentState::PendingApproval => match req.approval {
             Some(ap) if ap.state == ApprovalState::Pending && now >= ap.expires_at => {
                 let mut ap = ap.clone();
@@ -548,10 +569,7 @@ pub fn decide(
                 let outcome = standing_outcome(&record);
                 finish(Action::Respond, record, Some(ap), outcome, alerts)
             }
-            _ => {
-                let outcome = outcome_of(&record, Status::PendingApproval, None);
-                finish(Action::Respond, record, None, outcome, alerts)
-            }
+            _ => replay(Status::PendingApproval, None, alerts),
         },
         IntentState::Applied
         | IntentState::Failed
@@ -575,19 +593,70 @@ pub fn decide(
     }
 }
 
+/// The attempt ceiling, checked before an execution or a reconciliation read starts
+/// (replays and polls never reach it). `Some(refusal)` when the breaker is (or just
+/// got) tripped; the caller writes the record only when it just tripped.
+fn over_ceiling(
+    record: &mut IntentRecord,
+    cap: &Capability,
+    alerts: &mut Vec<Alert>,
+) -> Option<Outcome> {
+    if record.breaker_tripped {
+        let reason = Reason::new(
+            Code::AttemptCeiling,
+            "the attempt ceiling for this intent was reached; an admin must reset its breaker",
+        );
+        return Some(outcome_of(record, Status::Refused, Some(reason)));
+    }
+    let ceiling = cap.attempt_ceiling?;
+    if record.attempts < ceiling {
+        return None;
+    }
+    record.breaker_tripped = true;
+    alerts.push(Alert::BreakerTripped { ceiling });
+    let reason = Reason::new(
+        Code::AttemptCeiling,
+        format!(
+            "attempt ceiling of {ceiling} executions and reconciliations reached; the breaker is tripped until an admin resets it"
+        ),
+    );
+    Some(outcome_of(record, Status::Refused, Some(reason)))
+}
+
 type Finish<'f> =
     dyn Fn(Action, IntentRecord, Option<Approval>, Outcome, Vec<Alert>) -> Decision + 'f;
+type Refuse<'f> = dyn Fn(Outcome, Vec<Alert>) -> Decision + 'f;
 
+/// A repeat of an unknown intent. `changed`: the record already differs from the stored
+/// one (a lease that expired just became unknown), so a refusal still writes it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "private step of decide(), every input explicit"
+)]
 fn unknown_path(
     mut record: IntentRecord,
+    changed: bool,
     req: &CallRequest<'_>,
     cap: &Capability,
     now: Timestamp,
-    alerts: Vec<Alert>,
+    mut alerts: Vec<Alert>,
     finish: &Finish<'_>,
+    refuse_unchanged: &Refuse<'_>,
 ) -> Decision {
+    if matches!(cap.on_unknown, OnUnknown::Reconcile | OnUnknown::Retry) {
+        let was_tripped = record.breaker_tripped;
+        if let Some(refused) = over_ceiling(&mut record, cap, &mut alerts) {
+            if was_tripped && !changed {
+                return refuse_unchanged(refused, alerts);
+            }
+            return finish(Action::Respond, record, None, refused, alerts);
+        }
+    }
     match cap.on_unknown {
         OnUnknown::Reconcile => {
+            // The read counts against the ceiling like an execution: an agent that
+            // ignores "do not re-issue" cannot make oncegate hammer the upstream forever.
+            record.attempts += 1;
             let outcome = outcome_of(
                 &record,
                 Status::Unknown,
@@ -623,7 +692,11 @@ fn unknown_path(
                 "an earlier attempt's outcome is unknown and this capability refuses repeats; an operator must resolve it",
             );
             let outcome = outcome_of(&record, Status::Refused, Some(reason));
-            finish(Action::Respond, record, None, outcome, alerts)
+            if changed {
+                finish(Action::Respond, record, None, outcome, alerts)
+            } else {
+                refuse_unchanged(outcome, alerts)
+            }
         }
     }
 }
@@ -1016,25 +1089,17 @@ pub fn decide_approval(
         }
     };
     match (approval.state, choice) {
-        // Single use and idempotent: a second approval returns the first one's result.
-        (ApprovalState::Approved, Choice::Approve) | (ApprovalState::Denied, Choice::Deny) => {
+        // Single use and idempotent: a second decision (the same click twice, or a deny
+        // that arrives after an approve, from a second approver) answers with the first
+        // one's outcome and changes nothing.
+        (ApprovalState::Approved, _) | (ApprovalState::Denied, Choice::Deny) => {
             return decided(
                 Action::Respond,
                 None,
                 None,
                 standing_outcome(record),
-                json!({"approval_id": approval.id, "repeat": true}),
+                json!({"approval_id": approval.id, "repeat": true, "first_decision": approval.state.as_str(), "decided_by": approval.decided_by}),
             );
-        }
-        (ApprovalState::Approved, Choice::Deny) => {
-            return ApprovalDecision::Rejected(Reason::new(
-                Code::Forbidden,
-                format!(
-                    "approval {} was already approved by {}",
-                    approval.id,
-                    approval.decided_by.as_deref().unwrap_or("someone")
-                ),
-            ));
         }
         (ApprovalState::Denied, Choice::Approve) => {
             return ApprovalDecision::Rejected(Reason::new(

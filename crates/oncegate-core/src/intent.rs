@@ -348,4 +348,12 @@ pub enum Alert {
         /// The ceiling.
         ceiling: u32,
     },
+    /// An agent keeps repeating an intent that already settled: every repeat is
+    /// answered by a replay (nothing runs), but the loop is an orchestration fault.
+    ReplayStorm {
+        /// Replays seen inside the window.
+        replays: u32,
+        /// The window, in seconds.
+        window_seconds: u32,
+    },
 }

@@ -91,7 +91,7 @@ pub const SCENARIOS: [(u8, &str, &str); 10] = [
     (
         6,
         "retry storm",
-        "50 repeats of one call; the breaker trips at the ceiling",
+        "50 repeats of a sent email are replays and raise an alert; 50 against a provider answering 429 trip the breaker",
     ),
     (
         7,
@@ -428,7 +428,10 @@ impl World {
                     )
                     .await;
                 }
-                let mut refused = 0;
+                // A storm against an intent that took effect: every repeat is a replay
+                // with the effect reference (nothing runs, nothing is written), and the
+                // loop itself raises an alert.
+                let (mut replays, mut storm) = (0, false);
                 for _ in 0..50 {
                     let o = self
                         .call(
@@ -439,16 +442,47 @@ impl World {
                             None,
                         )
                         .await;
+                    replays += usize::from(o["status"] == "replayed");
+                    storm |= o["alerts"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|x| x["kind"] == "replay_storm"));
+                }
+                // A storm of executions: the provider keeps answering 429, so every
+                // repeat executes again, until the attempt ceiling trips the breaker.
+                self.fault("/v1/emails", "rate_limit", 50, 0).await;
+                let mut refused = 0;
+                for _ in 0..50 {
+                    let o = self
+                        .call(
+                            &g,
+                            "tok-planner",
+                            "send_email",
+                            json!({"order_id": "O6-429", "to": "a@b.co", "template": "receipt"}),
+                            None,
+                        )
+                        .await;
                     if o["status"] == "refused" && o["reason"]["code"] == "OG-0004" {
                         refused += 1;
                     }
                 }
+                let _ = self
+                    .http
+                    .delete(format!("{}/_sandbox/faults", self.sandbox))
+                    .send()
+                    .await;
                 (
                     self.effects("N6").await,
-                    self.effects("O6").await,
+                    self.effects("O6").await + self.effects("O6-429").await,
                     1,
-                    format!("breaker tripped: {refused} of 50 refused"),
-                    refused == 45,
+                    format!(
+                        "{replays} of 49 repeats replayed{}; under 429s the breaker refused {refused} of 50",
+                        if storm {
+                            " with a replay-storm alert"
+                        } else {
+                            ", NO replay-storm alert"
+                        }
+                    ),
+                    replays == 49 && storm && refused == 45,
                 )
             }
             7 => {

@@ -165,6 +165,20 @@ impl Executor for Simulated {
     }
 }
 
+/// A provider that answers every call with 429: nothing happens, so each repeat executes
+/// again and the attempt ceiling is what stops the loop.
+#[derive(Default)]
+struct RateLimited(std::sync::atomic::AtomicUsize);
+
+impl Executor for RateLimited {
+    async fn execute(&self, _intent: IntentHandle) -> EffectResult {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        EffectResult::NotSent {
+            message: "simulated: 429, nothing was done".into(),
+        }
+    }
+}
+
 fn set_path(args: &mut Value, path: &ArgPath, value: Value) {
     let mut current = args;
     let segments: Vec<&str> = path.as_str().split('.').collect();
@@ -442,19 +456,43 @@ async fn simulate(
         ),
     });
 
-    // Attempt ceiling.
+    // Attempt ceiling: it counts executions and reconciliations, never replays. A storm
+    // of repeats of an applied call is all replays; a storm of executions (a provider
+    // that keeps answering 429) trips the breaker at the ceiling.
     match cap.attempt_ceiling {
         Some(ceiling) if ceiling <= 1000 => {
             let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
             let up = sim();
+            invoke(&gate, args.clone(), &up).await?;
+            let mut replays = 0;
+            for _ in 0..=ceiling {
+                replays +=
+                    u32::from(invoke(&gate, args.clone(), &up).await?.status == Status::Replayed);
+            }
+            // A scratch store of its own, so the same sample arguments are a new intent.
+            let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
+            let limited = Arc::new(RateLimited::default());
             let mut last = Status::Applied;
             for _ in 0..=ceiling {
-                last = invoke(&gate, args.clone(), &up).await?.status;
+                let c = call(args.clone());
+                last = gate
+                    .invoke_with(principal, c, limited.clone())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status;
             }
+            let executed = limited.0.load(std::sync::atomic::Ordering::SeqCst);
             checks.push(Check {
                 name: format!("attempt ceiling ({ceiling})"),
-                ok: last == Status::Refused && up.executions() == 1,
-                detail: format!("call {} was {}", u64::from(ceiling) + 1, last.as_str()),
+                ok: replays == ceiling + 1
+                    && up.executions() == 1
+                    && last == Status::Refused
+                    && executed == ceiling as usize,
+                detail: format!(
+                    "{replays} repeats of an applied call replayed; against a provider answering 429, call {} was {} after {executed} executions",
+                    u64::from(ceiling) + 1,
+                    last.as_str()
+                ),
             });
         }
         Some(ceiling) => checks.push(Check {

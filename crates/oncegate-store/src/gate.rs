@@ -195,6 +195,43 @@ pub struct Gate<S: Store = SqliteStore> {
     /// Treat every policy as allow (only `oncegate verify`'s simulations, which test
     /// key recipes and controls, not policies).
     skip_policies: bool,
+    /// Recent replays per intent, for the replay-storm alert.
+    replays: Arc<std::sync::Mutex<ReplayStorms>>,
+}
+
+/// How long the replay-storm count runs.
+const STORM_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+/// Replays of one intent inside the window that raise the alert, for capabilities
+/// without an attempt ceiling (otherwise the ceiling is the threshold).
+const STORM_REPLAYS: u32 = 10;
+/// Intents tracked at most; older windows are dropped first.
+const STORM_TRACKED: usize = 10_000;
+
+/// Replays are answered from the stored record without any write, so their count lives
+/// in memory: it raises an alert, it controls nothing.
+#[derive(Default)]
+struct ReplayStorms {
+    seen: HashMap<IntentKey, (jiff::Timestamp, u32)>,
+}
+
+impl ReplayStorms {
+    /// Counts one replay; `Some(n)` exactly when the count reaches `threshold` (once per
+    /// window, so a storm alerts once a minute, not on every call).
+    fn note(&mut self, key: &IntentKey, now: jiff::Timestamp, threshold: u32) -> Option<u32> {
+        if self.seen.len() >= STORM_TRACKED && !self.seen.contains_key(key) {
+            self.seen
+                .retain(|_, (start, _)| now < *start + STORM_WINDOW);
+            if self.seen.len() >= STORM_TRACKED {
+                return None;
+            }
+        }
+        let entry = self.seen.entry(key.clone()).or_insert((now, 0));
+        if now >= entry.0 + STORM_WINDOW {
+            *entry = (now, 0);
+        }
+        entry.1 += 1;
+        (entry.1 == threshold).then_some(entry.1)
+    }
 }
 
 impl<S: Store> Clone for Gate<S> {
@@ -206,6 +243,7 @@ impl<S: Store> Clone for Gate<S> {
             owner: self.owner.clone(),
             kill_switches: self.kill_switches.clone(),
             skip_policies: self.skip_policies,
+            replays: self.replays.clone(),
         }
     }
 }
@@ -282,6 +320,7 @@ impl<S: Store> Gate<S> {
             owner,
             kill_switches: Arc::default(),
             skip_policies: false,
+            replays: Arc::default(),
         }
     }
 
@@ -331,6 +370,27 @@ impl<S: Store> Gate<S> {
             None => map.remove(target),
         };
         Ok(())
+    }
+
+    /// Counts a replay and raises the replay-storm alert when an intent that settled
+    /// keeps being repeated.
+    fn note_replay(&self, outcome: &mut Outcome, cap: &Capability) {
+        let Some(key) = outcome.key.as_ref() else {
+            return;
+        };
+        let threshold = cap.attempt_ceiling.unwrap_or(STORM_REPLAYS).max(2);
+        let now = self.clock.now();
+        let storm = self
+            .replays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note(key, now, threshold);
+        if let Some(replays) = storm {
+            outcome.alerts.push(intent::Alert::ReplayStorm {
+                replays,
+                window_seconds: STORM_WINDOW.as_secs() as u32,
+            });
+        }
     }
 
     /// The kill switches that are on.
@@ -535,6 +595,10 @@ impl<S: Store> Gate<S> {
                 }
                 return Ok(outcome);
             }
+            let mut decision = decision;
+            if decision.action == Action::Replay {
+                self.note_replay(&mut decision.outcome, &cap);
+            }
             match self
                 .apply(decision, &cap, principal, executor.clone())
                 .await
@@ -565,16 +629,18 @@ impl<S: Store> Gate<S> {
             outcome,
             event,
         } = decision;
-        self.store
-            .commit(Commit {
-                record: record.clone(),
-                approval,
-                event,
-            })
-            .await?;
+        if action != Action::Replay {
+            self.store
+                .commit(Commit {
+                    record: record.clone(),
+                    approval,
+                    event,
+                })
+                .await?;
+        }
         log_alerts(&outcome, cap);
         match action {
-            Action::Respond | Action::PassThrough => Ok(outcome),
+            Action::Respond | Action::PassThrough | Action::Replay => Ok(outcome),
             Action::Execute => {
                 let claimed = bump(record.expect("an Execute decision writes the claim"));
                 Ok(self
@@ -891,6 +957,7 @@ fn log_alerts(outcome: &Outcome, cap: &Capability) {
         let kind = match alert {
             intent::Alert::CrossRun { .. } => "cross_run",
             intent::Alert::BreakerTripped { .. } => "breaker_tripped",
+            intent::Alert::ReplayStorm { .. } => "replay_storm",
         };
         metrics::counter!("oncegate_alerts_total", "capability" => cap.name.clone(), "kind" => kind).increment(1);
         tracing::warn!(capability = %cap.name, key = ?outcome.key, alert = ?alert, "oncegate alert");

@@ -812,3 +812,41 @@ fn the_background_sweep_resolves_unknowns_nobody_repeats() {
     assert!(intent["effect_ref"].as_str().unwrap().starts_with("ch_"));
     assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
 }
+
+#[test]
+fn repeats_of_an_applied_charge_always_replay_with_the_effect_and_never_trip_the_ceiling() {
+    // The example registry as a user runs it: charge_card's ceiling is 10.
+    let setup = Setup::example();
+    let gw = setup.gateway();
+    let args = json!({"order_id": "CEIL-1", "amount": "12.50"});
+    let (_, first) = call(&gw, "tok-planner", "charge_card", args.clone());
+    assert_eq!(first["status"], "applied", "{first}");
+    let charge = first["effect_ref"].as_str().unwrap().to_owned();
+    // Ten parallel identical calls first (they used to spend the whole ceiling), then
+    // fifteen more one by one: every one is a replay with the effect in its text line.
+    let parallel: Vec<_> = (0..10)
+        .map(|_| {
+            let (url, args) = (gw.url.clone(), args.clone());
+            std::thread::spawn(move || call_at(&url, "tok-planner", "charge_card", args))
+        })
+        .collect();
+    let mut answers: Vec<Value> = parallel.into_iter().map(|t| t.join().unwrap().1).collect();
+    for _ in 0..15 {
+        answers.push(call(&gw, "tok-planner", "charge_card", args.clone()).1);
+    }
+    for again in &answers {
+        assert_eq!(again["status"], "replayed", "{again}");
+        let line = again["message"].as_str().unwrap();
+        assert!(
+            line.starts_with("ALREADY APPLIED") && line.contains(&charge),
+            "the model reads the effect, not a refusal: {line}"
+        );
+    }
+    assert!(
+        answers.iter().any(|a| a["alerts"]
+            .as_array()
+            .is_some_and(|x| x.iter().any(|k| k["kind"] == "replay_storm"))),
+        "a storm of replays raises an alert"
+    );
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 1);
+}

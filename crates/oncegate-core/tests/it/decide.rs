@@ -204,9 +204,9 @@ fn transitions() {
             "charge_card",
             Some(S::InFlight),
             mins(0),
-            Action::Respond,
+            Action::Replay,
             Status::InFlight,
-            Some(S::InFlight),
+            None,
         ),
         row(
             "expired lease is unknown, reconciled, never re-executed",
@@ -231,18 +231,18 @@ fn transitions() {
             "charge_card",
             Some(S::Applied),
             mins(60),
-            Action::Respond,
+            Action::Replay,
             Status::Replayed,
-            Some(S::Applied),
+            None,
         ),
         row(
             "definite failure inside window replays",
             "charge_card",
             Some(S::Failed),
             mins(60),
-            Action::Respond,
+            Action::Replay,
             Status::Replayed,
-            Some(S::Failed),
+            None,
         ),
         row(
             "unknown + reconcile reconciles",
@@ -276,18 +276,18 @@ fn transitions() {
             "charge_card",
             Some(S::Denied),
             mins(1),
-            Action::Respond,
+            Action::Replay,
             Status::Denied,
-            Some(S::Denied),
+            None,
         ),
         row(
             "pending repeat gets the same approval",
             "refund",
             Some(S::PendingApproval),
             mins(1),
-            Action::Respond,
+            Action::Replay,
             Status::PendingApproval,
-            Some(S::PendingApproval),
+            None,
         ),
         Row {
             generation: 2,
@@ -348,10 +348,11 @@ fn transitions() {
             if let Some(e) = &existing
                 && rec.generation == e.generation
             {
+                let counted = u32::from(matches!(r.action, Action::Execute | Action::Reconcile));
                 assert_eq!(
                     rec.attempts,
-                    e.attempts + 1,
-                    "{}: attempts count every call",
+                    e.attempts + counted,
+                    "{}: attempts count executions and reconciliations, never replays",
                     r.name
                 );
                 assert_eq!(
@@ -411,9 +412,10 @@ fn unknown_with_refuse_is_refused() {
 }
 
 #[test]
-fn attempt_ceiling_trips_the_breaker_then_refuses() {
+fn attempt_ceiling_counts_executions_and_reconciliations_then_refuses() {
     let f = fixture("charge_card");
-    let mut rec = f.record(IntentState::Applied);
+    // Ten reconciliation reads or executions so far: the eleventh is refused and trips.
+    let mut rec = f.record(IntentState::Unknown);
     rec.attempts = 10;
     let d = decide(
         Some(&rec),
@@ -434,6 +436,7 @@ fn attempt_ceiling_trips_the_breaker_then_refuses() {
     );
     let tripped = d.record.unwrap();
     assert!(tripped.breaker_tripped);
+    assert_eq!(tripped.attempts, 10, "a refusal is not an attempt");
     let again = decide(
         Some(&tripped),
         &f.req(None, None),
@@ -445,6 +448,62 @@ fn attempt_ceiling_trips_the_breaker_then_refuses() {
     assert!(
         again.record.is_none(),
         "a tripped breaker refuses without writing the intent"
+    );
+    // Nine so far: the tenth reconciliation still runs, and counts.
+    rec.attempts = 9;
+    let d = decide(
+        Some(&rec),
+        &f.req(None, None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(1),
+    );
+    assert_eq!(d.action, Action::Reconcile);
+    assert_eq!(d.record.unwrap().attempts, 10);
+}
+
+#[test]
+fn a_repeat_of_an_applied_intent_always_replays_and_writes_nothing() {
+    let f = fixture("charge_card");
+    let mut rec = f.record(IntentState::Applied);
+    rec.effect_ref = Some("ch_1".into());
+    for (attempts, tripped) in [(1, false), (10, false), (10, true), (500, true)] {
+        rec.attempts = attempts;
+        rec.breaker_tripped = tripped;
+        let d = decide(
+            Some(&rec),
+            &f.req(None, None),
+            &f.cap,
+            &PolicyVerdict::Allow,
+            t0() + mins(1),
+        );
+        assert_eq!(
+            (d.action, d.outcome.status),
+            (Action::Replay, Status::Replayed),
+            "attempts {attempts}, breaker {tripped}"
+        );
+        assert_eq!(d.outcome.effect_ref.as_deref(), Some("ch_1"));
+        assert!(d.record.is_none() && d.approval.is_none());
+    }
+}
+
+#[test]
+fn a_not_applied_intent_executes_with_the_arguments_of_the_call_that_asks() {
+    let f = fixture("charge_card");
+    let mut rec = f.record(IntentState::NotApplied);
+    rec.arguments = json!({"order_id": "A-1", "amount": "12.50", "memo": "first, rejected"});
+    let d = decide(
+        Some(&rec),
+        &f.req(None, None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(1),
+    );
+    assert_eq!(d.action, Action::Execute);
+    assert_eq!(
+        d.record.unwrap().arguments,
+        f.args,
+        "the re-execution carries today's call"
     );
 }
 
@@ -826,7 +885,7 @@ fn kill_switch_still_replays_what_already_happened() {
     let applied = f.record(IntentState::Applied);
     let d = decide(Some(&applied), &req, &f.cap, &PolicyVerdict::Allow, t0());
     assert_eq!(d.outcome.status, Status::Replayed, "{:?}", d.outcome);
-    assert_eq!(d.action, Action::Respond);
+    assert_eq!(d.action, Action::Replay);
     assert_eq!(
         d.event.detail["kill_switch"], "charge_card switched off by ops",
         "the audit says the switch was on"

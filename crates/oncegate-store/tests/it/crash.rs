@@ -139,6 +139,7 @@ fn clock_now(clock: &ManualClock) -> Timestamp {
 /// read finds the effect.
 struct TimedOutButCommitted {
     executions: AtomicUsize,
+    reconciliations: AtomicUsize,
 }
 
 impl Executor for TimedOutButCommitted {
@@ -150,6 +151,7 @@ impl Executor for TimedOutButCommitted {
     }
 
     async fn reconcile(&self, intent: IntentHandle) -> ReconcileResult {
+        self.reconciliations.fetch_add(1, Ordering::SeqCst);
         ReconcileResult::Found {
             effect_ref: Some(format!("ch_{}", &intent.key[..8])),
             result: json!({"found": true}),
@@ -163,6 +165,7 @@ async fn timeout_after_commit_is_reconciled_not_repeated() {
     let gate = scratch.gate(Arc::new(SystemClock)).await;
     let exec = Arc::new(TimedOutButCommitted {
         executions: AtomicUsize::new(0),
+        reconciliations: AtomicUsize::new(0),
     });
     let first = gate
         .invoke_with(
@@ -202,6 +205,7 @@ async fn concurrent_repeats_of_an_unknown_all_get_the_reconciled_result() {
     let gate = scratch.gate(Arc::new(SystemClock)).await;
     let exec = Arc::new(TimedOutButCommitted {
         executions: AtomicUsize::new(0),
+        reconciliations: AtomicUsize::new(0),
     });
     let call = || Call::new("pay", json!({"order_id": "U-1", "amount": "3.00"}));
     assert_eq!(
@@ -228,8 +232,11 @@ async fn concurrent_repeats_of_an_unknown_all_get_the_reconciled_result() {
         .list_intents(&Default::default())
         .await
         .unwrap();
+    let reads = exec.reconciliations.load(Ordering::SeqCst);
+    assert!((1..=16).contains(&reads), "{reads} reconciliation reads");
     assert_eq!(
-        stored[0].attempts, 17,
-        "every call counted once, no extra attempts from lost races"
+        stored[0].attempts as usize,
+        1 + reads,
+        "one execution plus the reconciliation reads that ran, no extra attempts from lost races or replays"
     );
 }

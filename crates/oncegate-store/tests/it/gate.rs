@@ -167,16 +167,32 @@ async fn concurrent_double_approval_executes_once() {
     assert_eq!(after.status, Status::Replayed);
 }
 
+/// A provider that keeps answering 429: nothing happens, so every repeat executes again.
+struct RateLimited {
+    executions: AtomicUsize,
+}
+
+impl Executor for RateLimited {
+    async fn execute(&self, _intent: IntentHandle) -> EffectResult {
+        self.executions.fetch_add(1, Ordering::SeqCst);
+        EffectResult::NotSent {
+            message: "429".into(),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ceiling_trips_the_breaker_and_an_admin_resets_it() {
+async fn ceiling_trips_on_a_storm_of_executions_and_an_admin_resets_it() {
     let scratch = Scratch::new();
     let gate = scratch.gate(Arc::new(SystemClock)).await;
-    let exec = Counting::new(0);
+    let limited = Arc::new(RateLimited {
+        executions: AtomicUsize::new(0),
+    });
     let call = || Call::new("ledger", json!({"entry": "E-7"}));
     let mut refused = 0;
     for _ in 0..50 {
         let o = gate
-            .invoke_with("agent", call(), exec.clone())
+            .invoke_with("agent", call(), limited.clone())
             .await
             .unwrap();
         if o.status == Status::Refused {
@@ -185,9 +201,9 @@ async fn ceiling_trips_the_breaker_and_an_admin_resets_it() {
         }
     }
     assert_eq!(
-        (exec.count(), refused),
-        (1, 45),
-        "ceiling 5: one execution, four replays, then refused"
+        (limited.executions.load(Ordering::SeqCst), refused),
+        (5, 45),
+        "ceiling 5: five executions, then refused"
     );
     let key = gate
         .store()
@@ -204,11 +220,51 @@ async fn ceiling_trips_the_breaker_and_an_admin_resets_it() {
         Err(GateError::Forbidden(_))
     ));
     gate.reset_breaker("ops", &key).await.unwrap();
+    // The provider is back: the reset intent executes once, and repeats replay.
+    let exec = Counting::new(0);
     let o = gate
         .invoke_with("agent", call(), exec.clone())
         .await
         .unwrap();
-    assert_eq!((o.status, exec.count()), (Status::Replayed, 1));
+    assert_eq!((o.status, exec.count()), (Status::Applied, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_of_replays_never_trips_the_breaker_and_raises_an_alert() {
+    let scratch = Scratch::new();
+    let gate = scratch.gate(Arc::new(SystemClock)).await;
+    let exec = Counting::new(0);
+    let call = || Call::new("ledger", json!({"entry": "E-8"}));
+    let first = gate
+        .invoke_with("agent", call(), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(first.status, Status::Applied);
+    let audit_before = gate.store().audit_after(0, 10_000).await.unwrap().len();
+    let mut storms = 0;
+    for _ in 0..50 {
+        let o = gate
+            .invoke_with("agent", call(), exec.clone())
+            .await
+            .unwrap();
+        assert_eq!(o.status, Status::Replayed, "{o:?}");
+        assert_eq!(
+            o.effect_ref, first.effect_ref,
+            "the effect reference, every time"
+        );
+        storms += o
+            .alerts
+            .iter()
+            .filter(|a| matches!(a, oncegate_core::intent::Alert::ReplayStorm { .. }))
+            .count();
+    }
+    assert_eq!(exec.count(), 1);
+    assert_eq!(storms, 1, "one alert per storm window, not one per call");
+    assert_eq!(
+        gate.store().audit_after(0, 10_000).await.unwrap().len(),
+        audit_before,
+        "a replay needs no durable write"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
