@@ -1036,3 +1036,39 @@ fn denying_the_re_execution_of_an_unknown_keeps_it_unknown() {
         "the effect may have happened: never denied, never a fresh intent"
     );
 }
+
+#[test]
+fn a_deny_after_an_approve_answers_the_first_outcome_and_changes_nothing() {
+    let f = fixture("refund");
+    let mut applied = f.record(IntentState::Applied);
+    applied.effect_ref = Some("re_1".into());
+    applied.approval_id = Some("ap_1".into());
+    let mut ap = pending_approval(&f, &applied);
+    ap.state = ApprovalState::Approved;
+    ap.decided_by = Some("alice".into());
+    let ApprovalDecision::Decided {
+        action,
+        record,
+        approval,
+        outcome,
+        ..
+    } = decide_approval(
+        &applied,
+        &ap,
+        "bob",
+        Role::Approver,
+        Choice::Deny,
+        &f.cap,
+        "gw",
+        t0(),
+    )
+    else {
+        panic!("a late deny is answered, not rejected")
+    };
+    assert_eq!(action, Action::Respond);
+    assert!(record.is_none() && approval.is_none(), "nothing is written");
+    assert_eq!(
+        (outcome.status, outcome.effect_ref.as_deref()),
+        (Status::Replayed, Some("re_1"))
+    );
+}
