@@ -121,10 +121,51 @@ impl IntentHandle {
     }
 }
 
+/// What one execution said, and, when its call outlived the answer it gave (an MCP
+/// `tools/call` left running past its timeout), the call's real end still to come.
+pub struct Attempt {
+    /// What the gate records now (`unknown` for a call left running).
+    pub result: EffectResult,
+    /// The late answer, recorded through the same path when it arrives.
+    pub late: Option<LateAnswer>,
+}
+
+impl Attempt {
+    /// An attempt that ended with its answer.
+    pub fn ended(result: EffectResult) -> Self {
+        Self { result, late: None }
+    }
+}
+
+/// The late end of a call that is still running.
+pub struct LateAnswer {
+    /// Resolves with what the call finally said (or `unknown` if it was given up).
+    pub answer: std::pin::Pin<Box<dyn Future<Output = EffectResult> + Send>>,
+    /// Kept alive until the late answer is recorded (e.g. a shutdown guard, so the
+    /// process waits for the record, not only for the answer).
+    pub hold: Option<Box<dyn std::any::Any + Send>>,
+}
+
 /// Runs effects and reconciliation reads for a gate.
 pub trait Executor: Send + Sync + 'static {
     /// Executes the effect, threading `intent.key` upstream.
     fn execute(&self, intent: IntentHandle) -> impl Future<Output = EffectResult> + Send;
+    /// Executes the effect like [`Executor::execute`], and hands over the late end of a
+    /// call that keeps running after its answer (the gate records it when it comes).
+    /// The default: every call ends with its answer.
+    fn execute_attempt(&self, intent: IntentHandle) -> impl Future<Output = Attempt> + Send {
+        let run = self.execute(intent);
+        async move { Attempt::ended(run.await) }
+    }
+    /// Whether oncegate's own call for this intent's attempt (by `intent.key`) is still
+    /// running in this process. While it is, the attempt may still take effect, so a
+    /// reconciliation read's "not found" proves nothing (see
+    /// `oncegate_core::decide::absence_unproven`). The default: calls end with their
+    /// answer, so none is ever left running.
+    fn attempt_running(&self, intent: &IntentHandle) -> bool {
+        let _ = intent;
+        false
+    }
     /// Asks the upstream whether the intent already took effect.
     fn reconcile(&self, intent: IntentHandle) -> impl Future<Output = ReconcileResult> + Send {
         let _ = intent;
@@ -358,8 +399,12 @@ impl<S: Store> Gate<S> {
         let Some(cap) = self.registry.capability(&record.capability).cloned() else {
             return Ok(None);
         };
-        let answer = executor.reconcile(IntentHandle::of(record)).await;
-        let Some(d) = decide::after_sweep(record, answer, &cap, self.clock.now()) else {
+        let handle = IntentHandle::of(record);
+        // Sampled before the read: a call that had ended by then committed (if at all)
+        // before it answered, so the read sees its effect.
+        let running = executor.attempt_running(&handle);
+        let answer = executor.reconcile(handle).await;
+        let Some(d) = decide::after_sweep(record, answer, &cap, running, self.clock.now()) else {
             return Ok(None);
         };
         self.store
@@ -583,7 +628,10 @@ impl<S: Store> Gate<S> {
             }
             Action::Reconcile => {
                 let current = bump(record.expect("a Reconcile decision writes the record"));
-                let answer = executor.reconcile(IntentHandle::of(&current)).await;
+                let handle = IntentHandle::of(&current);
+                // Sampled before the read (see `sweep_one`).
+                let running = executor.attempt_running(&handle);
+                let answer = executor.reconcile(handle).await;
                 // Apply the one answer; a lost race re-reads this generation and applies
                 // it again (after_reconcile answers with the standing outcome once someone
                 // else has resolved the intent) instead of re-deciding the whole call,
@@ -599,6 +647,7 @@ impl<S: Store> Gate<S> {
                         actor,
                         &self.owner,
                         &approval_id,
+                        running,
                         self.clock.now(),
                     );
                     match Box::pin(self.apply(next, cap, actor, executor.clone())).await {
@@ -635,8 +684,20 @@ impl<S: Store> Gate<S> {
         let gate = self.clone();
         let held = claimed.clone();
         let task = tokio::spawn(async move {
-            let result = executor.execute(IntentHandle::of(&held)).await;
-            gate.record(&held, result, &cap, &actor).await
+            let attempt = executor.execute_attempt(IntentHandle::of(&held)).await;
+            let outcome = gate.record(&held, attempt.result, &cap, &actor).await;
+            if let Some(LateAnswer { answer, hold }) = attempt.late {
+                // The call outlived its answer: its real end is recorded the same way
+                // (a late `applied` settles the intent with its effect reference; a
+                // late `unknown` moves the attempt's end, and the settle horizon, later).
+                tokio::spawn(async move {
+                    let result = answer.await;
+                    tracing::info!(key = %held.key, result = ?result, "an attempt's late answer arrived; recording it");
+                    gate.record(&held, result, &cap, &actor).await;
+                    drop(hold);
+                });
+            }
+            outcome
         });
         match task.await {
             Ok(outcome) => outcome,
