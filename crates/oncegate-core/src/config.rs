@@ -1179,9 +1179,10 @@ impl Builder<'_> {
             d.replay_window,
         );
         let lease = self.duration(&at(&["lease"]), rc.lease.as_deref(), DEFAULT_LEASE);
-        let settle_horizon_raw = rc.settle_horizon.as_deref().map(|text| {
-            self.duration(&at(&["settle_horizon"]), Some(text), SignedDuration::ZERO)
-        });
+        let settle_horizon_raw = rc
+            .settle_horizon
+            .as_deref()
+            .map(|text| self.duration(&at(&["settle_horizon"]), Some(text), SignedDuration::ZERO));
         let approval_ttl = self.duration(
             &at(&["approval_ttl"]),
             rc.approval_ttl.as_deref(),

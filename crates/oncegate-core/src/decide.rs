@@ -981,7 +981,9 @@ pub fn after_reconcile(
                     Status::Unknown,
                     Some(Reason::new(
                         Code::Settling,
-                        format!("{why}; the outcome is unknown and oncegate is reconciling: do not call again"),
+                        format!(
+                            "{why}; the outcome is unknown and oncegate is reconciling: do not call again"
+                        ),
                     )),
                 );
                 let event = event(

@@ -579,45 +579,43 @@ impl UpstreamExecutor {
 
 /// Classifies how an effect's (or a read's) `tools/call` ended.
 fn effect_of(up: &Upstream, read: bool, end: mcp::CallEnd) -> EffectResult {
-    {
-        match end {
-            mcp::CallEnd::Result(r) => {
-                let structured = mcp::structured(&r);
-                let stored = serde_json::to_value(&r).unwrap_or(Value::Null);
-                if r.is_error == Some(true) {
-                    let said = mcp::first_text(&r);
-                    match up.tool_errors {
-                        // A read has no effect to be unsure about.
-                        _ if read => EffectResult::Failed {
-                            message: format!("the tool reported an error: {said}"),
-                            result: stored,
-                        },
-                        ToolErrors::Failed => EffectResult::Failed {
-                            message: format!("the tool reported an error: {said}"),
-                            result: stored,
-                        },
-                        // SDKs turn any exception into a tool error, including one
-                        // raised after the effect: it may have happened.
-                        ToolErrors::Unknown => EffectResult::Unknown {
-                            message: format!(
-                                "the tool reported an error, which may have come after its effect: {said}"
-                            ),
-                        },
-                    }
-                } else {
-                    EffectResult::Applied {
-                        effect_ref: pointer_string(&structured, up.effect_ref.as_deref()),
+    match end {
+        mcp::CallEnd::Result(r) => {
+            let structured = mcp::structured(&r);
+            let stored = serde_json::to_value(&r).unwrap_or(Value::Null);
+            if r.is_error == Some(true) {
+                let said = mcp::first_text(&r);
+                match up.tool_errors {
+                    // A read has no effect to be unsure about.
+                    _ if read => EffectResult::Failed {
+                        message: format!("the tool reported an error: {said}"),
                         result: stored,
-                    }
+                    },
+                    ToolErrors::Failed => EffectResult::Failed {
+                        message: format!("the tool reported an error: {said}"),
+                        result: stored,
+                    },
+                    // SDKs turn any exception into a tool error, including one
+                    // raised after the effect: it may have happened.
+                    ToolErrors::Unknown => EffectResult::Unknown {
+                        message: format!(
+                            "the tool reported an error, which may have come after its effect: {said}"
+                        ),
+                    },
+                }
+            } else {
+                EffectResult::Applied {
+                    effect_ref: pointer_string(&structured, up.effect_ref.as_deref()),
+                    result: stored,
                 }
             }
-            mcp::CallEnd::NotSent(message) => EffectResult::NotSent { message },
-            mcp::CallEnd::Rejected(message) => EffectResult::Failed {
-                result: Value::Null,
-                message,
-            },
-            mcp::CallEnd::Unknown(message) => EffectResult::Unknown { message },
         }
+        mcp::CallEnd::NotSent(message) => EffectResult::NotSent { message },
+        mcp::CallEnd::Rejected(message) => EffectResult::Failed {
+            result: Value::Null,
+            message,
+        },
+        mcp::CallEnd::Unknown(message) => EffectResult::Unknown { message },
     }
 }
 
@@ -651,7 +649,10 @@ impl UpstreamExecutor {
             meta: Map::new(),
             timeout: rec.timeout.unsigned_abs(),
         };
-        match mcp::call_tool(self.client.clone(), call, None, None).await.0 {
+        match mcp::call_tool(self.client.clone(), call, None, None)
+            .await
+            .0
+        {
             mcp::CallEnd::Result(r) if r.is_error == Some(true) => Err(format!(
                 "the reconciliation tool reported an error: {}",
                 mcp::first_text(&r)

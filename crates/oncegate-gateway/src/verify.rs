@@ -730,7 +730,10 @@ mod tests {
             assert!(threaded.ok, "{threaded:?}");
             let dedupe = check(&reports, keyed, "re-execution deduplicated");
             assert!(
-                dedupe.ok && dedupe.detail.starts_with("2 execution(s) with the same key"),
+                dedupe.ok
+                    && dedupe
+                        .detail
+                        .starts_with("2 execution(s) with the same key"),
                 "a keyed repeat re-executes at once and the provider dedupes it: {dedupe:?}"
             );
         }

@@ -1000,7 +1000,9 @@ fn reconcile_at(
     running: bool,
     at: Timestamp,
 ) -> oncegate_core::decide::Decision {
-    after_reconcile(record, result, &f.cap, "planner", "gw-1", "ap_x", running, at)
+    after_reconcile(
+        record, result, &f.cap, "planner", "gw-1", "ap_x", running, at,
+    )
 }
 
 #[test]
@@ -1025,7 +1027,13 @@ fn not_found_before_the_settle_horizon_is_not_absence() {
     // The provider commits after the timeout and after this read: a re-execution now
     // would be a second email. The intent stays unknown; nothing is written but the
     // audit event; nobody is asked to approve a re-execution.
-    let early = reconcile_at(&f, &unknown, ReconcileResult::NotFound, false, ended + secs(3));
+    let early = reconcile_at(
+        &f,
+        &unknown,
+        ReconcileResult::NotFound,
+        false,
+        ended + secs(3),
+    );
     assert_eq!(early.action, Action::Respond);
     assert!(early.record.is_none(), "the intent stays as it is");
     assert!(early.approval.is_none(), "no escalation within the horizon");
@@ -1033,7 +1041,11 @@ fn not_found_before_the_settle_horizon_is_not_absence() {
     assert_eq!(early.outcome.state, Some(IntentState::Unknown));
     let reason = early.outcome.reason.unwrap();
     assert_eq!(reason.code, Code::Settling);
-    assert!(reason.message.contains("do not call again"), "{}", reason.message);
+    assert!(
+        reason.message.contains("do not call again"),
+        "{}",
+        reason.message
+    );
     assert_eq!(early.event.detail["reconciled"], "not_found_yet");
 
     // Just before the horizon: still undecidable. From the horizon on: absence.
@@ -1047,10 +1059,17 @@ fn not_found_before_the_settle_horizon_is_not_absence() {
     );
     assert_eq!(before.action, Action::Respond);
     let after = reconcile_at(&f, &unknown, ReconcileResult::NotFound, false, horizon);
-    assert_eq!(after.action, Action::Execute, "after the horizon, not found is absence");
+    assert_eq!(
+        after.action,
+        Action::Execute,
+        "after the horizon, not found is absence"
+    );
     let claimed = after.record.unwrap();
     assert_eq!(claimed.state, IntentState::InFlight);
-    assert_eq!(claimed.attempt_ended_at, None, "a new attempt has not ended");
+    assert_eq!(
+        claimed.attempt_ended_at, None,
+        "a new attempt has not ended"
+    );
 
     // Found is the truth at any time.
     let found = reconcile_at(
@@ -1072,7 +1091,10 @@ fn a_running_call_keeps_not_found_undecidable_past_the_horizon() {
     let unknown = unknown_since(&f, t0());
     let late = t0() + f.cap.settle_horizon + mins(60);
     let d = reconcile_at(&f, &unknown, ReconcileResult::NotFound, true, late);
-    assert_eq!((d.action, d.outcome.status), (Action::Respond, Status::Unknown));
+    assert_eq!(
+        (d.action, d.outcome.status),
+        (Action::Respond, Status::Unknown)
+    );
     assert!(d.record.is_none());
     assert!(d.outcome.reason.unwrap().message.contains("still running"));
     assert!(
@@ -1090,10 +1112,20 @@ fn keyed_not_found_re_executes_at_once_with_the_same_key() {
         let unknown = unknown_since(&f, t0());
         // The provider dedupes on the key: its dedupe is the proof, even while the
         // first call may still land (or still runs).
-        let d = reconcile_at(&f, &unknown, ReconcileResult::NotFound, true, t0() + secs(1));
+        let d = reconcile_at(
+            &f,
+            &unknown,
+            ReconcileResult::NotFound,
+            true,
+            t0() + secs(1),
+        );
         assert_eq!(d.action, Action::Execute, "{name}");
         let claimed = d.record.unwrap();
-        assert_eq!(claimed.upstream_key(), unknown.upstream_key(), "{name}: same key");
+        assert_eq!(
+            claimed.upstream_key(),
+            unknown.upstream_key(),
+            "{name}: same key"
+        );
         assert_eq!(claimed.executions, unknown.executions + 1);
     }
 }
@@ -1133,7 +1165,11 @@ fn the_sweep_waits_out_the_horizon_for_every_category() {
             ended + f.cap.settle_horizon,
         )
         .unwrap();
-        assert_eq!(late.record.unwrap().state, IntentState::NotApplied, "{name}");
+        assert_eq!(
+            late.record.unwrap().state,
+            IntentState::NotApplied,
+            "{name}"
+        );
     }
 }
 

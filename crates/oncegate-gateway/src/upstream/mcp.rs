@@ -298,7 +298,10 @@ pub async fn call_tool(
                         end(joined)
                     }
                     Err(_) => {
-                        tracing::warn!(tool, "an MCP upstream never answered; giving the request up");
+                        tracing::warn!(
+                            tool,
+                            "an MCP upstream never answered; giving the request up"
+                        );
                         task.abort();
                         CallEnd::Unknown(format!(
                             "the upstream never answered; the request was given up after {}s",

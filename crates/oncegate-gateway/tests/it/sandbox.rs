@@ -331,10 +331,17 @@ async fn a_same_key_request_during_a_slow_one_is_still_one_effect() {
         .as_array()
         .is_some_and(|f| !f.is_empty())
     {
-        assert!(tokio::time::Instant::now() < deadline, "the fault was never taken");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fault was never taken"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(sandbox.effects("").await.len(), 0, "the slow one has not committed");
+    assert_eq!(
+        sandbox.effects("").await.len(),
+        0,
+        "the slow one has not committed"
+    );
     let retry = sandbox
         .post("/v1/refunds", Some("k-late"), &charge("A-1", 500))
         .send()
@@ -368,7 +375,10 @@ async fn slow_then_drop_commits_late_and_never_answers() {
         .send()
         .await;
     let error = result.expect_err("the connection closes without a response");
-    assert!(!error.is_timeout(), "closed after the commit, not stalled: {error}");
+    assert!(
+        !error.is_timeout(),
+        "closed after the commit, not stalled: {error}"
+    );
     let effects = sandbox.effects("").await;
     assert_eq!(effects.len(), 1, "committed before the drop");
     assert_eq!(effects[0]["idempotency_key"], "k-sd");

@@ -364,3 +364,71 @@ async fn a_read_only_database_fails_closed() {
         "writable again: the store recovers"
     );
 }
+
+/// An execution that times out while its call keeps running: the gate answers unknown
+/// at once, and records the call's late answer through the same record path.
+struct LateApplied {
+    running: std::sync::atomic::AtomicBool,
+}
+
+impl Executor for LateApplied {
+    async fn execute(&self, _: IntentHandle) -> EffectResult {
+        unreachable!("the gate executes through execute_attempt")
+    }
+
+    async fn execute_attempt(&self, _: IntentHandle) -> oncegate_store::Attempt {
+        self.running.store(true, Ordering::SeqCst);
+        let late = async {
+            EffectResult::Applied {
+                effect_ref: Some("fx_late".into()),
+                result: json!({"id": "fx_late"}),
+            }
+        };
+        oncegate_store::Attempt {
+            result: EffectResult::Unknown {
+                message: "timed out".into(),
+            },
+            late: Some(oncegate_store::LateAnswer {
+                answer: Box::pin(late),
+                hold: None,
+            }),
+        }
+    }
+
+    fn attempt_running(&self, _: &IntentHandle) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+}
+
+#[tokio::test]
+async fn a_late_answer_is_recorded_and_settles_the_intent_applied() {
+    let scratch = Scratch::new();
+    let gate = scratch.gate(Arc::new(SystemClock)).await;
+    let exec = Arc::new(LateApplied {
+        running: Default::default(),
+    });
+    let args = json!({"order_id": "L-1", "amount": "3.00"});
+    let first = gate
+        .invoke_with("agent", Call::new("pay", args.clone()), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(first.status, Status::Unknown, "{first:?}");
+    let key = first.key.clone().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let record = loop {
+        let r = gate.store().load(&key).await.unwrap().unwrap();
+        if r.state == IntentState::Applied || tokio::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.state, IntentState::Applied);
+    assert_eq!(record.effect_ref.as_deref(), Some("fx_late"));
+    assert_eq!(record.executions, 1, "nothing re-executed");
+    let again = gate
+        .invoke_with("agent", Call::new("pay", args), exec)
+        .await
+        .unwrap();
+    assert_eq!(again.status, Status::Replayed);
+    assert_eq!(again.effect_ref.as_deref(), Some("fx_late"));
+}
