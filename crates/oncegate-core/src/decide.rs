@@ -1014,6 +1014,39 @@ pub fn after_reconcile(
                 json!({"reconciled": "not_found"}),
             )
         }
+        // While oncegate's own call for the attempt still runs, nobody can know yet, an
+        // approver included (approving would execute beside it): stay unknown until the
+        // call has ended, then escalate.
+        ReconcileResult::Undecidable { message } if attempt_running && !dedupe_is_proof(cap) => {
+            let outcome = outcome_of(
+                record,
+                Status::Unknown,
+                Some(Reason::new(
+                    Code::Settling,
+                    format!(
+                        "{message}; oncegate's call for the attempt is still running; the outcome is unknown and oncegate is reconciling: do not call again"
+                    ),
+                )),
+            );
+            let event = event(
+                AuditKind::Reconcile,
+                now,
+                actor,
+                Some(record),
+                None,
+                &outcome,
+                &cap.name,
+                record.run_id.as_deref(),
+                json!({"reconciled": "undecidable_while_running", "why": message}),
+            );
+            return Decision {
+                action: Action::Respond,
+                record: None,
+                approval: None,
+                outcome,
+                event,
+            };
+        }
         ReconcileResult::Undecidable { message } => {
             let ap = new_approval(
                 new_approval_id,

@@ -1101,6 +1101,16 @@ fn a_running_call_keeps_not_found_undecidable_past_the_horizon() {
         after_sweep(&unknown, ReconcileResult::NotFound, &f.cap, true, late).is_none(),
         "the sweep concludes nothing while the call runs"
     );
+    // A failed read while the call runs is not escalated either: an approval would
+    // execute beside the running call.
+    let read_failed = ReconcileResult::Undecidable {
+        message: "502".into(),
+    };
+    let held = reconcile_at(&f, &unknown, read_failed.clone(), true, late);
+    assert_eq!(held.outcome.status, Status::Unknown);
+    assert!(held.approval.is_none() && held.record.is_none());
+    let escalated = reconcile_at(&f, &unknown, read_failed, false, late);
+    assert_eq!(escalated.outcome.status, Status::PendingApproval);
     let done = after_sweep(&unknown, ReconcileResult::NotFound, &f.cap, false, late).unwrap();
     assert_eq!(done.record.unwrap().state, IntentState::NotApplied);
 }
