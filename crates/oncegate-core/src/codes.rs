@@ -77,11 +77,16 @@ pub enum Code {
     /// The HTTP request itself was refused (too large, timed out, wrong method).
     #[serde(rename = "OG-0022")]
     RequestRejected,
+    /// The reconciliation read found no effect yet, but the attempt may still land (its
+    /// request may still be processed upstream until the settle horizon, or oncegate's
+    /// own call is still running): the intent stays unknown.
+    #[serde(rename = "OG-0023")]
+    Settling,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 22] = [
+    pub const ALL: [Code; 23] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -104,6 +109,7 @@ impl Code {
         Code::RateLimited,
         Code::NotFound,
         Code::RequestRejected,
+        Code::Settling,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -131,6 +137,7 @@ impl Code {
             Code::RateLimited => "OG-0020",
             Code::NotFound => "OG-0021",
             Code::RequestRejected => "OG-0022",
+            Code::Settling => "OG-0023",
         }
     }
 }

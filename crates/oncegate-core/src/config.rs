@@ -281,6 +281,12 @@ pub struct Capability {
     pub attempt_ceiling: Option<u32>,
     /// How long an in-flight claim is trusted.
     pub lease: SignedDuration,
+    /// How long after an attempt's own request ended (timed out, lost its connection,
+    /// or its lease expired) the upstream may still carry it out. Until then a
+    /// reconciliation read's "not found" is not proof of absence: the intent stays
+    /// `unknown` (a `keyed` or `idempotent_write` repeat may still re-execute with the
+    /// same key, whose dedupe is the proof).
+    pub settle_horizon: SignedDuration,
     /// How long an approval request stays open.
     pub approval_ttl: SignedDuration,
     /// What a repeat of an unknown intent does.
@@ -505,6 +511,7 @@ struct RawCapability {
     replay_window: Option<String>,
     attempt_ceiling: Option<u32>,
     lease: Option<String>,
+    settle_horizon: Option<String>,
     approval_ttl: Option<String>,
     on_unknown: Option<OnUnknown>,
     cross_run: Option<CrossRun>,
@@ -788,6 +795,12 @@ fn defaults(category: Category) -> Defaults {
 const DEFAULT_LEASE: SignedDuration = SignedDuration::from_secs(30);
 const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_secs(10);
 const DEFAULT_APPROVAL_TTL: SignedDuration = SignedDuration::from_hours(24);
+/// How long a provider may go on processing a request after its caller gave up, on top
+/// of the upstream timeout, for the default settle horizon. Providers and the proxies
+/// in front of them bound a request's processing by their own deadlines, commonly 60 s
+/// (load balancers' idle timeouts, serverless and web-server request limits); twice
+/// that leaves room for a queued request that started late.
+pub const DEFAULT_LATE_PROCESSING: SignedDuration = SignedDuration::from_secs(120);
 
 fn parse_duration(text: &str) -> Result<SignedDuration, String> {
     let d: SignedDuration = text
@@ -1166,6 +1179,10 @@ impl Builder<'_> {
             d.replay_window,
         );
         let lease = self.duration(&at(&["lease"]), rc.lease.as_deref(), DEFAULT_LEASE);
+        let settle_horizon_raw = rc
+            .settle_horizon
+            .as_deref()
+            .map(|text| self.duration(&at(&["settle_horizon"]), Some(text), SignedDuration::ZERO));
         let approval_ttl = self.duration(
             &at(&["approval_ttl"]),
             rc.approval_ttl.as_deref(),
@@ -1231,6 +1248,12 @@ impl Builder<'_> {
             if lease <= up.timeout {
                 self.warn(&at(&["lease"]), format!("the lease ({lease:#}) is not longer than the upstream timeout ({:#}): a repeat may see a live call as unknown", up.timeout));
             }
+            if let Some(h) = settle_horizon_raw
+                && h < up.timeout
+                && rc.category == Category::NonIdempotent
+            {
+                self.warn(&at(&["settle_horizon"]), format!("the settle horizon ({h:#}) is shorter than the upstream timeout ({:#}): a request the provider finishes late may land after oncegate concluded it never happened, and execute a second time", up.timeout));
+            }
         } else if rc.category.is_consequential() {
             self.warn(
                 &at(&["upstream"]),
@@ -1266,6 +1289,11 @@ impl Builder<'_> {
             replay_window,
             attempt_ceiling: rc.attempt_ceiling.or(d.attempt_ceiling),
             lease,
+            // The default: the upstream's timeout again plus the time a provider may
+            // still work on a request its caller gave up on.
+            settle_horizon: settle_horizon_raw.unwrap_or_else(|| {
+                upstream.as_ref().map_or(DEFAULT_TIMEOUT, |u| u.timeout) + DEFAULT_LATE_PROCESSING
+            }),
             approval_ttl,
             on_unknown,
             cross_run: rc.cross_run.unwrap_or(d.cross_run),

@@ -257,6 +257,8 @@ fn claim(record: &mut IntentRecord, owner: &str, cap: &Capability, now: Timestam
     });
     record.executions += 1;
     record.error = None;
+    // A new attempt: its request has not ended yet.
+    record.attempt_ended_at = None;
     record.updated_at = now;
 }
 
@@ -316,6 +318,7 @@ fn fresh_record(
         approval_id: None,
         breaker_tripped: false,
         settled_at: None,
+        attempt_ended_at: None,
         created_at: now,
         updated_at: now,
         version: 0,
@@ -527,8 +530,9 @@ pub fn decide(
                 let standing = standing_outcome(current);
                 return replay(standing.status, standing.reason, alerts);
             }
-            // The holder died or stalled past its lease: the effect may have happened.
-            record.lease = None;
+            // The holder died or stalled past its lease: the effect may have happened,
+            // and its request counts as ended when the lease did.
+            record.attempt_ended_at = record.lease.take().map(|l| l.expires_at);
             record.state = IntentState::Unknown;
             record.error = Some(Reason::new(
                 Code::UpstreamUnknown,
@@ -873,6 +877,9 @@ pub fn record_claim_effect(
         }
         EffectResult::Unknown { message } => {
             next.state = IntentState::Unknown;
+            // The settle horizon runs from here: the upstream may still carry out the
+            // request it got (a late answer of the same attempt moves it later).
+            next.attempt_ended_at = Some(now);
             next.error = Some(Reason::new(
                 Code::UpstreamUnknown,
                 format!(
@@ -939,7 +946,57 @@ pub fn record_claim_effect(
     }
 }
 
-/// Applies a reconciliation read to an unknown intent.
+/// Why a reconciliation read's "not found" does not yet prove that the attempt never
+/// took effect, or `None` once it does.
+///
+/// The upstream may still carry out a request after its caller stopped waiting (a slow
+/// provider commits after the timeout, and after the first reconciliation read): absence
+/// is concluded only once the capability's settle horizon has passed since the
+/// attempt's own request ended, and never while `attempt_running` (oncegate's own call
+/// for the attempt, e.g. an MCP `tools/call`, has not returned yet).
+pub fn absence_unproven(
+    record: &IntentRecord,
+    cap: &Capability,
+    attempt_running: bool,
+    now: Timestamp,
+) -> Option<String> {
+    if attempt_running {
+        return Some(
+            "the upstream has no record of the effect yet, but oncegate's call for the attempt is still running and may still take effect".into(),
+        );
+    }
+    let until = attempt_end(record, now) + cap.settle_horizon;
+    (now < until).then(|| {
+        format!(
+            "the upstream has no record of the effect yet, but the attempt may still land until {until} (settle horizon {:#})",
+            cap.settle_horizon
+        )
+    })
+}
+
+/// When the attempt's own request ended: a live-or-expired lease ends at its expiry;
+/// an `unknown` attempt when its execution came back. Records from before
+/// `attempt_ended_at` existed count from their last write, which is never earlier.
+fn attempt_end(record: &IntentRecord, now: Timestamp) -> Timestamp {
+    match (&record.lease, record.state) {
+        (Some(lease), IntentState::InFlight) => lease.expires_at.min(now),
+        _ => record.attempt_ended_at.unwrap_or(record.updated_at),
+    }
+}
+
+/// A category whose upstream deduplicates on the key (`keyed`), or whose effect is the
+/// same however often it runs (`idempotent_write`): a re-execution with the same key is
+/// safe even while the first attempt may still land, so "not found" need not wait.
+fn dedupe_is_proof(cap: &Capability) -> bool {
+    matches!(cap.category, Category::Keyed | Category::IdempotentWrite)
+}
+
+/// Applies a reconciliation read to an unknown intent. `attempt_running` says whether
+/// oncegate's own call for the attempt is still running (see [`absence_unproven`]).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a pure function takes every input explicitly"
+)]
 pub fn after_reconcile(
     record: &IntentRecord,
     result: ReconcileResult,
@@ -947,6 +1004,7 @@ pub fn after_reconcile(
     actor: &str,
     owner: &str,
     new_approval_id: &str,
+    attempt_running: bool,
     now: Timestamp,
 ) -> Decision {
     let mut next = record.clone();
@@ -985,6 +1043,41 @@ pub fn after_reconcile(
             )
         }
         ReconcileResult::NotFound => {
+            let unproven = (!dedupe_is_proof(cap))
+                .then(|| absence_unproven(record, cap, attempt_running, now))
+                .flatten();
+            if let Some(why) = unproven {
+                // Undecidable for now: the intent stays unknown (no escalation, no
+                // re-execution) and the sweep or the next repeat reads again.
+                let outcome = outcome_of(
+                    record,
+                    Status::Unknown,
+                    Some(Reason::new(
+                        Code::Settling,
+                        format!(
+                            "{why}; the outcome is unknown and oncegate is reconciling: do not call again"
+                        ),
+                    )),
+                );
+                let event = event(
+                    AuditKind::Reconcile,
+                    now,
+                    actor,
+                    Some(record),
+                    None,
+                    &outcome,
+                    &cap.name,
+                    record.run_id.as_deref(),
+                    json!({"reconciled": "not_found_yet", "why": why}),
+                );
+                return Decision {
+                    action: Action::Respond,
+                    record: None,
+                    approval: None,
+                    outcome,
+                    event,
+                };
+            }
             claim(&mut next, owner, cap, now);
             let outcome = standing_outcome(&next);
             (
@@ -993,6 +1086,39 @@ pub fn after_reconcile(
                 outcome,
                 json!({"reconciled": "not_found"}),
             )
+        }
+        // While oncegate's own call for the attempt still runs, nobody can know yet, an
+        // approver included (approving would execute beside it): stay unknown until the
+        // call has ended, then escalate.
+        ReconcileResult::Undecidable { message } if attempt_running && !dedupe_is_proof(cap) => {
+            let outcome = outcome_of(
+                record,
+                Status::Unknown,
+                Some(Reason::new(
+                    Code::Settling,
+                    format!(
+                        "{message}; oncegate's call for the attempt is still running; the outcome is unknown and oncegate is reconciling: do not call again"
+                    ),
+                )),
+            );
+            let event = event(
+                AuditKind::Reconcile,
+                now,
+                actor,
+                Some(record),
+                None,
+                &outcome,
+                &cap.name,
+                record.run_id.as_deref(),
+                json!({"reconciled": "undecidable_while_running", "why": message}),
+            );
+            return Decision {
+                action: Action::Respond,
+                record: None,
+                approval: None,
+                outcome,
+                event,
+            };
         }
         ReconcileResult::Undecidable { message } => {
             let ap = new_approval(
@@ -1252,10 +1378,15 @@ pub fn reset_breaker(
 /// for: record what the upstream says, but execute nothing (a confirmed-absent intent
 /// becomes `not_applied`, and the agent's next repeat executes it with the same key).
 /// `None` when there is nothing to write (undecidable, or no longer unknown).
+///
+/// A "not found" before the settle horizon (or while `attempt_running`) is not absence,
+/// for every category: the sweep never executes, so waiting costs nothing, and the
+/// provider's record of a late commit then settles the intent `applied`.
 pub fn after_sweep(
     record: &IntentRecord,
     result: ReconcileResult,
     cap: &Capability,
+    attempt_running: bool,
     now: Timestamp,
 ) -> Option<Decision> {
     let lease_expired = record.state == IntentState::InFlight
@@ -1266,6 +1397,19 @@ pub fn after_sweep(
     let mut next = record.clone();
     next.lease = None;
     next.updated_at = now;
+    if lease_expired {
+        next.attempt_ended_at = record.lease.as_ref().map(|l| l.expires_at);
+    }
+    let result = match result {
+        ReconcileResult::NotFound
+            if absence_unproven(record, cap, attempt_running, now).is_some() =>
+        {
+            ReconcileResult::Undecidable {
+                message: "not found yet, within the settle horizon".into(),
+            }
+        }
+        other => other,
+    };
     let (status, detail) = match result {
         ReconcileResult::Found { effect_ref, result } => {
             settle_applied(&mut next, effect_ref, result, now);
@@ -1281,6 +1425,18 @@ pub fn after_sweep(
                 "reconciled: the upstream has no such effect; a repeat executes it with the same key",
             ));
             (Status::Failed, json!({"sweep": "not_found"}))
+        }
+        // An expired lease is still news: the attempt is unknown from now on.
+        ReconcileResult::Undecidable { message } if lease_expired => {
+            next.state = IntentState::Unknown;
+            next.error = Some(Reason::new(
+                Code::UpstreamUnknown,
+                "the attempt's lease expired before its outcome was recorded",
+            ));
+            (
+                Status::Unknown,
+                json!({"sweep": "lease_expired", "why": message}),
+            )
         }
         ReconcileResult::Undecidable { .. } => return None,
     };

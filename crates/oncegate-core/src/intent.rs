@@ -135,6 +135,14 @@ pub struct IntentRecord {
     /// reconciliation still gets its whole window.
     #[serde(default)]
     pub settled_at: Option<Timestamp>,
+    /// When the last attempt's own request ended without an answer that settles it (an
+    /// `unknown` execution came back, or its lease expired: the lease's expiry). The
+    /// upstream may still process that request afterwards, so a reconciliation read's
+    /// "not found" proves absence only once the capability's `settle_horizon` has passed
+    /// since then. `None` while an attempt runs (and on records written before it
+    /// existed, which count from their last write instead).
+    #[serde(default)]
+    pub attempt_ended_at: Option<Timestamp>,
     /// When this generation started (the window's start until it settles).
     pub created_at: Timestamp,
     /// Last change.

@@ -199,7 +199,8 @@ impl FromStr for Resource {
 /// `Sandbox-Fault: <fault>` header (with an optional `Sandbox-Fault-Delay-Ms`) applies a
 /// fault to one `POST` and leaves the queue alone. Faults: `fail_before_commit` (500),
 /// `decline` (402), `rate_limit` (429) commit nothing; `slow` waits `delay_ms` (default
-/// 2000) and then commits even if the caller has hung up; `stall_after_commit` commits
+/// 2000) and then commits even if the caller has hung up; `slow_then_drop` waits the
+/// same way, commits, and then never answers (as `drop_after_commit`); `stall_after_commit` commits
 /// and then waits `delay_ms` (default 30000) before answering; `drop_after_commit`
 /// commits and closes the connection unanswered (over MCP: holds the call unanswered
 /// until the client cancels it or goes away). A commit never depends on the caller
@@ -342,7 +343,9 @@ impl Sandbox {
         // ambiguity the gateway has to survive. Dropping this future (an HTTP client that
         // disconnects, an MCP call that is cancelled) detaches the task; it never aborts
         // an effect half-way.
-        let slow = fault.filter(|f| f.kind == FaultKind::Slow).map(|f| f.delay);
+        let slow = fault
+            .filter(|f| matches!(f.kind, FaultKind::Slow | FaultKind::SlowThenDrop))
+            .map(|f| f.delay);
         let honoured = !self.config.ignore_idempotency_key.contains(&resource);
         let commit = tokio::spawn({
             let sandbox = Arc::clone(self);
@@ -371,7 +374,7 @@ impl Sandbox {
                 delay,
             }) => AfterCommit::Stall(delay),
             Some(Fault {
-                kind: FaultKind::DropAfterCommit,
+                kind: FaultKind::DropAfterCommit | FaultKind::SlowThenDrop,
                 ..
             }) => AfterCommit::Drop,
             _ => AfterCommit::Answer,

@@ -83,6 +83,9 @@ pub struct AppState {
     metrics: PrometheusHandle,
     /// Calls and approvals whose effect may still be running (see [`InFlight`]).
     inflight: InFlight,
+    /// Effects' MCP calls that have not ended yet (a timeout does not end them), so a
+    /// reconciliation never concludes absence while one may still take effect.
+    running: crate::upstream::mcp::RunningCalls,
     /// Token buckets for read capabilities, per principal: (tokens, last refill).
     read_buckets:
         Arc<std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>>,
@@ -146,6 +149,7 @@ impl AppState {
             metrics: metrics_handle(),
             read_buckets: Arc::default(),
             inflight: InFlight::default(),
+            running: crate::upstream::mcp::RunningCalls::default(),
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
             mcp_sessions: Arc::default(),
             mcp_session_files,
@@ -267,7 +271,9 @@ impl AppState {
             .cloned()
             .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(capability.to_owned())))?;
         Ok(Arc::new(
-            UpstreamExecutor::new(self.http.clone(), cap).with_inflight(self.inflight.clone()),
+            UpstreamExecutor::new(self.http.clone(), cap)
+                .with_inflight(self.inflight.clone())
+                .with_running(self.running.clone()),
         ))
     }
 }

@@ -16,7 +16,7 @@ use oncegate_core::config::{
 };
 use oncegate_core::template::{Part, Source, Template};
 use oncegate_core::{EffectResult, ReconcileResult};
-use oncegate_store::{Executor, IntentHandle};
+use oncegate_store::{Attempt, Executor, IntentHandle, LateAnswer};
 use serde_json::{Map, Value, json};
 
 /// Why a template could not be rendered (nothing was sent).
@@ -165,6 +165,8 @@ pub struct UpstreamExecutor {
     cap: Arc<Capability>,
     /// Where a call left running past its timeout registers, so shutdown waits for it.
     inflight: Option<crate::server::InFlight>,
+    /// Where an effect's MCP call is listed until it has really ended.
+    running: Option<mcp::RunningCalls>,
 }
 
 impl UpstreamExecutor {
@@ -174,12 +176,20 @@ impl UpstreamExecutor {
             client,
             cap,
             inflight: None,
+            running: None,
         }
     }
 
     /// Registers MCP calls left running past their timeout with `inflight`.
     pub fn with_inflight(mut self, inflight: crate::server::InFlight) -> Self {
         self.inflight = Some(inflight);
+        self
+    }
+
+    /// Lists effects' MCP calls in `running` until they have really ended (shared by
+    /// every executor of a gateway, see [`Executor::attempt_running`]).
+    pub fn with_running(mut self, running: mcp::RunningCalls) -> Self {
+        self.running = Some(running);
         self
     }
 
@@ -282,24 +292,35 @@ fn classify_error(e: &reqwest::Error) -> EffectResult {
 
 impl Executor for UpstreamExecutor {
     async fn execute(&self, intent: IntentHandle) -> EffectResult {
+        self.execute_attempt(intent).await.result
+    }
+
+    fn attempt_running(&self, intent: &IntentHandle) -> bool {
+        self.running
+            .as_ref()
+            .is_some_and(|r| r.is_running(&intent.key))
+    }
+
+    async fn execute_attempt(&self, intent: IntentHandle) -> Attempt {
         let Some(up) = self.cap.upstream.as_ref() else {
-            return EffectResult::NotSent {
+            return Attempt::ended(EffectResult::NotSent {
                 message: format!("capability {} has no upstream", self.cap.name),
-            };
+            });
         };
         let started = std::time::Instant::now();
         if up.kind == UpstreamKind::Mcp {
-            let result = self.execute_mcp(up, &intent).await;
+            let attempt = self.execute_mcp(up, &intent).await;
             metrics::histogram!("oncegate_upstream_seconds", "capability" => self.cap.name.clone())
                 .record(started.elapsed().as_secs_f64());
-            return result;
+            return attempt;
         }
+        // An HTTP request ends with its timeout (reqwest drops it): no late answer.
         let req = match self.request(up, &intent) {
             Ok(r) => r,
             Err(e) => {
-                return EffectResult::NotSent {
+                return Attempt::ended(EffectResult::NotSent {
                     message: e.to_string(),
-                };
+                });
             }
         };
         let result = match req.send().await {
@@ -342,7 +363,7 @@ impl Executor for UpstreamExecutor {
         };
         metrics::histogram!("oncegate_upstream_seconds", "capability" => self.cap.name.clone())
             .record(started.elapsed().as_secs_f64());
-        result
+        Attempt::ended(result)
     }
 
     async fn reconcile(&self, intent: IntentHandle) -> ReconcileResult {
@@ -452,6 +473,43 @@ impl UpstreamExecutor {
         })
     }
 
+    /// Where the intent key reaches the upstream in the request this executor sends
+    /// for `intent` (empty: nowhere). It renders the body the way [`Executor::execute`]
+    /// does, so an `argument` key that a non-object body or a `GET` (no body) would
+    /// silently drop is found (`oncegate verify`'s check of a `keyed` capability).
+    pub(crate) fn key_placement(&self, intent: &IntentHandle) -> Result<Vec<String>, String> {
+        let up = self
+            .cap
+            .upstream
+            .as_ref()
+            .ok_or_else(|| format!("capability {} has no upstream", self.cap.name))?;
+        let scope = Scope { intent };
+        let body = match &up.body {
+            Some(b) => scope.body(b).map_err(|e| e.to_string())?,
+            None => intent.arguments.clone(),
+        };
+        let mut at = Vec::new();
+        match (up.kind, up.idempotency) {
+            (UpstreamKind::Http, KeyThreading::Header) => {
+                at.push(format!("the {} header", up.idempotency_header));
+            }
+            (UpstreamKind::Mcp, t) if t != KeyThreading::None => {
+                at.push(format!("_meta[\"{}\"]", mcp::IDEMPOTENCY_META_KEY));
+            }
+            _ => {}
+        }
+        let body_sent = up.kind == UpstreamKind::Mcp || !up.method.eq_ignore_ascii_case("GET");
+        let argument = up.kind == UpstreamKind::Mcp || up.idempotency == KeyThreading::Argument;
+        if let Some(arg) = &up.idempotency_arg
+            && argument
+            && body_sent
+            && body.is_object()
+        {
+            at.push(format!("the `{arg}` argument"));
+        }
+        Ok(at)
+    }
+
     /// The upstream tool's own input schema (MCP upstreams).
     pub async fn upstream_tool_schema(&self, up: &Upstream) -> Result<Map<String, Value>, String> {
         // Only the gateway's own values ({env.NAME}) make sense outside a call.
@@ -478,58 +536,90 @@ impl UpstreamExecutor {
         mcp::tool_schema(self.client.clone(), call).await
     }
 
-    async fn execute_mcp(&self, up: &Upstream, intent: &IntentHandle) -> EffectResult {
+    async fn execute_mcp(&self, up: &Upstream, intent: &IntentHandle) -> Attempt {
         let call = match self.tool_call(up, intent) {
             Ok(c) => c,
             Err(e) => {
-                return EffectResult::NotSent {
+                return Attempt::ended(EffectResult::NotSent {
                     message: e.to_string(),
-                };
+                });
             }
         };
         let read = self.cap.category == oncegate_core::Category::Read;
-        // Only effects hold shutdown; a read left running changes nothing.
+        // Only effects hold shutdown and count as running; a read left running changes
+        // nothing.
         let hold = if read { None } else { self.inflight.as_ref() };
-        match mcp::call_tool(self.client.clone(), call, hold).await {
-            mcp::CallEnd::Result(r) => {
-                let structured = mcp::structured(&r);
-                let stored = serde_json::to_value(&r).unwrap_or(Value::Null);
-                if r.is_error == Some(true) {
-                    let said = mcp::first_text(&r);
-                    match up.tool_errors {
-                        // A read has no effect to be unsure about.
-                        _ if read => EffectResult::Failed {
-                            message: format!("the tool reported an error: {said}"),
-                            result: stored,
-                        },
-                        ToolErrors::Failed => EffectResult::Failed {
-                            message: format!("the tool reported an error: {said}"),
-                            result: stored,
-                        },
-                        // SDKs turn any exception into a tool error, including one
-                        // raised after the effect: it may have happened.
-                        ToolErrors::Unknown => EffectResult::Unknown {
-                            message: format!(
-                                "the tool reported an error, which may have come after its effect: {said}"
-                            ),
-                        },
-                    }
-                } else {
-                    EffectResult::Applied {
-                        effect_ref: pointer_string(&structured, up.effect_ref.as_deref()),
+        let running = match (&self.running, read) {
+            (Some(r), false) => Some(r.enter(&intent.key)),
+            _ => None,
+        };
+        let (end, late) = mcp::call_tool(self.client.clone(), call, hold, running).await;
+        let result = effect_of(up, read, end);
+        let late = late.map(|rx| {
+            let up = up.clone();
+            let answer = async move {
+                match rx.await {
+                    Ok(end) => effect_of(&up, read, end),
+                    Err(_) => EffectResult::Unknown {
+                        message: "the late answer of the upstream call was lost".into(),
+                    },
+                }
+            };
+            LateAnswer {
+                answer: Box::pin(answer),
+                hold: self
+                    .inflight
+                    .as_ref()
+                    .map(|i| Box::new(i.enter()) as Box<dyn std::any::Any + Send>),
+            }
+        });
+        Attempt { result, late }
+    }
+}
+
+/// Classifies how an effect's (or a read's) `tools/call` ended.
+fn effect_of(up: &Upstream, read: bool, end: mcp::CallEnd) -> EffectResult {
+    match end {
+        mcp::CallEnd::Result(r) => {
+            let structured = mcp::structured(&r);
+            let stored = serde_json::to_value(&r).unwrap_or(Value::Null);
+            if r.is_error == Some(true) {
+                let said = mcp::first_text(&r);
+                match up.tool_errors {
+                    // A read has no effect to be unsure about.
+                    _ if read => EffectResult::Failed {
+                        message: format!("the tool reported an error: {said}"),
                         result: stored,
-                    }
+                    },
+                    ToolErrors::Failed => EffectResult::Failed {
+                        message: format!("the tool reported an error: {said}"),
+                        result: stored,
+                    },
+                    // SDKs turn any exception into a tool error, including one
+                    // raised after the effect: it may have happened.
+                    ToolErrors::Unknown => EffectResult::Unknown {
+                        message: format!(
+                            "the tool reported an error, which may have come after its effect: {said}"
+                        ),
+                    },
+                }
+            } else {
+                EffectResult::Applied {
+                    effect_ref: pointer_string(&structured, up.effect_ref.as_deref()),
+                    result: stored,
                 }
             }
-            mcp::CallEnd::NotSent(message) => EffectResult::NotSent { message },
-            mcp::CallEnd::Rejected(message) => EffectResult::Failed {
-                result: Value::Null,
-                message,
-            },
-            mcp::CallEnd::Unknown(message) => EffectResult::Unknown { message },
         }
+        mcp::CallEnd::NotSent(message) => EffectResult::NotSent { message },
+        mcp::CallEnd::Rejected(message) => EffectResult::Failed {
+            result: Value::Null,
+            message,
+        },
+        mcp::CallEnd::Unknown(message) => EffectResult::Unknown { message },
     }
+}
 
+impl UpstreamExecutor {
     /// The reconciliation read as a read-only tool on the MCP server.
     async fn reconcile_mcp(
         &self,
@@ -559,7 +649,10 @@ impl UpstreamExecutor {
             meta: Map::new(),
             timeout: rec.timeout.unsigned_abs(),
         };
-        match mcp::call_tool(self.client.clone(), call, None).await {
+        match mcp::call_tool(self.client.clone(), call, None, None)
+            .await
+            .0
+        {
             mcp::CallEnd::Result(r) if r.is_error == Some(true) => Err(format!(
                 "the reconciliation tool reported an error: {}",
                 mcp::first_text(&r)

@@ -3,9 +3,11 @@
 //! For every non-read capability: lint the key recipe for shapes that cannot be safe,
 //! then run the scenarios through a real `Gate` on a scratch store, with a simulated
 //! upstream standing in for the real one (no real effect is ever sent): timeout after
-//! commit, re-plans that drift every significant argument in every way its normaliser
-//! accepts, parallel identical calls, the attempt ceiling, the replay window, and
-//! distinct business references. Policies are not exercised here (they decide *whether*
+//! commit, a late commit (the provider commits after the timeout, and after the first
+//! reconciliation read), re-plans that drift every significant argument in every way its
+//! normaliser accepts, parallel identical calls, the attempt ceiling, the replay window,
+//! and distinct business references. A `keyed` capability is also checked to really
+//! thread its key upstream, and its re-execution to be deduplicated by it. Policies are not exercised here (they decide *whether*
 //! a call may run, not *how many times*); `check-config` validates them.
 
 use std::collections::HashMap;
@@ -14,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use jiff::{SignedDuration, Timestamp};
 use oncegate_core::config::{Capability, Category, OnUnknown, Registry};
 use oncegate_core::decide::{EffectResult, ReconcileResult};
-use oncegate_core::intent::Status;
+use oncegate_core::intent::{IntentState, Status};
 use oncegate_core::normalise::{ArgPath, Normaliser};
 use oncegate_core::template::Source;
 use oncegate_store::{Call, Executor, Gate, IntentHandle, ManualClock, SqliteStore};
@@ -109,7 +111,7 @@ pub fn lint(cap: &Capability) -> Vec<String> {
 }
 
 /// A simulated provider: it honours the idempotency key for `keyed` capabilities,
-/// ignores it otherwise, and can commit then time out.
+/// ignores it otherwise, and can commit then time out, or time out and commit later.
 #[derive(Default)]
 struct Simulated {
     honours_key: bool,
@@ -117,6 +119,17 @@ struct Simulated {
     executions: std::sync::atomic::AtomicUsize,
     effects: Mutex<Vec<String>>,
     stall_next: Mutex<bool>,
+    /// The next execution times out before the provider commits; it commits on `land`.
+    late_next: Mutex<bool>,
+    late: Mutex<Vec<String>>,
+    /// The keys every execution was sent, in order.
+    keys: Mutex<Vec<String>>,
+    /// The last intent executed (to render its request).
+    last: Mutex<Option<IntentHandle>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Simulated {
@@ -125,7 +138,19 @@ impl Simulated {
     }
 
     fn count(&self) -> usize {
-        self.effects.lock().unwrap_or_else(|e| e.into_inner()).len()
+        locked(&self.effects).len()
+    }
+
+    /// The provider commits what it was still processing, as a provider that honours
+    /// the key (or not) does.
+    fn land(&self) {
+        let late = std::mem::take(&mut *locked(&self.late));
+        let mut effects = locked(&self.effects);
+        for key in late {
+            if !(self.honours_key && effects.contains(&key)) {
+                effects.push(key);
+            }
+        }
     }
 }
 
@@ -133,6 +158,14 @@ impl Executor for Simulated {
     async fn execute(&self, intent: IntentHandle) -> EffectResult {
         self.executions
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        locked(&self.keys).push(intent.key.clone());
+        *locked(&self.last) = Some(intent.clone());
+        if std::mem::take(&mut *locked(&self.late_next)) {
+            locked(&self.late).push(intent.key.clone());
+            return EffectResult::Unknown {
+                message: "simulated: timed out; the provider is still processing it".into(),
+            };
+        }
         let mut effects = self.effects.lock().unwrap_or_else(|e| e.into_inner());
         if !(self.honours_key && effects.contains(&intent.key)) {
             effects.push(intent.key.clone());
@@ -412,6 +445,8 @@ async fn simulate(
         ),
     });
 
+    checks.extend(late_commit(registry, cap, principal, honours_key, &args).await?);
+
     // Drifted re-plans.
     let (gate, _dir) = scratch_gate(registry, ManualClock::new(Timestamp::now())).await?;
     let up = sim();
@@ -554,4 +589,236 @@ async fn simulate(
         },
     });
     Ok(checks)
+}
+
+/// The provider commits after the gateway's timeout, and after the first
+/// reconciliation read: the agent repeats meanwhile (its repeat reads "not found"),
+/// then the commit lands and the background sweep reads again. One effect, and the
+/// intent ends `applied` where a reconciliation read can see it. For `keyed`
+/// capabilities: the key really reaches the upstream, and the re-execution a repeat
+/// makes is deduplicated by it.
+async fn late_commit(
+    registry: &Registry,
+    cap: &Capability,
+    principal: &str,
+    honours_key: bool,
+    args: &Value,
+) -> Result<Vec<Check>, String> {
+    let mut checks = Vec::new();
+    let clock = ManualClock::new(Timestamp::now());
+    let (gate, _dir) = scratch_gate(registry, clock.clone()).await?;
+    let up = Arc::new(Simulated {
+        honours_key,
+        ..Simulated::default()
+    });
+    *locked(&up.late_next) = true;
+    let call = || Call {
+        capability: cap.name.clone(),
+        arguments: args.clone(),
+        run_id: Some("verify-run".into()),
+        step_id: Some("verify-step".into()),
+    };
+    let first = gate
+        .invoke_with(principal, call(), up.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    // The provider takes as long again as the timeout: the agent repeats before that.
+    let timeout = cap
+        .upstream
+        .as_ref()
+        .map_or(SignedDuration::from_secs(10), |u| u.timeout);
+    clock.advance(SignedDuration::from_secs(1).min(timeout));
+    let repeat = gate
+        .invoke_with(principal, call(), up.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    clock.advance(timeout);
+    up.land();
+    // Nobody repeats again: the sweep reads the provider's record.
+    let mut state = None;
+    if let Some(key) = &first.key {
+        let store = gate.store();
+        if let Some(record) = oncegate_store::StoreRead::load(store, key)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            gate.sweep_one(&record, up.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        state = oncegate_store::StoreRead::load(store, key)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|r| r.state);
+    }
+    let effects = up.count();
+    let reconciles = cap.on_unknown == OnUnknown::Reconcile && cap.reconcile.is_some();
+    let settled = !reconciles || state == Some(IntentState::Applied);
+    checks.push(Check {
+        name: "late commit (after the timeout and the first reconciliation read)".into(),
+        ok: effects == 1 && settled,
+        detail: format!(
+            "first {}, a repeat before the commit {}, {effects} effect(s) from {} execution(s), then {}{}",
+            first.status.as_str(),
+            repeat.status.as_str(),
+            up.executions(),
+            state.map_or("no intent", IntentState::as_str),
+            if effects > 1 {
+                format!(
+                    ": the repeat executed again before the attempt could land (settle_horizon {:#})",
+                    cap.settle_horizon
+                )
+            } else {
+                String::new()
+            }
+        ),
+    });
+
+    if cap.category == Category::Keyed {
+        let keys = locked(&up.keys).clone();
+        let handle = locked(&up.last).clone();
+        let placement = match (&cap.upstream, handle) {
+            (Some(_), Some(h)) => crate::upstream::UpstreamExecutor::new(
+                crate::server::http_client(),
+                Arc::new(cap.clone()),
+            )
+            .key_placement(&h),
+            (None, _) => Ok(vec!["the in-process effect's IntentHandle::key".into()]),
+            (Some(_), None) => Err("nothing was executed".into()),
+        };
+        checks.push(match placement {
+            Ok(at) if !at.is_empty() => Check {
+                name: "key threaded upstream".into(),
+                ok: true,
+                detail: format!("the intent key is sent in {}", at.join(" and ")),
+            },
+            Ok(_) => Check {
+                name: "key threaded upstream".into(),
+                ok: false,
+                detail: "the request never carries the intent key, so the provider cannot dedupe a re-execution (a `GET` sends no body; an `argument` key needs an object body)".into(),
+            },
+            Err(e) => Check {
+                name: "key threaded upstream".into(),
+                ok: false,
+                detail: format!("the request could not be rendered: {e}"),
+            },
+        });
+        let same_key = keys.windows(2).all(|w| w[0] == w[1]);
+        checks.push(Check {
+            name: "re-execution deduplicated by the key".into(),
+            ok: honours_key && same_key && effects == 1,
+            detail: format!(
+                "{} execution(s) with {} key(s), {effects} effect(s){}",
+                keys.len(),
+                if same_key { "the same" } else { "different" },
+                if honours_key {
+                    ""
+                } else {
+                    ": the simulated provider could not dedupe, the key does not reach it"
+                }
+            ),
+        });
+    }
+    Ok(checks)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// The example registry, with `edit` applied, loaded from a scratch directory.
+    fn example(edit: impl FnOnce(String) -> String) -> (Registry, tempfile::TempDir) {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            examples.join("policies.cedar"),
+            dir.path().join("policies.cedar"),
+        )
+        .unwrap();
+        let text = edit(std::fs::read_to_string(examples.join("payments.toml")).unwrap());
+        let path = dir.path().join("oncegate.toml");
+        std::fs::write(&path, text).unwrap();
+        (oncegate_store::load_registry(&path).unwrap(), dir)
+    }
+
+    fn check<'r>(reports: &'r [Report], capability: &str, name: &str) -> &'r Check {
+        reports
+            .iter()
+            .find(|r| r.capability == capability)
+            .unwrap_or_else(|| panic!("no report for {capability}"))
+            .checks
+            .iter()
+            .find(|c| c.name.starts_with(name))
+            .unwrap_or_else(|| panic!("no check `{name}` for {capability}"))
+    }
+
+    #[tokio::test]
+    async fn the_example_registry_holds_under_late_commits() {
+        let (registry, _dir) = example(|t| t);
+        let reports = verify(&registry, "planner").await.unwrap();
+        for r in &reports {
+            assert!(r.ok(), "{r:#?}");
+            let late = check(&reports, &r.capability, "late commit");
+            assert!(late.detail.contains("1 effect(s)"), "{late:?}");
+        }
+        for keyed in ["charge_card", "refund"] {
+            let threaded = check(&reports, keyed, "key threaded upstream");
+            assert!(threaded.ok, "{threaded:?}");
+            let dedupe = check(&reports, keyed, "re-execution deduplicated");
+            assert!(
+                dedupe.ok
+                    && dedupe
+                        .detail
+                        .starts_with("2 execution(s) with the same key"),
+                "a keyed repeat re-executes at once and the provider dedupes it: {dedupe:?}"
+            );
+        }
+        // A non-keyed capability waits for the provider's record instead.
+        let email = check(&reports, "send_email", "late commit");
+        assert!(
+            email.detail.contains("from 1 execution(s), then applied"),
+            "{email:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_recipe_that_would_duplicate_under_a_late_commit_fails() {
+        let (registry, _dir) = example(|t| {
+            t.replace(
+                "name = \"send_email\"\n",
+                "name = \"send_email\"\nsettle_horizon = \"0s\"\n",
+            ) + r#"
+[[capabilities]]
+name = "refund_by_get"
+category = "keyed"
+on_unknown = "retry"
+[capabilities.key]
+business_ref = "order_id"
+[capabilities.upstream]
+kind = "http"
+method = "GET"
+url = "http://127.0.0.1:9/refund"
+idempotency = "argument"
+idempotency_arg = "key"
+body = { order_id = "{business_ref}" }
+"#
+        });
+        let reports = verify(&registry, "planner").await.unwrap();
+        let email = check(&reports, "send_email", "late commit");
+        assert!(!email.ok, "{email:?}");
+        assert!(
+            email.detail.contains("2 effect(s)") && email.detail.contains("settle_horizon 0s"),
+            "{email:?}"
+        );
+        let get = check(&reports, "refund_by_get", "key threaded upstream");
+        assert!(
+            !get.ok && get.detail.contains("never carries"),
+            "a GET sends no body, so the key never arrives: {get:?}"
+        );
+        // The rest of the example still holds.
+        let refund = check(&reports, "refund", "late commit");
+        assert!(refund.ok, "{refund:?}");
+    }
 }

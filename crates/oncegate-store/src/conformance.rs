@@ -40,6 +40,7 @@ pub fn sample_record(key: &str, generation: u32) -> IntentRecord {
         approval_id: None,
         breaker_tripped: false,
         settled_at: None,
+        attempt_ended_at: None,
         created_at: at(0),
         updated_at: at(0),
         version: 0,

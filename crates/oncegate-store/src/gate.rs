@@ -121,10 +121,51 @@ impl IntentHandle {
     }
 }
 
+/// What one execution said, and, when its call outlived the answer it gave (an MCP
+/// `tools/call` left running past its timeout), the call's real end still to come.
+pub struct Attempt {
+    /// What the gate records now (`unknown` for a call left running).
+    pub result: EffectResult,
+    /// The late answer, recorded through the same path when it arrives.
+    pub late: Option<LateAnswer>,
+}
+
+impl Attempt {
+    /// An attempt that ended with its answer.
+    pub fn ended(result: EffectResult) -> Self {
+        Self { result, late: None }
+    }
+}
+
+/// The late end of a call that is still running.
+pub struct LateAnswer {
+    /// Resolves with what the call finally said (or `unknown` if it was given up).
+    pub answer: std::pin::Pin<Box<dyn Future<Output = EffectResult> + Send>>,
+    /// Kept alive until the late answer is recorded (e.g. a shutdown guard, so the
+    /// process waits for the record, not only for the answer).
+    pub hold: Option<Box<dyn std::any::Any + Send>>,
+}
+
 /// Runs effects and reconciliation reads for a gate.
 pub trait Executor: Send + Sync + 'static {
     /// Executes the effect, threading `intent.key` upstream.
     fn execute(&self, intent: IntentHandle) -> impl Future<Output = EffectResult> + Send;
+    /// Executes the effect like [`Executor::execute`], and hands over the late end of a
+    /// call that keeps running after its answer (the gate records it when it comes).
+    /// The default: every call ends with its answer.
+    fn execute_attempt(&self, intent: IntentHandle) -> impl Future<Output = Attempt> + Send {
+        let run = self.execute(intent);
+        async move { Attempt::ended(run.await) }
+    }
+    /// Whether oncegate's own call for this intent's attempt (by `intent.key`) is still
+    /// running in this process. While it is, the attempt may still take effect, so a
+    /// reconciliation read's "not found" proves nothing (see
+    /// `oncegate_core::decide::absence_unproven`). The default: calls end with their
+    /// answer, so none is ever left running.
+    fn attempt_running(&self, intent: &IntentHandle) -> bool {
+        let _ = intent;
+        false
+    }
     /// Asks the upstream whether the intent already took effect.
     fn reconcile(&self, intent: IntentHandle) -> impl Future<Output = ReconcileResult> + Send {
         let _ = intent;
@@ -418,8 +459,12 @@ impl<S: Store> Gate<S> {
         let Some(cap) = self.registry.capability(&record.capability).cloned() else {
             return Ok(None);
         };
-        let answer = executor.reconcile(IntentHandle::of(record)).await;
-        let Some(d) = decide::after_sweep(record, answer, &cap, self.clock.now()) else {
+        let handle = IntentHandle::of(record);
+        // Sampled before the read: a call that had ended by then committed (if at all)
+        // before it answered, so the read sees its effect.
+        let running = executor.attempt_running(&handle);
+        let answer = executor.reconcile(handle).await;
+        let Some(d) = decide::after_sweep(record, answer, &cap, running, self.clock.now()) else {
             return Ok(None);
         };
         self.store
@@ -600,7 +645,13 @@ impl<S: Store> Gate<S> {
                 self.note_replay(&mut decision.outcome, &cap);
             }
             match self
-                .apply(decision, &cap, principal, executor.clone())
+                .apply(
+                    decision,
+                    &cap,
+                    principal,
+                    executor.clone(),
+                    Some(&call.arguments),
+                )
                 .await
             {
                 Ok(outcome) => return Ok(outcome),
@@ -615,12 +666,16 @@ impl<S: Store> Gate<S> {
     }
 
     /// Commits a decision and carries out its action. `Conflict` means re-decide.
+    /// `arguments`: the call that asked, when there is one; an intent reconciled absent
+    /// re-executes with them (its significant arguments are the same by key; a
+    /// corrected free-text argument is what the caller means now).
     async fn apply<E: Executor>(
         &self,
         decision: Decision,
         cap: &Arc<Capability>,
         actor: &str,
         executor: Arc<E>,
+        arguments: Option<&Value>,
     ) -> Result<Outcome, StoreError> {
         let Decision {
             action,
@@ -649,7 +704,10 @@ impl<S: Store> Gate<S> {
             }
             Action::Reconcile => {
                 let current = bump(record.expect("a Reconcile decision writes the record"));
-                let answer = executor.reconcile(IntentHandle::of(&current)).await;
+                let handle = IntentHandle::of(&current);
+                // Sampled before the read (see `sweep_one`).
+                let running = executor.attempt_running(&handle);
+                let answer = executor.reconcile(handle).await;
                 // Apply the one answer; a lost race re-reads this generation and applies
                 // it again (after_reconcile answers with the standing outcome once someone
                 // else has resolved the intent) instead of re-deciding the whole call,
@@ -658,16 +716,23 @@ impl<S: Store> Gate<S> {
                 let mut outcome = None;
                 for _ in 0..MAX_RACES {
                     let approval_id = format!("ap_{}", random_hex(8));
-                    let next = decide::after_reconcile(
+                    let mut next = decide::after_reconcile(
                         &latest,
                         answer.clone(),
                         cap,
                         actor,
                         &self.owner,
                         &approval_id,
+                        running,
                         self.clock.now(),
                     );
-                    match Box::pin(self.apply(next, cap, actor, executor.clone())).await {
+                    if let (Action::Execute, Some(record), Some(args)) =
+                        (next.action, next.record.as_mut(), arguments)
+                    {
+                        record.arguments = args.clone();
+                    }
+                    match Box::pin(self.apply(next, cap, actor, executor.clone(), arguments)).await
+                    {
                         Err(StoreError::Conflict) => match self
                             .store
                             .load_generation(&current.key, current.generation)
@@ -701,8 +766,20 @@ impl<S: Store> Gate<S> {
         let gate = self.clone();
         let held = claimed.clone();
         let task = tokio::spawn(async move {
-            let result = executor.execute(IntentHandle::of(&held)).await;
-            gate.record(&held, result, &cap, &actor).await
+            let attempt = executor.execute_attempt(IntentHandle::of(&held)).await;
+            let outcome = gate.record(&held, attempt.result, &cap, &actor).await;
+            if let Some(LateAnswer { answer, hold }) = attempt.late {
+                // The call outlived its answer: its real end is recorded the same way
+                // (a late `applied` settles the intent with its effect reference; a
+                // late `unknown` moves the attempt's end, and the settle horizon, later).
+                tokio::spawn(async move {
+                    let result = answer.await;
+                    tracing::info!(key = %held.key, result = ?result, "an attempt's late answer arrived; recording it");
+                    gate.record(&held, result, &cap, &actor).await;
+                    drop(hold);
+                });
+            }
+            outcome
         });
         match task.await {
             Ok(outcome) => outcome,
@@ -865,7 +942,7 @@ impl<S: Store> Gate<S> {
                         outcome,
                         event,
                     };
-                    match self.apply(d, &cap, actor, executor.clone()).await {
+                    match self.apply(d, &cap, actor, executor.clone(), None).await {
                         // A second click while the first one's execution runs: wait for
                         // it, so every click answers with the one result.
                         Ok(o) if o.status == Status::InFlight => {

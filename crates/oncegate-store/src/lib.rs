@@ -21,7 +21,7 @@ pub mod gate;
 pub mod sqlite;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use gate::{Call, Executor, Gate, GateError, IntentHandle};
+pub use gate::{Attempt, Call, Executor, Gate, GateError, IntentHandle, LateAnswer};
 pub use sqlite::SqliteStore;
 
 /// Everything that can go wrong in a store, in one enum.

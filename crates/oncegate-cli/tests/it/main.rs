@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 
 mod demo;
 mod gateway;
+mod late;
 mod mcp;
 mod support;
 

@@ -5,7 +5,7 @@ use oncegate_core::codes::Code;
 use oncegate_core::config::{Capability, Role};
 use oncegate_core::decide::{
     Action, ApprovalDecision, CallRequest, Choice, EffectResult, ReconcileResult, after_reconcile,
-    decide, decide_approval, record_effect,
+    after_sweep, decide, decide_approval, record_effect,
 };
 use oncegate_core::intent::{
     Alert, Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState, Lease, Status,
@@ -652,6 +652,7 @@ fn reconciliation_outcomes() {
         "planner",
         "gw-1",
         "ap_x",
+        false,
         t0(),
     );
     assert_eq!(
@@ -667,6 +668,7 @@ fn reconciliation_outcomes() {
         "planner",
         "gw-1",
         "ap_x",
+        false,
         t0(),
     );
     assert_eq!(absent.action, Action::Execute);
@@ -686,6 +688,7 @@ fn reconciliation_outcomes() {
         "planner",
         "gw-1",
         "ap_x",
+        false,
         t0(),
     );
     assert_eq!(undecidable.outcome.status, Status::PendingApproval);
@@ -1071,4 +1074,293 @@ fn a_deny_after_an_approve_answers_the_first_outcome_and_changes_nothing() {
         (outcome.status, outcome.effect_ref.as_deref()),
         (Status::Replayed, Some("re_1"))
     );
+}
+
+fn secs(s: i64) -> SignedDuration {
+    SignedDuration::from_secs(s)
+}
+
+/// An intent whose execution came back unknown at `ended` (timeout, reset after send).
+fn unknown_since(f: &Fixture, ended: Timestamp) -> IntentRecord {
+    let mut r = f.record(IntentState::Unknown);
+    r.attempt_ended_at = Some(ended);
+    r.updated_at = ended;
+    r
+}
+
+fn reconcile_at(
+    f: &Fixture,
+    record: &IntentRecord,
+    result: ReconcileResult,
+    running: bool,
+    at: Timestamp,
+) -> oncegate_core::decide::Decision {
+    after_reconcile(
+        record, result, &f.cap, "planner", "gw-1", "ap_x", running, at,
+    )
+}
+
+#[test]
+fn the_default_settle_horizon_is_the_timeout_plus_late_processing() {
+    let registry = payments();
+    for name in ["send_email", "refund", "charge_card"] {
+        let cap = registry.capability(name).unwrap();
+        let timeout = cap.upstream.as_ref().unwrap().timeout;
+        assert_eq!(
+            cap.settle_horizon,
+            timeout + secs(120),
+            "{name}: the upstream timeout plus 120 s"
+        );
+    }
+}
+
+#[test]
+fn not_found_before_the_settle_horizon_is_not_absence() {
+    let f = fixture("send_email");
+    let ended = t0() + secs(5);
+    let unknown = unknown_since(&f, ended);
+    // The provider commits after the timeout and after this read: a re-execution now
+    // would be a second email. The intent stays unknown; nothing is written but the
+    // audit event; nobody is asked to approve a re-execution.
+    let early = reconcile_at(
+        &f,
+        &unknown,
+        ReconcileResult::NotFound,
+        false,
+        ended + secs(3),
+    );
+    assert_eq!(early.action, Action::Respond);
+    assert!(early.record.is_none(), "the intent stays as it is");
+    assert!(early.approval.is_none(), "no escalation within the horizon");
+    assert_eq!(early.outcome.status, Status::Unknown);
+    assert_eq!(early.outcome.state, Some(IntentState::Unknown));
+    let reason = early.outcome.reason.unwrap();
+    assert_eq!(reason.code, Code::Settling);
+    assert!(
+        reason.message.contains("do not call again"),
+        "{}",
+        reason.message
+    );
+    assert_eq!(early.event.detail["reconciled"], "not_found_yet");
+
+    // Just before the horizon: still undecidable. From the horizon on: absence.
+    let horizon = ended + f.cap.settle_horizon;
+    let before = reconcile_at(
+        &f,
+        &unknown,
+        ReconcileResult::NotFound,
+        false,
+        horizon - SignedDuration::from_millis(1),
+    );
+    assert_eq!(before.action, Action::Respond);
+    let after = reconcile_at(&f, &unknown, ReconcileResult::NotFound, false, horizon);
+    assert_eq!(
+        after.action,
+        Action::Execute,
+        "after the horizon, not found is absence"
+    );
+    let claimed = after.record.unwrap();
+    assert_eq!(claimed.state, IntentState::InFlight);
+    assert_eq!(
+        claimed.attempt_ended_at, None,
+        "a new attempt has not ended"
+    );
+
+    // Found is the truth at any time.
+    let found = reconcile_at(
+        &f,
+        &unknown,
+        ReconcileResult::Found {
+            effect_ref: Some("em_1".into()),
+            result: json!({"id": "em_1"}),
+        },
+        true,
+        ended + secs(1),
+    );
+    assert_eq!(found.record.unwrap().state, IntentState::Applied);
+}
+
+#[test]
+fn a_running_call_keeps_not_found_undecidable_past_the_horizon() {
+    let f = fixture("send_email");
+    let unknown = unknown_since(&f, t0());
+    let late = t0() + f.cap.settle_horizon + mins(60);
+    let d = reconcile_at(&f, &unknown, ReconcileResult::NotFound, true, late);
+    assert_eq!(
+        (d.action, d.outcome.status),
+        (Action::Respond, Status::Unknown)
+    );
+    assert!(d.record.is_none());
+    assert!(d.outcome.reason.unwrap().message.contains("still running"));
+    assert!(
+        after_sweep(&unknown, ReconcileResult::NotFound, &f.cap, true, late).is_none(),
+        "the sweep concludes nothing while the call runs"
+    );
+    // A failed read while the call runs is not escalated either: an approval would
+    // execute beside the running call.
+    let read_failed = ReconcileResult::Undecidable {
+        message: "502".into(),
+    };
+    let held = reconcile_at(&f, &unknown, read_failed.clone(), true, late);
+    assert_eq!(held.outcome.status, Status::Unknown);
+    assert!(held.approval.is_none() && held.record.is_none());
+    let escalated = reconcile_at(&f, &unknown, read_failed, false, late);
+    assert_eq!(escalated.outcome.status, Status::PendingApproval);
+    let done = after_sweep(&unknown, ReconcileResult::NotFound, &f.cap, false, late).unwrap();
+    assert_eq!(done.record.unwrap().state, IntentState::NotApplied);
+}
+
+#[test]
+fn keyed_not_found_re_executes_at_once_with_the_same_key() {
+    for name in ["refund", "charge_card"] {
+        let f = fixture(name);
+        let unknown = unknown_since(&f, t0());
+        // The provider dedupes on the key: its dedupe is the proof, even while the
+        // first call may still land (or still runs).
+        let d = reconcile_at(
+            &f,
+            &unknown,
+            ReconcileResult::NotFound,
+            true,
+            t0() + secs(1),
+        );
+        assert_eq!(d.action, Action::Execute, "{name}");
+        let claimed = d.record.unwrap();
+        assert_eq!(
+            claimed.upstream_key(),
+            unknown.upstream_key(),
+            "{name}: same key"
+        );
+        assert_eq!(claimed.executions, unknown.executions + 1);
+    }
+}
+
+#[test]
+fn the_sweep_waits_out_the_horizon_for_every_category() {
+    for name in ["send_email", "refund", "charge_card"] {
+        let f = fixture(name);
+        let ended = t0() + secs(5);
+        let unknown = unknown_since(&f, ended);
+        let early = ended + secs(10);
+        assert!(
+            after_sweep(&unknown, ReconcileResult::NotFound, &f.cap, false, early).is_none(),
+            "{name}: the sweep never executes, so it can always wait for the late commit"
+        );
+        let found = after_sweep(
+            &unknown,
+            ReconcileResult::Found {
+                effect_ref: Some("x_1".into()),
+                result: json!({"id": "x_1"}),
+            },
+            &f.cap,
+            false,
+            early,
+        )
+        .unwrap();
+        let rec = found.record.unwrap();
+        assert_eq!(
+            (rec.state, rec.effect_ref.as_deref()),
+            (IntentState::Applied, Some("x_1"))
+        );
+        let late = after_sweep(
+            &unknown,
+            ReconcileResult::NotFound,
+            &f.cap,
+            false,
+            ended + f.cap.settle_horizon,
+        )
+        .unwrap();
+        assert_eq!(
+            late.record.unwrap().state,
+            IntentState::NotApplied,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn an_attempt_ends_when_its_execution_came_back_unknown_or_its_lease_expired() {
+    let f = fixture("send_email");
+    let claimed = f.record(IntentState::InFlight);
+    let at = t0() + secs(5);
+    let d = record_effect(
+        &claimed,
+        EffectResult::Unknown {
+            message: "timeout".into(),
+        },
+        &f.cap,
+        "planner",
+        at,
+    );
+    let unknown = d.record.unwrap();
+    assert_eq!(
+        (unknown.state, unknown.attempt_ended_at),
+        (IntentState::Unknown, Some(at))
+    );
+    // A later unknown answer of the same attempt (an MCP call left running) moves it.
+    let later = record_effect(
+        &unknown,
+        EffectResult::Unknown {
+            message: "given up".into(),
+        },
+        &f.cap,
+        "planner",
+        at + mins(10),
+    );
+    assert_eq!(later.record.unwrap().attempt_ended_at, Some(at + mins(10)));
+    // A late applied answer of the same attempt settles it.
+    let applied = record_effect(
+        &unknown,
+        EffectResult::Applied {
+            effect_ref: Some("em_1".into()),
+            result: json!({"id": "em_1"}),
+        },
+        &f.cap,
+        "planner",
+        at + secs(4),
+    );
+    let rec = applied.record.unwrap();
+    assert_eq!(
+        (rec.state, rec.effect_ref.as_deref()),
+        (IntentState::Applied, Some("em_1"))
+    );
+
+    // A repeat finds the lease expired: the attempt ended at the lease's expiry.
+    let expiry = t0() + f.cap.lease;
+    let repeat = decide(
+        Some(&claimed),
+        &f.req(None, None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        expiry + secs(30),
+    );
+    assert_eq!(repeat.action, Action::Reconcile);
+    let rec = repeat.record.unwrap();
+    assert_eq!(
+        (rec.state, rec.attempt_ended_at, rec.lease),
+        (IntentState::Unknown, Some(expiry), None)
+    );
+    // So does the sweep, which records the expiry even when it can conclude nothing.
+    let swept = after_sweep(
+        &claimed,
+        ReconcileResult::NotFound,
+        &f.cap,
+        false,
+        expiry + secs(30),
+    )
+    .unwrap();
+    let rec = swept.record.unwrap();
+    assert_eq!(
+        (rec.state, rec.attempt_ended_at),
+        (IntentState::Unknown, Some(expiry))
+    );
+    let absent = after_sweep(
+        &claimed,
+        ReconcileResult::NotFound,
+        &f.cap,
+        false,
+        expiry + f.cap.settle_horizon,
+    )
+    .unwrap();
+    assert_eq!(absent.record.unwrap().state, IntentState::NotApplied);
 }

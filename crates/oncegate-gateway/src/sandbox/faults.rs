@@ -24,6 +24,10 @@ pub(super) enum FaultKind {
     FailBeforeCommit,
     /// Wait, then behave normally (the commit happens even if the caller left).
     Slow,
+    /// Wait, commit (even if the caller left), then never answer: close the connection
+    /// (over MCP: hold the call unanswered until the client cancels it). A provider
+    /// that commits late and whose answer is lost.
+    SlowThenDrop,
     /// Answer 402 `card_declined` (over MCP: an error result) and commit nothing.
     Decline,
     /// Answer 429 `rate_limited` (over MCP: an error result) and commit nothing.
@@ -31,11 +35,12 @@ pub(super) enum FaultKind {
 }
 
 impl FaultKind {
-    const ALL: [FaultKind; 6] = [
+    const ALL: [FaultKind; 7] = [
         FaultKind::StallAfterCommit,
         FaultKind::DropAfterCommit,
         FaultKind::FailBeforeCommit,
         FaultKind::Slow,
+        FaultKind::SlowThenDrop,
         FaultKind::Decline,
         FaultKind::RateLimit,
     ];
@@ -47,6 +52,7 @@ impl FaultKind {
             FaultKind::DropAfterCommit => "drop_after_commit",
             FaultKind::FailBeforeCommit => "fail_before_commit",
             FaultKind::Slow => "slow",
+            FaultKind::SlowThenDrop => "slow_then_drop",
             FaultKind::Decline => "decline",
             FaultKind::RateLimit => "rate_limit",
         }
@@ -63,7 +69,7 @@ impl FaultKind {
     fn default_delay(self) -> Duration {
         match self {
             FaultKind::StallAfterCommit => Duration::from_secs(30),
-            FaultKind::Slow => Duration::from_secs(2),
+            FaultKind::Slow | FaultKind::SlowThenDrop => Duration::from_secs(2),
             FaultKind::DropAfterCommit
             | FaultKind::FailBeforeCommit
             | FaultKind::Decline
@@ -76,7 +82,8 @@ impl FaultKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Fault {
     pub(super) kind: FaultKind,
-    /// How long `stall_after_commit` and `slow` wait; unused by the others.
+    /// How long `stall_after_commit`, `slow` and `slow_then_drop` wait; unused by the
+    /// others.
     pub(super) delay: Duration,
 }
 

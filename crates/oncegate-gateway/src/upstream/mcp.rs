@@ -13,10 +13,12 @@
 //!
 //! The `tools/call` runs in its own task: rmcp cancels the upstream request when its
 //! future is dropped, and an effect must never be cancelled half-way, so on a timeout the
-//! gateway stops waiting but leaves the request to finish (its late answer is logged; the
-//! intent is reconciled).
+//! gateway stops waiting but leaves the request to finish. While it runs it is listed in
+//! [`RunningCalls`] (a reconciliation's "not found" proves nothing meanwhile), and its
+//! late answer is handed back to be recorded like any other.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -34,6 +36,58 @@ pub const IDEMPOTENCY_META_KEY: &str = "dev.oncegate/idempotency_key";
 
 /// How long a timed-out `tools/call` is left running before it is given up.
 pub const LATE_ANSWER_LIMIT: Duration = Duration::from_secs(600);
+
+/// The `tools/call`s of effects that are still running in this process, by the key
+/// threaded upstream. Shared by every executor of a gateway, so a repeat or the sweep
+/// (with executors of their own) sees a call another request left running.
+#[derive(Clone, Default)]
+pub struct RunningCalls(Arc<Mutex<HashMap<String, usize>>>);
+
+impl RunningCalls {
+    /// Lists a call under `key` until the guard drops (when the call has ended).
+    pub fn enter(&self, key: &str) -> RunningGuard {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key.to_owned())
+            .or_default() += 1;
+        RunningGuard {
+            calls: self.clone(),
+            key: key.to_owned(),
+        }
+    }
+
+    /// Whether a call under `key` is still running.
+    pub fn is_running(&self, key: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(key)
+    }
+}
+
+/// Held by one running call (see [`RunningCalls::enter`]).
+pub struct RunningGuard {
+    calls: RunningCalls,
+    key: String,
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        let mut map = self.calls.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The late end of a `tools/call` that outlived its timeout: resolves when the
+/// upstream finally answers, or with [`CallEnd::Unknown`] once it is given up.
+pub type LateEnd = tokio::sync::oneshot::Receiver<CallEnd>;
 
 /// One `tools/call` to send.
 pub struct ToolCall {
@@ -174,21 +228,31 @@ fn classify(e: ServiceError) -> CallEnd {
 /// Sends one `tools/call`; never cancels it once sent.
 ///
 /// A call left running past its timeout registers with `inflight` (when given), so a
-/// shutdown waits for its answer instead of cutting it off.
+/// shutdown waits for its answer instead of cutting it off. `running` (when given) is
+/// held until the call has really ended, whatever the timeout. When the timeout comes
+/// first, the answer is [`CallEnd::Unknown`] and the second value resolves with the
+/// call's real end.
 pub async fn call_tool(
     client: reqwest::Client,
     call: ToolCall,
     inflight: Option<&crate::server::InFlight>,
-) -> CallEnd {
+    running: Option<RunningGuard>,
+) -> (CallEnd, Option<LateEnd>) {
     let deadline = tokio::time::Instant::now() + call.timeout;
     let peer = match tokio::time::timeout_at(deadline, connect(client, &call)).await {
         Ok(Ok(peer)) => peer,
         Ok(Err(e)) => {
-            return CallEnd::NotSent(format!("could not connect to the MCP upstream: {e}"));
+            return (
+                CallEnd::NotSent(format!("could not connect to the MCP upstream: {e}")),
+                None,
+            );
         }
         Err(_) => {
-            return CallEnd::NotSent(
-                "the MCP upstream did not complete its handshake before the timeout".into(),
+            return (
+                CallEnd::NotSent(
+                    "the MCP upstream did not complete its handshake before the timeout".into(),
+                ),
+                None,
             );
         }
     };
@@ -201,36 +265,56 @@ pub async fn call_tool(
     // Its own task: dropping rmcp's future would cancel the upstream request.
     let mut task = tokio::spawn(async move {
         let answer = peer.call_tool_once(params).await;
+        // The call has ended (answered or failed): from here on it can no longer take
+        // effect through this request.
+        drop(running);
         let _ = peer.cancel().await;
         answer
     });
+    let end = |joined: Result<Result<CallToolResponse, ServiceError>, tokio::task::JoinError>| {
+        match joined {
+            Ok(Ok(CallToolResponse::Complete(result))) => CallEnd::Result(result),
+            Ok(Ok(_)) => CallEnd::Unknown(
+                "the upstream answered with a task or an input request, which oncegate does not drive; it may run".into(),
+            ),
+            Ok(Err(e)) => classify(e),
+            Err(join) => CallEnd::Unknown(format!("the upstream call task failed: {join}")),
+        }
+    };
     match tokio::time::timeout_at(deadline, &mut task).await {
-        Ok(Ok(Ok(CallToolResponse::Complete(result)))) => CallEnd::Result(result),
-        Ok(Ok(Ok(_))) => CallEnd::Unknown(
-            "the upstream answered with a task or an input request, which oncegate does not drive; it may run".into(),
-        ),
-        Ok(Ok(Err(e))) => classify(e),
-        Ok(Err(join)) => CallEnd::Unknown(format!("the upstream call task failed: {join}")),
+        Ok(joined) => (end(joined), None),
         Err(_) => {
-            // Leave the request running; its answer, if it ever comes, is only logged.
-            // A server that never answers would hold the connection forever: after
-            // LATE_ANSWER_LIMIT the request is given up (rmcp then cancels it upstream;
-            // the intent has long been unknown and reconciled by then).
+            // Leave the request running and hand its answer back when it comes. A
+            // server that never answers would hold the connection forever: after
+            // LATE_ANSWER_LIMIT the request is given up (rmcp then cancels it upstream),
+            // and that, too, is the attempt's end.
             let guard = inflight.map(crate::server::InFlight::enter);
+            let (tx, rx) = tokio::sync::oneshot::channel();
             tokio::spawn(async move {
                 let _guard = guard;
-                match tokio::time::timeout(LATE_ANSWER_LIMIT, &mut task).await {
-                    Ok(Ok(answer)) => {
-                        tracing::info!(tool, late = answer.is_ok(), "an MCP upstream answered after the timeout; the intent is reconciled");
+                let late = match tokio::time::timeout(LATE_ANSWER_LIMIT, &mut task).await {
+                    Ok(joined) => {
+                        tracing::info!(tool, "an MCP upstream answered after the timeout");
+                        end(joined)
                     }
-                    Ok(Err(_)) => {}
                     Err(_) => {
-                        tracing::warn!(tool, "an MCP upstream never answered; giving the request up");
+                        tracing::warn!(
+                            tool,
+                            "an MCP upstream never answered; giving the request up"
+                        );
                         task.abort();
+                        CallEnd::Unknown(format!(
+                            "the upstream never answered; the request was given up after {}s",
+                            LATE_ANSWER_LIMIT.as_secs()
+                        ))
                     }
-                }
+                };
+                let _ = tx.send(late);
             });
-            CallEnd::Unknown("the upstream did not answer before the timeout".into())
+            (
+                CallEnd::Unknown("the upstream did not answer before the timeout".into()),
+                Some(rx),
+            )
         }
     }
 }

@@ -211,3 +211,36 @@ async fn a_timeout_is_unknown_and_never_cancels_the_upstream_call() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(provider.completed.load(Ordering::SeqCst), 1);
 }
+
+/// While a timed-out call runs it is listed as running (so "not found" proves nothing),
+/// and its late answer is handed back to be recorded, after which it no longer runs.
+#[tokio::test]
+async fn a_timed_out_call_is_running_until_its_late_answer_which_is_handed_back() {
+    let (url, provider) = provider().await;
+    let running = oncegate_gateway::upstream::mcp::RunningCalls::default();
+    let executor = executor(&url, "slow", "").with_running(running.clone());
+    let handle = intent("A-1");
+    let attempt = executor.execute_attempt(handle.clone()).await;
+    assert!(
+        matches!(&attempt.result, EffectResult::Unknown { .. }),
+        "{:?}",
+        attempt.result
+    );
+    assert!(
+        executor.attempt_running(&handle),
+        "the call is still running"
+    );
+    assert!(running.is_running(&handle.key));
+    let late = attempt
+        .late
+        .expect("a call left running hands back its late end");
+    let answer = tokio::time::timeout(Duration::from_secs(20), late.answer)
+        .await
+        .expect("the late answer arrives");
+    assert!(
+        matches!(&answer, EffectResult::Applied { effect_ref: Some(id), .. } if id == "fx_1"),
+        "{answer:?}"
+    );
+    assert_eq!(provider.completed.load(Ordering::SeqCst), 1);
+    assert!(!executor.attempt_running(&handle), "the call has ended");
+}

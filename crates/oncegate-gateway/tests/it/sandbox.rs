@@ -311,6 +311,79 @@ async fn a_slow_request_commits_even_after_the_caller_left() {
     assert_eq!(sandbox.effects("?kind=refund").await.len(), 1);
 }
 
+/// The claim a `keyed` capability rests on when it re-executes while its first attempt
+/// is still slow: a same-key request that arrives meanwhile commits once, and the slow
+/// one, when it lands, replays it. The ledger decides "new key?" and commits under one
+/// lock, so the two can never both create.
+#[tokio::test]
+async fn a_same_key_request_during_a_slow_one_is_still_one_effect() {
+    let sandbox = Running::start(SandboxConfig::default()).await;
+    sandbox
+        .queue_fault(json!({ "path": "/v1/refunds", "fault": "slow", "delay_ms": 1500 }))
+        .await;
+    let slow = {
+        let first = sandbox.post("/v1/refunds", Some("k-late"), &charge("A-1", 500));
+        tokio::spawn(async move { first.send().await })
+    };
+    // The first request is held before its commit; the retry arrives meanwhile.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sandbox.get_json("/_sandbox/faults").await["pending"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty())
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fault was never taken"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        sandbox.effects("").await.len(),
+        0,
+        "the slow one has not committed"
+    );
+    let retry = sandbox
+        .post("/v1/refunds", Some("k-late"), &charge("A-1", 500))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), StatusCode::OK);
+    let retry: Value = retry.json().await.unwrap();
+    let late = slow.await.unwrap().expect("the slow one answers");
+    assert_eq!(late.status(), StatusCode::OK);
+    assert_eq!(
+        late.headers()
+            .get("Idempotent-Replayed")
+            .and_then(|v| v.to_str().ok()),
+        Some("true"),
+        "the late commit found the key taken and replayed"
+    );
+    let late: Value = late.json().await.unwrap();
+    assert_eq!(late["id"], retry["id"]);
+    assert_eq!(sandbox.effects("?kind=refund").await.len(), 1);
+}
+
+#[tokio::test]
+async fn slow_then_drop_commits_late_and_never_answers() {
+    let sandbox = Running::start(SandboxConfig::default()).await;
+    sandbox
+        .queue_fault(json!({ "path": "/v1/charges", "fault": "slow_then_drop", "delay_ms": 300 }))
+        .await;
+    let result = sandbox
+        .post("/v1/charges", Some("k-sd"), &charge("A-1", 700))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await;
+    let error = result.expect_err("the connection closes without a response");
+    assert!(
+        !error.is_timeout(),
+        "closed after the commit, not stalled: {error}"
+    );
+    let effects = sandbox.effects("").await;
+    assert_eq!(effects.len(), 1, "committed before the drop");
+    assert_eq!(effects[0]["idempotency_key"], "k-sd");
+}
+
 #[tokio::test]
 async fn queued_faults_count_down_and_can_be_cleared() {
     let sandbox = Running::start(SandboxConfig::default()).await;

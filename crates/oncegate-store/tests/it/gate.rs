@@ -420,3 +420,120 @@ async fn a_read_only_database_fails_closed() {
         "writable again: the store recovers"
     );
 }
+
+/// An execution that times out while its call keeps running: the gate answers unknown
+/// at once, and records the call's late answer through the same record path.
+struct LateApplied {
+    running: std::sync::atomic::AtomicBool,
+}
+
+impl Executor for LateApplied {
+    async fn execute(&self, _: IntentHandle) -> EffectResult {
+        unreachable!("the gate executes through execute_attempt")
+    }
+
+    async fn execute_attempt(&self, _: IntentHandle) -> oncegate_store::Attempt {
+        self.running.store(true, Ordering::SeqCst);
+        let late = async {
+            EffectResult::Applied {
+                effect_ref: Some("fx_late".into()),
+                result: json!({"id": "fx_late"}),
+            }
+        };
+        oncegate_store::Attempt {
+            result: EffectResult::Unknown {
+                message: "timed out".into(),
+            },
+            late: Some(oncegate_store::LateAnswer {
+                answer: Box::pin(late),
+                hold: None,
+            }),
+        }
+    }
+
+    fn attempt_running(&self, _: &IntentHandle) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+}
+
+#[tokio::test]
+async fn a_late_answer_is_recorded_and_settles_the_intent_applied() {
+    let scratch = Scratch::new();
+    let gate = scratch.gate(Arc::new(SystemClock)).await;
+    let exec = Arc::new(LateApplied {
+        running: Default::default(),
+    });
+    let args = json!({"order_id": "L-1", "amount": "3.00"});
+    let first = gate
+        .invoke_with("agent", Call::new("pay", args.clone()), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(first.status, Status::Unknown, "{first:?}");
+    let key = first.key.clone().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let record = loop {
+        let r = gate.store().load(&key).await.unwrap().unwrap();
+        if r.state == IntentState::Applied || tokio::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.state, IntentState::Applied);
+    assert_eq!(record.effect_ref.as_deref(), Some("fx_late"));
+    assert_eq!(record.executions, 1, "nothing re-executed");
+    let again = gate
+        .invoke_with("agent", Call::new("pay", args), exec)
+        .await
+        .unwrap();
+    assert_eq!(again.status, Status::Replayed);
+    assert_eq!(again.effect_ref.as_deref(), Some("fx_late"));
+}
+
+/// The first execution times out and never took effect; it records every execution's
+/// arguments.
+#[derive(Default)]
+struct LostThenRecorded {
+    seen: std::sync::Mutex<Vec<serde_json::Value>>,
+}
+
+impl Executor for LostThenRecorded {
+    async fn execute(&self, intent: IntentHandle) -> EffectResult {
+        let mut seen = self.seen.lock().unwrap();
+        seen.push(intent.arguments.clone());
+        if seen.len() == 1 {
+            EffectResult::Unknown {
+                message: "timed out".into(),
+            }
+        } else {
+            EffectResult::Applied {
+                effect_ref: Some("fx_2".into()),
+                result: json!({}),
+            }
+        }
+    }
+
+    async fn reconcile(&self, _intent: IntentHandle) -> oncegate_core::ReconcileResult {
+        oncegate_core::ReconcileResult::NotFound
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intent_reconciled_absent_re_executes_with_the_arguments_of_the_call_that_asked() {
+    let scratch = Scratch::new();
+    let gate = scratch.gate(Arc::new(SystemClock)).await;
+    let exec = Arc::new(LostThenRecorded::default());
+    let first = json!({"order_id": "R-1", "amount": "5.00", "memo": "first"});
+    let fixed = json!({"order_id": "R-1", "amount": "5.00", "memo": "corrected"});
+    let o = gate
+        .invoke_with("agent", Call::new("pay", first.clone()), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(o.status, Status::Unknown);
+    // `pay` is keyed: a confirmed absence re-executes at once, with the same key.
+    let o = gate
+        .invoke_with("agent", Call::new("pay", fixed.clone()), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(o.status, Status::Applied, "{o:?}");
+    assert_eq!(*exec.seen.lock().unwrap(), vec![first, fixed]);
+}
