@@ -513,22 +513,40 @@ fn check_exact_number(token: &str) -> Result<(), NormaliseError> {
         // Not a number on its own (cannot happen in valid JSON): nothing to compare.
         _ => return Ok(()),
     };
-    if held == token {
-        return Ok(());
-    }
-    let exact = |t: &str| {
-        if t.contains(['e', 'E']) {
-            Decimal::from_scientific(t).ok()
-        } else {
-            Decimal::from_str_exact(t).ok()
-        }
-    };
-    match (exact(token), exact(&held)) {
+    match (canonical_number(token), canonical_number(&held)) {
         (Some(a), Some(b)) if a == b => Ok(()),
         _ => err(format!(
             "the JSON number {token} cannot be held exactly (it would be read as {held}): oncegate never rounds a number; send it as a string, e.g. \"{token}\""
         )),
     }
+}
+
+/// A JSON number's value as (negative, significant digits, power of ten), so `12.50`,
+/// `1.25e1` and `1250e-2` compare equal at any magnitude (serde_json writes `1e300` as
+/// `1e+300`). Zero is one value whatever its sign.
+fn canonical_number(text: &str) -> Option<(bool, String, i64)> {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(at) => (&rest[..at], rest[at + 1..].parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{int}{frac}");
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let significant = digits.trim_start_matches('0');
+    if significant.is_empty() {
+        return Some((false, String::new(), 0));
+    }
+    let trimmed = significant.trim_end_matches('0');
+    let power = exponent
+        .checked_sub(i64::try_from(frac.len()).ok()?)?
+        .checked_add(i64::try_from(significant.len() - trimmed.len()).ok()?)?;
+    Some((negative, trimmed.to_owned(), power))
 }
 
 /// What the money normaliser reads around the amount.

@@ -325,6 +325,7 @@ fn a_reference_with_invisible_characters_is_the_same_charge() {
     };
     let (s1, first) = call("U-caf\u{e9}-1");
     assert_eq!(s1, 200, "{first}");
+    assert!(first["intent_key"].is_string(), "{first}");
     for drifted in ["U-cafe\u{301}-1", "U-caf\u{e9}\u{200B}-1", "\u{FEFF}U-caf\u{e9}-1"] {
         let (status, again) = call(drifted);
         assert_eq!(status, 200, "{again}");
