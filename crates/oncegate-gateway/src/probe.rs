@@ -61,13 +61,21 @@ pub async fn probe(registry: &Registry, client: reqwest::Client) -> Vec<ProbeFin
             ));
         }
         if let Some(rec) = &cap.reconcile {
-            // A reconciliation read is probed as an upstream of its own kind.
+            // A reconciliation read is probed as an upstream of its own kind, with the
+            // headers it is sent with: its own, then the write's (same provider
+            // credentials), as UpstreamExecutor does.
+            let mut headers = rec.headers.clone();
+            if let Some(up) = &cap.upstream {
+                for (name, value) in &up.headers {
+                    headers.entry(name.clone()).or_insert_with(|| value.clone());
+                }
+            }
             let as_upstream = Upstream {
                 kind: rec.kind,
                 url: rec.url.clone(),
                 method: rec.method.clone(),
                 timeout: rec.timeout,
-                headers: rec.headers.clone(),
+                headers,
                 body: None,
                 effect_ref: None,
                 idempotency: oncegate_core::config::KeyThreading::None,

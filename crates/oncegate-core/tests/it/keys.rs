@@ -205,6 +205,12 @@ proptest! {
             json!(format!("USD {major}")),
             json!({"minor": minor}),
             serde_json::from_str::<Value>(&major.normalize().to_string()).unwrap(),
+            json!(format!("usd{major}")),
+            json!(format!("  {major}USD ")),
+            json!({"amount": major.to_string(), "currency": "usd"}),
+            json!({"minor": minor.to_string(), "amount": major.to_string()}),
+            // A JSON number with an exponent is read from its value, not as a float.
+            serde_json::from_str::<Value>(&format!("{minor}e-2")).unwrap(),
         ];
         let keys: std::collections::BTreeSet<String> = spellings
             .into_iter()
