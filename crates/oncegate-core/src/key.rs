@@ -223,14 +223,13 @@ pub fn derive(
         }
         let mut changes = Vec::new();
         let value = match arg.path.lookup(arguments) {
-            Some(raw) => {
-                arg.normaliser
-                    .apply_noting(raw, arguments, &mut changes)
-                    .map_err(|source| KeyError::Invalid {
-                        path: arg.path.to_string(),
-                        source,
-                    })?
-            }
+            Some(raw) => arg
+                .normaliser
+                .apply_noting(raw, arguments, &mut changes)
+                .map_err(|source| KeyError::Invalid {
+                    path: arg.path.to_string(),
+                    source,
+                })?,
             None if arg.optional => Value::Null,
             None => return Err(KeyError::MissingArgument(arg.path.to_string())),
         };

@@ -181,7 +181,10 @@ impl Normaliser {
             } => {
                 let side = match currency_arg.as_ref().and_then(|p| p.lookup(args)) {
                     Some(Value::String(code)) => Some((
-                        currency_arg.as_ref().map(ArgPath::as_str).unwrap_or_default(),
+                        currency_arg
+                            .as_ref()
+                            .map(ArgPath::as_str)
+                            .unwrap_or_default(),
                         parse_currency(code)?,
                     )),
                     Some(other) => return err(format!("currency must be a string, got {other}")),
@@ -419,7 +422,9 @@ fn decimal_text(text: &str, exponent_ok: bool) -> Result<Decimal, NormaliseError
         ));
     }
     if text.starts_with('+') {
-        return err(format!("`{text}` starts with `+`: write the number without it"));
+        return err(format!(
+            "`{text}` starts with `+`: write the number without it"
+        ));
     }
     if let Some(c) = text.chars().find(|c| "$€£¥₹₩₽¢".contains(*c)) {
         return err(format!(
@@ -494,7 +499,8 @@ pub fn check_exact_numbers(text: &[u8]) -> Result<(), NormaliseError> {
             }
             b'-' | b'0'..=b'9' => {
                 let start = i;
-                while i < text.len() && matches!(text[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                while i < text.len()
+                    && matches!(text[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
                 {
                     i += 1;
                 }
@@ -609,10 +615,11 @@ impl Money {
         map: &serde_json::Map<String, Value>,
         rules: &MoneyRules<'_>,
     ) -> Result<Self, NormaliseError> {
-        if let Some(unknown) = map
-            .keys()
-            .find(|k| !(k.as_str() == "currency" || MINOR_FIELDS.contains(&k.as_str()) || MAJOR_FIELDS.contains(&k.as_str())))
-        {
+        if let Some(unknown) = map.keys().find(|k| {
+            !(k.as_str() == "currency"
+                || MINOR_FIELDS.contains(&k.as_str())
+                || MAJOR_FIELDS.contains(&k.as_str()))
+        }) {
             return err(format!(
                 "a money object has no field `{unknown}`: use `minor` (or `amount_minor`) or `amount` (or `value`), and `currency`"
             ));
@@ -635,7 +642,11 @@ impl Money {
             let (text, amount) = match raw {
                 Value::Number(n) => (n.to_string(), number_decimal(n)?),
                 Value::String(s) => (s.trim().to_owned(), decimal_text(s.trim(), false)?),
-                other => return err(format!("`{field}` must be a number or a string, got {other}")),
+                other => {
+                    return err(format!(
+                        "`{field}` must be a number or a string, got {other}"
+                    ));
+                }
             };
             check_sign(&text, amount, rules)?;
             let money = if is_minor {
@@ -696,7 +707,11 @@ impl Money {
     /// `12.50 USD`, for messages.
     fn display(self) -> String {
         let exponent = u32::from(self.currency.exponent().unwrap_or(0));
-        format!("{} {}", Decimal::new(self.minor, exponent), self.currency.code())
+        format!(
+            "{} {}",
+            Decimal::new(self.minor, exponent),
+            self.currency.code()
+        )
     }
 
     /// The value that enters the key: minor units as a string, since RFC 8785 writes
@@ -745,7 +760,9 @@ fn resolve_currency(
 /// currency is a run of ASCII letters at the start or at the end.
 fn split_amount_currency(text: &str) -> Result<(&str, Option<Currency>), NormaliseError> {
     let t = text.trim();
-    let lead = t.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let lead = t
+        .find(|c: char| !c.is_ascii_alphabetic())
+        .unwrap_or(t.len());
     let trail = t
         .rfind(|c: char| !c.is_ascii_alphabetic())
         .map_or(0, |i| i + t[i..].chars().next().map_or(1, char::len_utf8));
@@ -906,14 +923,8 @@ mod tests {
                 .unwrap(),
             json!(["2", "a", "b"])
         );
-        assert_eq!(
-            id().apply(&json!(123), &none).unwrap(),
-            json!("123")
-        );
-        assert_eq!(
-            id().apply(&json!(" A-1"), &none).unwrap(),
-            json!(" A-1")
-        );
+        assert_eq!(id().apply(&json!(123), &none).unwrap(), json!("123"));
+        assert_eq!(id().apply(&json!(" A-1"), &none).unwrap(), json!(" A-1"));
     }
 
     fn refusal(n: &Normaliser, value: Value, args: &Value) -> String {
@@ -978,10 +989,15 @@ mod tests {
     fn conflicting_money_fields_are_refused() {
         let args = json!({"currency": "USD"});
         let msg = refusal(&usd(), json!({"minor": 1250, "amount": "9999.00"}), &args);
-        assert!(msg.contains("conflicting") && msg.contains("`minor`") && msg.contains("`amount`"), "{msg}");
+        assert!(
+            msg.contains("conflicting") && msg.contains("`minor`") && msg.contains("`amount`"),
+            "{msg}"
+        );
         // Agreeing fields are one value, not a conflict.
         assert_eq!(
-            usd().apply(&json!({"minor": 1250, "amount": "12.50"}), &args).unwrap(),
+            usd()
+                .apply(&json!({"minor": 1250, "amount": "12.50"}), &args)
+                .unwrap(),
             json!({"currency": "USD", "minor": "1250"})
         );
         let msg = refusal(&usd(), json!({"amount": "12.50", "note": "x"}), &args);
@@ -989,7 +1005,10 @@ mod tests {
         let msg = refusal(&usd(), json!({"minor": "12.5"}), &args);
         assert!(msg.contains("whole number"), "{msg}");
         let msg = refusal(&usd(), json!({"amount": "12.50", "currency": "EUR"}), &args);
-        assert!(msg.contains("currency argument `currency` says USD"), "{msg}");
+        assert!(
+            msg.contains("currency argument `currency` says USD"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -1005,7 +1024,8 @@ mod tests {
             json!({"currency": "EUR", "minor": "1250"})
         );
         assert_eq!(
-            n.apply(&json!({"amount": "12.50", "currency": "eur"}), &json!({})).unwrap(),
+            n.apply(&json!({"amount": "12.50", "currency": "eur"}), &json!({}))
+                .unwrap(),
             json!({"currency": "EUR", "minor": "1250"})
         );
         assert_eq!(
@@ -1049,9 +1069,13 @@ mod tests {
         let none = json!({});
         let mut notes = Vec::new();
         // "é" precomposed (NFC) and as e + combining acute (NFD).
-        let nfc = id().apply_noting(&json!("caf\u{e9}-1"), &none, &mut notes).unwrap();
+        let nfc = id()
+            .apply_noting(&json!("caf\u{e9}-1"), &none, &mut notes)
+            .unwrap();
         assert!(notes.is_empty(), "{notes:?}");
-        let nfd = id().apply_noting(&json!("cafe\u{301}-1"), &none, &mut notes).unwrap();
+        let nfd = id()
+            .apply_noting(&json!("cafe\u{301}-1"), &none, &mut notes)
+            .unwrap();
         assert_eq!(nfc, nfd);
         assert_eq!(notes, vec!["NFC changed the text".to_owned()]);
         for dirty in [
@@ -1063,24 +1087,41 @@ mod tests {
             "A\u{00AD}-1",
         ] {
             let mut notes = Vec::new();
-            assert_eq!(id().apply_noting(&json!(dirty), &none, &mut notes).unwrap(), json!("A-1"), "{dirty:?}");
-            assert!(notes.iter().all(|n| n.starts_with("stripped U+")), "{notes:?}");
+            assert_eq!(
+                id().apply_noting(&json!(dirty), &none, &mut notes).unwrap(),
+                json!("A-1"),
+                "{dirty:?}"
+            );
+            assert!(
+                notes.iter().all(|n| n.starts_with("stripped U+")),
+                "{notes:?}"
+            );
             assert!(!notes.is_empty());
         }
         let mut notes = Vec::new();
-        id().apply_noting(&json!("A\u{200B}-1"), &none, &mut notes).unwrap();
+        id().apply_noting(&json!("A\u{200B}-1"), &none, &mut notes)
+            .unwrap();
         assert_eq!(notes, vec!["stripped U+200B ZERO WIDTH SPACE".to_owned()]);
-        assert!(id().apply(&json!("\u{200B}"), &none).is_err(), "nothing visible is no id");
+        assert!(
+            id().apply(&json!("\u{200B}"), &none).is_err(),
+            "nothing visible is no id"
+        );
         // A format character between a letter and its combining mark is stripped before
         // composing, so the NFD spelling with a ZWJ in it is still the NFC value.
-        assert_eq!(id().apply(&json!("cafe\u{200D}\u{301}-1"), &none).unwrap(), nfc);
+        assert_eq!(
+            id().apply(&json!("cafe\u{200D}\u{301}-1"), &none).unwrap(),
+            nfc
+        );
         let text = Normaliser::Text { case_fold: false };
         assert_eq!(
-            text.apply(&json!("hello\u{200B} wo\u{FEFF}rld"), &none).unwrap(),
+            text.apply(&json!("hello\u{200B} wo\u{FEFF}rld"), &none)
+                .unwrap(),
             json!("hello world")
         );
         assert_eq!(
-            Normaliser::Email.apply(&json!("\u{FEFF}ann\u{200B}@Example.com"), &none).unwrap(),
+            Normaliser::Email
+                .apply(&json!("\u{FEFF}ann\u{200B}@Example.com"), &none)
+                .unwrap(),
             json!("ann@example.com")
         );
     }
@@ -1089,15 +1130,32 @@ mod tests {
     fn ids_fold_case_and_width_only_when_asked() {
         let none = json!({});
         let folded = Normaliser::Id {
-            folding: Folding { case: true, width: true },
+            folding: Folding {
+                case: true,
+                width: true,
+            },
         };
-        assert_eq!(folded.apply(&json!("\u{FF21}\u{FF11}-x"), &none).unwrap(), json!("a1-x"));
+        assert_eq!(
+            folded.apply(&json!("\u{FF21}\u{FF11}-x"), &none).unwrap(),
+            json!("a1-x")
+        );
         assert_eq!(folded.apply(&json!("A1-X"), &none).unwrap(), json!("a1-x"));
-        assert_eq!(id().apply(&json!("\u{FF21}\u{FF11}-x"), &none).unwrap(), json!("\u{FF21}\u{FF11}-x"));
+        assert_eq!(
+            id().apply(&json!("\u{FF21}\u{FF11}-x"), &none).unwrap(),
+            json!("\u{FF21}\u{FF11}-x")
+        );
         assert_eq!(id().apply(&json!("A1-X"), &none).unwrap(), json!("A1-X"));
         let mut notes = Vec::new();
-        folded.apply_noting(&json!("\u{FF21}1"), &none, &mut notes).unwrap();
-        assert_eq!(notes, vec!["NFKC changed the text (width folding)".to_owned(), "case folding changed the text".to_owned()]);
+        folded
+            .apply_noting(&json!("\u{FF21}1"), &none, &mut notes)
+            .unwrap();
+        assert_eq!(
+            notes,
+            vec![
+                "NFKC changed the text (width folding)".to_owned(),
+                "case folding changed the text".to_owned()
+            ]
+        );
     }
 
     fn any_normaliser() -> impl Strategy<Value = Normaliser> {

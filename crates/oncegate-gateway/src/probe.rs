@@ -36,14 +36,8 @@ impl ProbeFinding {
     /// One line for a terminal or a log.
     pub fn line(&self) -> String {
         match &self.problem {
-            None => format!(
-                "{} {}: {}: ok",
-                self.capability, self.part, self.target
-            ),
-            Some(p) => format!(
-                "{} {}: {}: {p}",
-                self.capability, self.part, self.target
-            ),
+            None => format!("{} {}: {}: ok", self.capability, self.part, self.target),
+            Some(p) => format!("{} {}: {}: {p}", self.capability, self.part, self.target),
         }
     }
 }
@@ -143,17 +137,19 @@ async fn connect(url: &str, timeout: Duration) -> (String, Option<String>) {
         return (url.to_owned(), Some("the URL names no host".into()));
     };
     let origin = format!("{}://{host}:{port}", parsed.scheme());
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
     let limit = timeout.min(CONNECT_LIMIT);
-    let problem = match tokio::time::timeout(limit, tokio::net::TcpStream::connect((host, port)))
-        .await
-    {
-        Ok(Ok(_)) => None,
-        Ok(Err(e)) => Some(format!("unreachable: {e}")),
-        Err(_) => Some(format!(
-            "unreachable: no connection within {}s",
-            limit.as_secs()
-        )),
-    };
+    let problem =
+        match tokio::time::timeout(limit, tokio::net::TcpStream::connect((host, port))).await {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(format!("unreachable: {e}")),
+            Err(_) => Some(format!(
+                "unreachable: no connection within {}s",
+                limit.as_secs()
+            )),
+        };
     (origin, problem)
 }

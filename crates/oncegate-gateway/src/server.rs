@@ -548,7 +548,11 @@ fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError
 /// written. `bytes` must already have parsed as JSON.
 fn exact_numbers(bytes: &[u8]) -> Result<(), ApiError> {
     oncegate_core::normalise::check_exact_numbers(bytes).map_err(|e| {
-        ApiError::Coded(StatusCode::UNPROCESSABLE_ENTITY, Code::InvalidArguments, e.0)
+        ApiError::Coded(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Code::InvalidArguments,
+            e.0,
+        )
     })
 }
 

@@ -105,7 +105,9 @@ fn check_config_probe_reports_an_unknown_mcp_tool_and_an_unreachable_upstream() 
         "{stderr}"
     );
     assert!(
-        stderr.contains(&format!("gone upstream: http://127.0.0.1:{port}: unreachable")),
+        stderr.contains(&format!(
+            "gone upstream: http://127.0.0.1:{port}: unreachable"
+        )),
         "{stderr}"
     );
     assert!(
@@ -145,8 +147,17 @@ fn check_config_prints_values_as_the_config_writes_them() {
         email.contains(" non_idempotent ") && email.contains("on_unknown reconcile"),
         "{email}"
     );
-    for debug in ["NonIdempotent", "Keyed", "IdempotentWrite", "Reconcile", "Escalate"] {
-        assert!(!stdout.contains(debug), "Debug spelling `{debug}`: {stdout}");
+    for debug in [
+        "NonIdempotent",
+        "Keyed",
+        "IdempotentWrite",
+        "Reconcile",
+        "Escalate",
+    ] {
+        assert!(
+            !stdout.contains(debug),
+            "Debug spelling `{debug}`: {stdout}"
+        );
     }
 }
 
@@ -202,7 +213,11 @@ fn serve_warns_at_startup_about_what_the_probe_finds() {
     });
     let mut first = String::new();
     BufReader::new(stdout).read_line(&mut first).unwrap();
-    let url = first.split_whitespace().last().unwrap_or_default().to_owned();
+    let url = first
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
     let gw = Proc { child, url };
     assert!(gw.url.starts_with("http://"), "{first}");
 
@@ -213,7 +228,10 @@ fn serve_warns_at_startup_about_what_the_probe_finds() {
         match rx.recv_timeout(left) {
             Ok(line) if line.contains("probe:") && line.contains("charge_typo") => break line,
             Ok(line) => seen.push(line),
-            Err(_) => panic!("no probe warning within 60 s; the log said:\n{}", seen.join("\n")),
+            Err(_) => panic!(
+                "no probe warning within 60 s; the log said:\n{}",
+                seen.join("\n")
+            ),
         }
     };
     assert!(
@@ -326,7 +344,11 @@ fn a_reference_with_invisible_characters_is_the_same_charge() {
     let (s1, first) = call("U-caf\u{e9}-1");
     assert_eq!(s1, 200, "{first}");
     assert!(first["intent_key"].is_string(), "{first}");
-    for drifted in ["U-cafe\u{301}-1", "U-caf\u{e9}\u{200B}-1", "\u{FEFF}U-caf\u{e9}-1"] {
+    for drifted in [
+        "U-cafe\u{301}-1",
+        "U-caf\u{e9}\u{200B}-1",
+        "\u{FEFF}U-caf\u{e9}-1",
+    ] {
         let (status, again) = call(drifted);
         assert_eq!(status, 200, "{again}");
         assert_eq!(again["intent_key"], first["intent_key"], "{again}");
@@ -355,7 +377,11 @@ fn keys_derive_shows_what_normalisation_changed() {
     };
     let out = derive("{\"order_id\":\"cafe\u{301}\u{200B}-1\",\"amount\":\"12.50\"}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = stdout
         .lines()
         .find(|l| l.starts_with("business_ref:"))
@@ -366,7 +392,10 @@ fn keys_derive_shows_what_normalisation_changed() {
     );
     let plain = derive(r#"{"order_id":"A-1","amount":"12.50"}"#);
     let plain = String::from_utf8_lossy(&plain.stdout);
-    assert!(!plain.contains("stripped") && !plain.contains("NFC"), "{plain}");
+    assert!(
+        !plain.contains("stripped") && !plain.contains("NFC"),
+        "{plain}"
+    );
 
     let lossy = derive(r#"{"order_id":"A-1","amount":12.5000000000000001}"#);
     assert!(!lossy.status.success());

@@ -233,8 +233,14 @@ significant = [{ arg = "message", type = "text" }, { arg = "subject", type = "te
     assert!(e.help.unwrap().contains("business_ref"));
     // A business reference, or one argument that is not free text, makes it a recipe.
     for fix in [
-        text.replace("[capabilities.key]\n", "[capabilities.key]\nbusiness_ref = \"message_id\"\n"),
-        text.replace("{ arg = \"subject\", type = \"text\", case_fold = true }", "{ arg = \"to\", type = \"email\" }"),
+        text.replace(
+            "[capabilities.key]\n",
+            "[capabilities.key]\nbusiness_ref = \"message_id\"\n",
+        ),
+        text.replace(
+            "{ arg = \"subject\", type = \"text\", case_fold = true }",
+            "{ arg = \"to\", type = \"email\" }",
+        ),
     ] {
         parse(&fix).unwrap_or_else(|e| panic!("{e}\n{fix}"));
     }
@@ -262,16 +268,28 @@ key = {{ business_ref = "order_id", significant = [{options}] }}
         parse(&with(ok)).unwrap_or_else(|e| panic!("{ok}: {e}"));
     }
     for (bad, field) in [
-        (r#"{ arg = "memo", type = "text", width_fold = true }"#, "width_fold"),
-        (r#"{ arg = "n", type = "integer", allow_negative = true }"#, "allow_negative"),
+        (
+            r#"{ arg = "memo", type = "text", width_fold = true }"#,
+            "width_fold",
+        ),
+        (
+            r#"{ arg = "n", type = "integer", allow_negative = true }"#,
+            "allow_negative",
+        ),
     ] {
         let e = error_for(&with(bad));
         assert!(e.field.ends_with(field), "{bad}: {e}");
     }
-    let registry = parse(&with(r#"{ arg = "amount", type = "money", default_currency = "USD", allow_negative = true }"#)).unwrap();
+    let registry = parse(&with(
+        r#"{ arg = "amount", type = "money", default_currency = "USD", allow_negative = true }"#,
+    ))
+    .unwrap();
     let cap = registry.capability("refund").unwrap();
     assert!(matches!(
         cap.key.significant[0].normaliser,
-        oncegate_core::normalise::Normaliser::Money { allow_negative: true, .. }
+        oncegate_core::normalise::Normaliser::Money {
+            allow_negative: true,
+            ..
+        }
     ));
 }

@@ -331,15 +331,19 @@ fn unicode_spellings_of_one_reference_are_one_intent() {
     let nfc = json!({"order_id": "caf\u{e9}-1", "amount": "12.50"});
     let base = key_of("charge_card", "planner", nfc.clone(), None, None);
     for drifted in [
-        "cafe\u{301}-1",           // NFD
-        "caf\u{e9}\u{200B}-1",     // zero-width space
-        "\u{FEFF}caf\u{e9}-1",     // BOM
-        "caf\u{e9}-\u{200D}1",     // zero-width joiner
+        "cafe\u{301}-1",               // NFD
+        "caf\u{e9}\u{200B}-1",         // zero-width space
+        "\u{FEFF}caf\u{e9}-1",         // BOM
+        "caf\u{e9}-\u{200D}1",         // zero-width joiner
         "\u{202E}caf\u{e9}-1\u{202C}", // bidi override
         "\u{2067}caf\u{e9}-1\u{2069}", // bidi isolate
     ] {
         let args = json!({"order_id": drifted, "amount": "12.50"});
-        assert_eq!(key_of("charge_card", "planner", args, None, None), base, "{drifted:?}");
+        assert_eq!(
+            key_of("charge_card", "planner", args, None, None),
+            base,
+            "{drifted:?}"
+        );
     }
     let e = explain(
         "charge_card",
@@ -354,7 +358,13 @@ fn unicode_spellings_of_one_reference_are_one_intent() {
             "NFC changed the text".to_owned()
         ]
     );
-    assert!(explain("charge_card", nfc).business_ref.unwrap().changes.is_empty());
+    assert!(
+        explain("charge_card", nfc)
+            .business_ref
+            .unwrap()
+            .changes
+            .is_empty()
+    );
     // Email addresses and ids among the significant arguments too.
     let email = |to: &str| {
         key_of(
@@ -365,7 +375,10 @@ fn unicode_spellings_of_one_reference_are_one_intent() {
             None,
         )
     };
-    assert_eq!(email("ren\u{e9}e@example.com"), email("rene\u{301}e\u{200B}@Example.com"));
+    assert_eq!(
+        email("ren\u{e9}e@example.com"),
+        email("rene\u{301}e\u{200B}@Example.com")
+    );
     let ledger = |account: &str| {
         key_of(
             "append_ledger",
@@ -377,6 +390,27 @@ fn unicode_spellings_of_one_reference_are_one_intent() {
     };
     assert_eq!(ledger("4000"), ledger("40\u{2060}00"));
     assert_ne!(ledger("4000"), ledger("4001"));
+}
+
+/// The explanation of a Unicode-drifted call, pinned: which inputs were cleaned, how,
+/// and the key bytes (the same as the clean NFC spelling's).
+#[test]
+fn unicode_explanation_is_pinned() {
+    let e = explain(
+        "send_email",
+        json!({"order_id": "\u{FEFF}caf\u{e9}-1", "to": "rene\u{301}e\u{200B}@Example.com", "template": "receipt"}),
+    );
+    assert_eq!(
+        e.key.to_string(),
+        key_of(
+            "send_email",
+            "planner",
+            json!({"order_id": "caf\u{e9}-1", "to": "ren\u{e9}e@example.com", "template": "receipt"}),
+            None,
+            None
+        )
+    );
+    insta::assert_json_snapshot!(e);
 }
 
 /// An id that opts into case and width folding folds; one that does not stays exact.
@@ -406,15 +440,31 @@ fn ids_fold_only_when_the_argument_says_so() {
         .unwrap()
     };
     assert_eq!(k("acc-7").key, k("ACC-7").key);
-    assert_eq!(k("acc-7").key, k("\u{FF21}\u{FF23}\u{FF23}-\u{FF17}").key, "full-width");
+    assert_eq!(
+        k("acc-7").key,
+        k("\u{FF21}\u{FF23}\u{FF23}-\u{FF17}").key,
+        "full-width"
+    );
     assert_eq!(
         k("ACC-7").explanation.inputs[0].changes,
         vec!["case folding changed the text".to_owned()]
     );
     // The shipped example keeps ids exact.
     assert_ne!(
-        key_of("append_ledger", "planner", json!({"entry_ref": "E-1", "account": "acc-7", "amount": "1.00"}), Some("r"), Some("s")),
-        key_of("append_ledger", "planner", json!({"entry_ref": "E-1", "account": "ACC-7", "amount": "1.00"}), Some("r"), Some("s")),
+        key_of(
+            "append_ledger",
+            "planner",
+            json!({"entry_ref": "E-1", "account": "acc-7", "amount": "1.00"}),
+            Some("r"),
+            Some("s")
+        ),
+        key_of(
+            "append_ledger",
+            "planner",
+            json!({"entry_ref": "E-1", "account": "ACC-7", "amount": "1.00"}),
+            Some("r"),
+            Some("s")
+        ),
     );
 }
 
@@ -443,16 +493,31 @@ fn hostile_amounts_are_refused_by_the_recipe() {
         )
         .expect_err("refused")
         .to_string();
-        assert!(e.contains(says) && e.contains("argument `amount`"), "{amount}: {e}");
+        assert!(
+            e.contains(says) && e.contains("argument `amount`"),
+            "{amount}: {e}"
+        );
     }
     // "12.50 EUR" with no currency argument given is EUR, not the default USD.
-    let eur = explain("charge_card", json!({"order_id": "A-1", "amount": "12.50 EUR"}));
-    assert_eq!(eur.inputs[0].normalised, json!({"currency": "EUR", "minor": "1250"}));
+    let eur = explain(
+        "charge_card",
+        json!({"order_id": "A-1", "amount": "12.50 EUR"}),
+    );
+    assert_eq!(
+        eur.inputs[0].normalised,
+        json!({"currency": "EUR", "minor": "1250"})
+    );
     // The JSON number with an exponent is the plain number.
     let exp: Value = serde_json::from_str(r#"{"order_id": "A-1", "amount": 1.25e1}"#).unwrap();
     assert_eq!(
         key_of("charge_card", "planner", exp, None, None),
-        key_of("charge_card", "planner", json!({"order_id": "A-1", "amount": "12.50"}), None, None)
+        key_of(
+            "charge_card",
+            "planner",
+            json!({"order_id": "A-1", "amount": "12.50"}),
+            None,
+            None
+        )
     );
 }
 
