@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Validate a registry without starting anything.
-    CheckConfig(ConfigArg),
+    CheckConfig(cmd::check_config::CheckConfigArgs),
     /// Explain intent keys.
     #[command(subcommand)]
     Keys(cmd::keys::KeysCommand),

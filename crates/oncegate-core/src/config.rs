@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toml::de::{DeTable, DeValue};
 
-use crate::normalise::{ArgPath, MoneyUnit, Normaliser};
+use crate::normalise::{ArgPath, Folding, MoneyUnit, Normaliser};
 use crate::policy::PolicyEngine;
 use crate::template::{Source, Template};
 
@@ -65,6 +65,17 @@ pub enum Category {
 }
 
 impl Category {
+    /// The config spelling (`non_idempotent`), for output a user compares with the
+    /// config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Read => "read",
+            Category::IdempotentWrite => "idempotent_write",
+            Category::Keyed => "keyed",
+            Category::NonIdempotent => "non_idempotent",
+        }
+    }
+
     /// Whether a call of this category changes the world (and so is claimed, and
     /// refused when the store is down).
     pub fn is_consequential(self) -> bool {
@@ -112,6 +123,18 @@ pub enum OnUnknown {
     /// Execute again with the same key (only `idempotent_write` and `keyed`, whose
     /// upstream dedupes on the key).
     Retry,
+}
+
+impl OnUnknown {
+    /// The config spelling (`reconcile`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnUnknown::Reconcile => "reconcile",
+            OnUnknown::Escalate => "escalate",
+            OnUnknown::Refuse => "refuse",
+            OnUnknown::Retry => "retry",
+        }
+    }
 }
 
 /// What happens when the same intent arrives from another run.
@@ -557,7 +580,9 @@ struct RawSignificant {
     currency_arg: Option<String>,
     default_currency: Option<String>,
     unit: Option<MoneyUnit>,
+    allow_negative: Option<bool>,
     case_fold: Option<bool>,
+    width_fold: Option<bool>,
     values: Option<Vec<String>>,
 }
 
@@ -1241,6 +1266,22 @@ impl Builder<'_> {
         {
             self.err(&at(&["key"]), format!("`{}` is non_idempotent but has no key recipe: every call would be a new intent", rc.name), Some("declare [capabilities.key] with a business_ref (order id, message id) and/or significant arguments"));
         }
+        if rc.category == Category::NonIdempotent
+            && key.business_ref.is_none()
+            && !key.significant.is_empty()
+            && key
+                .significant
+                .iter()
+                .all(|s| matches!(s.normaliser, Normaliser::Text { .. }))
+        {
+            // A re-plan rewords free text ("Your receipt" / "Here is your receipt"), so a
+            // key made of it alone turns every re-plan into a new email.
+            self.err(
+                &at(&["key", "significant"]),
+                format!("`{}` is non_idempotent and keyed on free text alone: a re-plan that rewords the text is a new intent, and the effect happens again", rc.name),
+                Some("declare a business_ref (order id, message id), or a significant argument that is not free text (an id, an email, an enum)"),
+            );
+        }
         if let Some(up) = &upstream {
             if rc.category == Category::Keyed && up.idempotency == KeyThreading::None {
                 self.err(&at(&["upstream", "idempotency"]), format!("`{}` is keyed but its upstream does not receive the key", rc.name), Some("set idempotency = \"header\" (HTTP), \"meta\" or \"argument\" (MCP), or make the capability non_idempotent"));
@@ -1372,7 +1413,17 @@ impl Builder<'_> {
                     &[NormKind::Money],
                 ),
                 misplaced("unit", s.unit.is_some(), &[NormKind::Money]),
-                misplaced("case_fold", s.case_fold.is_some(), &[NormKind::Text]),
+                misplaced(
+                    "allow_negative",
+                    s.allow_negative.is_some(),
+                    &[NormKind::Money],
+                ),
+                misplaced(
+                    "case_fold",
+                    s.case_fold.is_some(),
+                    &[NormKind::Text, NormKind::Id],
+                ),
+                misplaced("width_fold", s.width_fold.is_some(), &[NormKind::Id]),
                 misplaced("values", s.values.is_some(), &[NormKind::Enum]),
             ]
             .into_iter()
@@ -1411,6 +1462,7 @@ impl Builder<'_> {
                         currency_arg,
                         default_currency,
                         unit: s.unit.unwrap_or_default(),
+                        allow_negative: s.allow_negative.unwrap_or(false),
                     }
                 }
                 NormKind::Email => Normaliser::Email,
@@ -1431,7 +1483,12 @@ impl Builder<'_> {
                     Normaliser::Enum { values }
                 }
                 NormKind::Set => Normaliser::Set,
-                NormKind::Id => Normaliser::Id,
+                NormKind::Id => Normaliser::Id {
+                    folding: Folding {
+                        case: s.case_fold.unwrap_or(false),
+                        width: s.width_fold.unwrap_or(false),
+                    },
+                },
             };
             significant.push(SignificantArg {
                 path,

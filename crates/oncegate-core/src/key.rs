@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::config::{Capability, KeyPrincipal, Scope};
-use crate::normalise::NormaliseError;
+use crate::normalise::{Folding, NormaliseError, clean_text};
 
 /// Version of the key material layout. Changing it changes every key: never do it
 /// without a migration plan (the snapshot tests pin it).
@@ -108,6 +108,10 @@ pub struct KeyInput {
     pub raw: Value,
     /// The value that entered the key.
     pub normalised: Value,
+    /// What Unicode cleaning changed ("stripped U+200B ZERO WIDTH SPACE", "NFC changed
+    /// the text"); absent when nothing changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
 }
 
 /// Which inputs made a key and why: what `oncegate keys derive` prints.
@@ -181,10 +185,15 @@ pub fn derive(
             let raw = path
                 .lookup(arguments)
                 .ok_or_else(|| KeyError::MissingBusinessRef(path.to_string()))?;
-            let value = match raw {
-                Value::String(s) if !s.trim().is_empty() => s.trim().to_owned(),
-                Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
-                other => {
+            let mut changes = Vec::new();
+            let cleaned = match raw {
+                Value::String(s) => Some(clean_text(s, Folding::default(), &mut changes)),
+                _ => None,
+            };
+            let value = match (raw, cleaned.as_deref().map(str::trim)) {
+                (Value::String(_), Some(s)) if !s.is_empty() => s.to_owned(),
+                (Value::Number(n), _) if n.is_i64() || n.is_u64() => n.to_string(),
+                (other, _) => {
                     return Err(KeyError::BadBusinessRef {
                         path: path.to_string(),
                         got: other.to_string(),
@@ -196,6 +205,7 @@ pub fn derive(
                 normaliser: "id".into(),
                 raw: raw.clone(),
                 normalised: Value::String(value),
+                changes,
             })
         }
     };
@@ -211,15 +221,15 @@ pub fn derive(
         {
             used_roots.push(c.root());
         }
+        let mut changes = Vec::new();
         let value = match arg.path.lookup(arguments) {
-            Some(raw) => {
-                arg.normaliser
-                    .apply(raw, arguments)
-                    .map_err(|source| KeyError::Invalid {
-                        path: arg.path.to_string(),
-                        source,
-                    })?
-            }
+            Some(raw) => arg
+                .normaliser
+                .apply_noting(raw, arguments, &mut changes)
+                .map_err(|source| KeyError::Invalid {
+                    path: arg.path.to_string(),
+                    source,
+                })?,
             None if arg.optional => Value::Null,
             None => return Err(KeyError::MissingArgument(arg.path.to_string())),
         };
@@ -228,6 +238,7 @@ pub fn derive(
             normaliser: arg.normaliser.type_name().into(),
             raw: arg.path.lookup(arguments).cloned().unwrap_or(Value::Null),
             normalised: value.clone(),
+            changes,
         });
         normalised.insert(arg.path.to_string(), value);
     }

@@ -5,6 +5,7 @@
 
 pub mod demo;
 pub mod mcp;
+pub mod probe;
 pub mod sandbox;
 pub mod server;
 pub mod upstream;

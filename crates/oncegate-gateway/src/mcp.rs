@@ -185,6 +185,17 @@ async fn checked_body(body: axum::body::Body) -> Result<axum::body::Body, Box<Re
                 .filter(|id| id.is_string() || id.is_i64() || id.is_u64()),
         )));
     }
+    // A tool argument serde_json would round never reaches the key or the upstream.
+    if message.get("method").and_then(Value::as_str) == Some("tools/call")
+        && let Err(e) = oncegate_core::normalise::check_exact_numbers(&bytes)
+    {
+        return Err(Box::new(jsonrpc_error_with_id(
+            axum::http::StatusCode::BAD_REQUEST,
+            ErrorCode::INVALID_PARAMS,
+            &format!("invalid params: {e}"),
+            message.get("id"),
+        )));
+    }
     Ok(axum::body::Body::from(bytes))
 }
 
@@ -337,7 +348,7 @@ fn arg_schema(normaliser: &Normaliser) -> Value {
         Normaliser::Decimal => json!({"type": ["number", "string"]}),
         Normaliser::Enum { values } => json!({"type": "string", "enum": values}),
         Normaliser::Set => json!({"type": "array"}),
-        Normaliser::Id => json!({"type": ["string", "integer"]}),
+        Normaliser::Id { .. } => json!({"type": ["string", "integer"]}),
     }
 }
 

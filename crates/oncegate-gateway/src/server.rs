@@ -549,6 +549,19 @@ fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError
         .map_err(|e| ApiError::BadRequest(format!("malformed request body: {e}")))
 }
 
+/// Refuses a body holding a number serde_json would round (`12.5000000000000001`, a
+/// 25-digit integer): the key and the upstream would see another number than the one
+/// written. `bytes` must already have parsed as JSON.
+fn exact_numbers(bytes: &[u8]) -> Result<(), ApiError> {
+    oncegate_core::normalise::check_exact_numbers(bytes).map_err(|e| {
+        ApiError::Coded(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Code::InvalidArguments,
+            e.0,
+        )
+    })
+}
+
 #[utoipa::path(post, path = "/v1/calls", tag = "calls", request_body = CallBody, params(("Oncegate-Run-Id" = Option<String>, Header, description = "the orchestrator's run id"), ("Oncegate-Step-Id" = Option<String>, Header, description = "the orchestrator's step id"), ("Idempotency-Key" = Option<String>, Header, description = "a coded orchestrator's own stable key")), responses((status = 200, description = "applied, replayed, dry_run or failed", body = Envelope), (status = 202, description = "in_flight, unknown or pending_approval", body = Envelope), (status = 403, description = "denied", body = Envelope), (status = 409, description = "refused, or the Idempotency-Key's first request is in flight", body = Envelope), (status = 429, description = "attempt ceiling or read rate cap", body = Envelope), (status = 503, description = "store unavailable (fail closed)", body = Envelope), (status = 400, description = "malformed request"), (status = 401, description = "missing or wrong token"), (status = 422, description = "arguments do not normalise, or Idempotency-Key reused")), security(("bearer" = [])))]
 async fn post_call(
     State(state): State<AppState>,
@@ -556,7 +569,9 @@ async fn post_call(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let principal = state.authenticate(&headers)?;
-    let body: CallBody = json_body(&body)?;
+    let parsed: CallBody = json_body(&body)?;
+    exact_numbers(&body)?;
+    let body = parsed;
     let executor = state.executor(&body.capability)?;
     let call = Call {
         capability: body.capability,
@@ -879,7 +894,9 @@ async fn derive_key(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let p = state.authenticate(&headers)?;
-    let body: DeriveBody = json_body(&body)?;
+    let parsed: DeriveBody = json_body(&body)?;
+    exact_numbers(&body)?;
+    let body = parsed;
     let registry = state.gate.registry();
     let cap = registry
         .capability(&body.capability)

@@ -512,18 +512,7 @@ impl UpstreamExecutor {
 
     /// The upstream tool's own input schema (MCP upstreams).
     pub async fn upstream_tool_schema(&self, up: &Upstream) -> Result<Map<String, Value>, String> {
-        // Only the gateway's own values ({env.NAME}) make sense outside a call.
-        let nobody = IntentHandle {
-            key: String::new(),
-            intent_key: oncegate_core::key::IntentKey::from_hex(String::new()),
-            generation: 0,
-            capability: self.cap.name.clone(),
-            arguments: Value::Null,
-            normalised: Value::Null,
-            business_ref: None,
-            run_id: None,
-            step_id: None,
-        };
+        let nobody = self.nobody();
         let scope = Scope { intent: &nobody };
         let call = mcp::ToolCall {
             url: scope.text(&up.url).map_err(|e| e.to_string())?,
@@ -534,6 +523,31 @@ impl UpstreamExecutor {
             timeout: up.timeout.unsigned_abs(),
         };
         mcp::tool_schema(self.client.clone(), call).await
+    }
+
+    /// A URL template rendered outside any call (`check-config --probe`): the gateway's
+    /// own `{env.NAME}` values are filled in, the call's values are left empty.
+    pub fn render_url_outside_a_call(&self, url: &Template) -> Result<String, String> {
+        let nobody = self.nobody();
+        Scope { intent: &nobody }
+            .url(url)
+            .map_err(|e| e.to_string())
+    }
+
+    /// An intent that is no intent: only the gateway's own values ({env.NAME}) make
+    /// sense outside a call.
+    fn nobody(&self) -> IntentHandle {
+        IntentHandle {
+            key: String::new(),
+            intent_key: oncegate_core::key::IntentKey::from_hex(String::new()),
+            generation: 0,
+            capability: self.cap.name.clone(),
+            arguments: Value::Null,
+            normalised: Value::Null,
+            business_ref: None,
+            run_id: None,
+            step_id: None,
+        }
     }
 
     async fn execute_mcp(&self, up: &Upstream, intent: &IntentHandle) -> Attempt {

@@ -59,16 +59,8 @@ impl Report {
 pub fn lint(cap: &Capability) -> Vec<String> {
     let mut findings = Vec::new();
     let key = &cap.key;
-    if cap.category == Category::NonIdempotent
-        && key.business_ref.is_none()
-        && !key.significant.is_empty()
-        && key
-            .significant
-            .iter()
-            .all(|s| matches!(s.normaliser, Normaliser::Text { .. }))
-    {
-        findings.push("non_idempotent and keyed on nothing but free text: a re-plan that rewords the text is a new intent (declare a business_ref)".into());
-    }
+    // A non_idempotent capability keyed on free text alone is a config error
+    // (config.rs): no registry that loads holds one.
     if let (Some(path), Some(up)) = (&key.business_ref, &cap.upstream)
         && let Some(body) = &up.body
     {
@@ -243,6 +235,7 @@ fn samples(cap: &Capability, n: usize) -> (Value, Vec<(ArgPath, Value)>) {
                 currency_arg,
                 default_currency,
                 unit,
+                ..
             } => {
                 let currency = default_currency.unwrap_or(iso_currency::Currency::USD);
                 let code = currency.code();
@@ -330,7 +323,7 @@ fn samples(cap: &Capability, n: usize) -> (Value, Vec<(ArgPath, Value)>) {
                 json!(["a", "b", format!("c{n}")]),
                 vec![json!([format!("c{n}"), "b", "a", "a"])],
             ),
-            Normaliser::Id => {
+            Normaliser::Id { .. } => {
                 let v = 1000 + n as i64;
                 (json!(v.to_string()), vec![json!(v)])
             }

@@ -1,15 +1,28 @@
-//! `oncegate check-config`: validate a registry without starting anything.
+//! `oncegate check-config`: validate a registry without starting anything, and with
+//! `--probe` find the upstreams it names that do not answer.
 
 use std::process::ExitCode;
 
 use crate::ConfigArg;
 
-pub fn run(args: &ConfigArg) -> anyhow::Result<ExitCode> {
-    let registry = match oncegate_store::load_registry(&args.config) {
+#[derive(Debug, clap::Args)]
+pub struct CheckConfigArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Also connect to every upstream and reconciliation read: report an unreachable
+    /// one and an MCP tool the server does not list. No effect is ever sent (HTTP
+    /// upstreams get a TCP connection only, MCP servers a `tools/list`).
+    #[arg(long)]
+    probe: bool,
+}
+
+pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
+    let path = &args.config.config;
+    let registry = match oncegate_store::load_registry(path) {
         Ok(r) => r,
         Err(errors) => {
             eprintln!("{errors}");
-            eprintln!("{}: {} error(s)", args.config.display(), errors.0.len());
+            eprintln!("{}: {} error(s)", path.display(), errors.0.len());
             return Ok(ExitCode::FAILURE);
         }
     };
@@ -26,22 +39,49 @@ pub fn run(args: &ConfigArg) -> anyhow::Result<ExitCode> {
     }
     println!(
         "{}: ok ({} capabilities, {} principals, store {})",
-        args.config.display(),
+        path.display(),
         registry.capabilities().len(),
         registry.principals.len(),
         registry.store_url
     );
     for cap in registry.capabilities() {
+        // Every value as it is written in the config, so the line can be checked
+        // against the file.
         println!(
-            "  {:<16} {:<16} window {:#} ceiling {} on_unknown {:?} policy {}",
+            "  {:<16} {:<16} window {:#} ceiling {} on_unknown {} policy {}",
             cap.name,
-            format!("{:?}", cap.category),
+            cap.category.as_str(),
             cap.replay_window,
             cap.attempt_ceiling
                 .map_or("none".to_owned(), |c| c.to_string()),
-            cap.on_unknown,
+            cap.on_unknown.as_str(),
             cap.policy_file.as_deref().unwrap_or("-"),
         );
     }
+    if !args.probe {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let findings = runtime.block_on(oncegate_gateway::probe::probe(
+        &registry,
+        oncegate_gateway::server::http_client(),
+    ));
+    let problems = findings.iter().filter(|f| f.problem.is_some()).count();
+    for f in &findings {
+        match f.problem {
+            None => println!("probe: {}", f.line()),
+            Some(_) => eprintln!("error: probe: {}", f.line()),
+        }
+    }
+    if problems > 0 {
+        eprintln!(
+            "{}: {problems} upstream problem(s) found by --probe",
+            path.display()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    println!("probe: {} upstream(s) answered", findings.len());
     Ok(ExitCode::SUCCESS)
 }

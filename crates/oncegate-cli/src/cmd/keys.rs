@@ -61,6 +61,9 @@ pub fn run(command: KeysCommand) -> anyhow::Result<ExitCode> {
     };
     let arguments: serde_json::Value =
         serde_json::from_str(&args).context("--args is not valid JSON")?;
+    // The gateway refuses a number it cannot hold exactly; so does the explanation.
+    oncegate_core::normalise::check_exact_numbers(args.as_bytes())
+        .map_err(|e| anyhow::anyhow!("--args: {e}"))?;
     let scope = CallScope {
         run_id: run.as_deref(),
         step_id: step.as_deref(),
@@ -106,8 +109,11 @@ fn explain(e: &KeyExplanation) -> String {
         Some(b) => {
             let _ = writeln!(
                 out,
-                "business_ref: {} = {} (from {})",
-                b.arg, b.normalised, b.raw
+                "business_ref: {} = {} (from {}){}",
+                b.arg,
+                b.normalised,
+                b.raw,
+                changes(&b.changes)
             );
         }
         None => {
@@ -121,8 +127,12 @@ fn explain(e: &KeyExplanation) -> String {
     for i in &e.inputs {
         let _ = writeln!(
             out,
-            "  {} [{}]: {} -> {}",
-            i.arg, i.normaliser, i.raw, i.normalised
+            "  {} [{}]: {} -> {}{}",
+            i.arg,
+            i.normaliser,
+            i.raw,
+            i.normalised,
+            changes(&i.changes)
         );
     }
     let _ = writeln!(out, "scope: {}", e.scope);
@@ -140,4 +150,14 @@ fn explain(e: &KeyExplanation) -> String {
     }
     let _ = writeln!(out, "material: {}", e.material);
     out
+}
+
+/// What Unicode cleaning changed, as a suffix: ` (stripped U+200B ZERO WIDTH SPACE; NFC
+/// changed the text)`.
+fn changes(changes: &[String]) -> String {
+    if changes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", changes.join("; "))
+    }
 }

@@ -30,6 +30,24 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("--sweep-every `{}` is not a duration", args.sweep_every))?;
     let listen = args.listen.unwrap_or(registry.gateway.listen);
     let store = crate::open_store(&registry).await?;
+    // The same probe as `check-config --probe`, in the background: an unreachable
+    // upstream must not keep the gateway from serving the others, but an operator
+    // should read at startup what the first call would otherwise reveal.
+    let probed = registry.clone();
+    tokio::spawn(async move {
+        for f in oncegate_gateway::probe::probe(&probed, http_client()).await {
+            if let Some(problem) = &f.problem {
+                tracing::warn!(
+                    capability = %f.capability,
+                    part = f.part,
+                    target = %f.target,
+                    problem = %problem,
+                    "probe: {}",
+                    f.line()
+                );
+            }
+        }
+    });
     let gate = Gate::with_store(registry, store, std::sync::Arc::new(SystemClock));
     let (state, missing) = AppState::new(gate, http_client());
     for m in &missing {

@@ -80,13 +80,6 @@ name = "agent"
 role = "agent"
 token_env = "T"
 
-# Keyed on nothing but free text: a reworded re-plan is a new intent.
-[[capabilities]]
-name = "notify"
-category = "non_idempotent"
-on_unknown = "escalate"
-key = { significant = [{ arg = "message", type = "text" }] }
-
 # The amount is declared as text: "12.5" and "12.50" become two charges;
 # reconcile promised but no read declared; the business ref never reaches the provider.
 [[capabilities]]
@@ -107,7 +100,6 @@ body = { amount = "{arg.amount}" }
     let caps = report["capabilities"].as_array().unwrap();
     let findings =
         |name: &str| caps.iter().find(|c| c["capability"] == name).unwrap()["findings"].to_string();
-    assert!(findings("notify").contains("free text"), "{report:#}");
     let pay = findings("pay");
     assert!(
         pay.contains("no [capabilities.reconcile] read") && pay.contains("business_ref"),

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod args;
 mod demo;
 mod gateway;
 mod late;

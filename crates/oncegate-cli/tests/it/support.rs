@@ -120,6 +120,12 @@ impl Setup {
     }
 
     pub(crate) fn gateway_sweeping(&self, env: &[(&str, &str)], sweep_every: &str) -> Proc {
+        spawn(self.gateway_command(env, sweep_every))
+    }
+
+    /// The `oncegate serve` command line of [`Setup::gateway_sweeping`], for a test that
+    /// reads the gateway's log itself.
+    pub(crate) fn gateway_command(&self, env: &[(&str, &str)], sweep_every: &str) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));
         cmd.args([
             "serve",
@@ -135,7 +141,7 @@ impl Setup {
         for (k, v) in TOKENS.iter().chain(env) {
             cmd.env(k, v);
         }
-        spawn(cmd)
+        cmd
     }
 }
 

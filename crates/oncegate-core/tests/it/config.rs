@@ -211,3 +211,85 @@ fn errors_display_as_file_line_column_field() {
     let line = line_of(&text, "attempt_ceiling = \"five\"");
     assert!(shown.contains(&format!("test.toml:{line}:")), "{shown}");
 }
+
+/// A non_idempotent capability keyed on free text alone would send again on every
+/// reworded re-plan: a located config error, not a silent pass.
+#[test]
+fn non_idempotent_keyed_on_free_text_alone_is_an_error() {
+    let text = r#"
+[[capabilities]]
+name = "notify"
+category = "non_idempotent"
+on_unknown = "escalate"
+
+[capabilities.key]
+significant = [{ arg = "message", type = "text" }, { arg = "subject", type = "text", case_fold = true }]
+"#;
+    let e = error_for(text);
+    assert!(e.file.ends_with("test.toml"));
+    assert_eq!(e.field, "capabilities[0].key.significant");
+    assert_eq!(e.line, line_of(text, "significant = ["));
+    assert!(e.message.contains("free text alone"), "{e}");
+    assert!(e.help.unwrap().contains("business_ref"));
+    // A business reference, or one argument that is not free text, makes it a recipe.
+    for fix in [
+        text.replace(
+            "[capabilities.key]\n",
+            "[capabilities.key]\nbusiness_ref = \"message_id\"\n",
+        ),
+        text.replace(
+            "{ arg = \"subject\", type = \"text\", case_fold = true }",
+            "{ arg = \"to\", type = \"email\" }",
+        ),
+    ] {
+        parse(&fix).unwrap_or_else(|e| panic!("{e}\n{fix}"));
+    }
+    // Other categories may key on text (a read, an idempotent write).
+    parse(&text.replace("non_idempotent", "idempotent_write")).unwrap();
+}
+
+#[test]
+fn normaliser_options_apply_only_where_they_mean_something() {
+    let with = |options: &str| {
+        format!(
+            r#"
+[[capabilities]]
+name = "refund"
+category = "keyed"
+key = {{ business_ref = "order_id", significant = [{options}] }}
+"#
+        )
+    };
+    for ok in [
+        r#"{ arg = "amount", type = "money", default_currency = "USD", allow_negative = true }"#,
+        r#"{ arg = "account", type = "id", case_fold = true, width_fold = true }"#,
+        r#"{ arg = "memo", type = "text", case_fold = true }"#,
+    ] {
+        parse(&with(ok)).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for (bad, field) in [
+        (
+            r#"{ arg = "memo", type = "text", width_fold = true }"#,
+            "width_fold",
+        ),
+        (
+            r#"{ arg = "n", type = "integer", allow_negative = true }"#,
+            "allow_negative",
+        ),
+    ] {
+        let e = error_for(&with(bad));
+        assert!(e.field.ends_with(field), "{bad}: {e}");
+    }
+    let registry = parse(&with(
+        r#"{ arg = "amount", type = "money", default_currency = "USD", allow_negative = true }"#,
+    ))
+    .unwrap();
+    let cap = registry.capability("refund").unwrap();
+    assert!(matches!(
+        cap.key.significant[0].normaliser,
+        oncegate_core::normalise::Normaliser::Money {
+            allow_negative: true,
+            ..
+        }
+    ));
+}

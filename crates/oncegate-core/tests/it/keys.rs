@@ -205,6 +205,12 @@ proptest! {
             json!(format!("USD {major}")),
             json!({"minor": minor}),
             serde_json::from_str::<Value>(&major.normalize().to_string()).unwrap(),
+            json!(format!("usd{major}")),
+            json!(format!("  {major}USD ")),
+            json!({"amount": major.to_string(), "currency": "usd"}),
+            json!({"minor": minor.to_string(), "amount": major.to_string()}),
+            // A JSON number with an exponent is read from its value, not as a float.
+            serde_json::from_str::<Value>(&format!("{minor}e-2")).unwrap(),
         ];
         let keys: std::collections::BTreeSet<String> = spellings
             .into_iter()
@@ -300,4 +306,251 @@ key = { business_ref = "account", scope = "day" }
     );
     assert_eq!(a, b);
     assert_ne!(a, c);
+}
+
+fn explain(cap: &str, args: Value) -> oncegate_core::key::KeyExplanation {
+    let registry = payments();
+    let cap = registry.capability(cap).unwrap();
+    derive(
+        "acme",
+        "planner",
+        cap,
+        &args,
+        &CallScope::default(),
+        now(),
+        &registry.gateway.time_zone,
+    )
+    .unwrap()
+    .explanation
+}
+
+/// Business references and ids that differ only in normal form or by invisible format
+/// characters are one intent (two charges before), and the explanation says what changed.
+#[test]
+fn unicode_spellings_of_one_reference_are_one_intent() {
+    let nfc = json!({"order_id": "caf\u{e9}-1", "amount": "12.50"});
+    let base = key_of("charge_card", "planner", nfc.clone(), None, None);
+    for drifted in [
+        "cafe\u{301}-1",               // NFD
+        "caf\u{e9}\u{200B}-1",         // zero-width space
+        "\u{FEFF}caf\u{e9}-1",         // BOM
+        "caf\u{e9}-\u{200D}1",         // zero-width joiner
+        "\u{202E}caf\u{e9}-1\u{202C}", // bidi override
+        "\u{2067}caf\u{e9}-1\u{2069}", // bidi isolate
+    ] {
+        let args = json!({"order_id": drifted, "amount": "12.50"});
+        assert_eq!(
+            key_of("charge_card", "planner", args, None, None),
+            base,
+            "{drifted:?}"
+        );
+    }
+    let e = explain(
+        "charge_card",
+        json!({"order_id": "cafe\u{301}\u{200B}-1", "amount": "12.50"}),
+    );
+    let b = e.business_ref.unwrap();
+    assert_eq!(b.normalised, json!("caf\u{e9}-1"));
+    assert_eq!(
+        b.changes,
+        vec![
+            "stripped U+200B ZERO WIDTH SPACE".to_owned(),
+            "NFC changed the text".to_owned()
+        ]
+    );
+    assert!(
+        explain("charge_card", nfc)
+            .business_ref
+            .unwrap()
+            .changes
+            .is_empty()
+    );
+    // Email addresses and ids among the significant arguments too.
+    let email = |to: &str| {
+        key_of(
+            "send_email",
+            "planner",
+            json!({"order_id": "A-1", "to": to, "template": "receipt"}),
+            None,
+            None,
+        )
+    };
+    assert_eq!(
+        email("ren\u{e9}e@example.com"),
+        email("rene\u{301}e\u{200B}@Example.com")
+    );
+    let ledger = |account: &str| {
+        key_of(
+            "append_ledger",
+            "planner",
+            json!({"entry_ref": "E-1", "account": account, "amount": "1.00"}),
+            Some("r"),
+            Some("s"),
+        )
+    };
+    assert_eq!(ledger("4000"), ledger("40\u{2060}00"));
+    assert_ne!(ledger("4000"), ledger("4001"));
+}
+
+/// The explanation of a Unicode-drifted call, pinned: which inputs were cleaned, how,
+/// and the key bytes (the same as the clean NFC spelling's).
+#[test]
+fn unicode_explanation_is_pinned() {
+    let e = explain(
+        "send_email",
+        json!({"order_id": "\u{FEFF}caf\u{e9}-1", "to": "rene\u{301}e\u{200B}@Example.com", "template": "receipt"}),
+    );
+    assert_eq!(
+        e.key.to_string(),
+        key_of(
+            "send_email",
+            "planner",
+            json!({"order_id": "caf\u{e9}-1", "to": "ren\u{e9}e@example.com", "template": "receipt"}),
+            None,
+            None
+        )
+    );
+    insta::assert_json_snapshot!(e);
+}
+
+/// An id that opts into case and width folding folds; one that does not stays exact.
+#[test]
+fn ids_fold_only_when_the_argument_says_so() {
+    let text = std::fs::read_to_string(crate::examples().join("payments.toml"))
+        .unwrap()
+        .replace(
+            "{ arg = \"account\", type = \"id\" }",
+            "{ arg = \"account\", type = \"id\", case_fold = true, width_fold = true }",
+        );
+    let registry = crate::parse(&text).unwrap();
+    let cap = registry.capability("append_ledger").unwrap();
+    let k = |account: &str| {
+        derive(
+            "acme",
+            "planner",
+            cap,
+            &json!({"entry_ref": "E-1", "account": account, "amount": "1.00"}),
+            &CallScope {
+                run_id: Some("r"),
+                step_id: Some("s"),
+            },
+            now(),
+            &registry.gateway.time_zone,
+        )
+        .unwrap()
+    };
+    assert_eq!(k("acc-7").key, k("ACC-7").key);
+    assert_eq!(
+        k("acc-7").key,
+        k("\u{FF21}\u{FF23}\u{FF23}-\u{FF17}").key,
+        "full-width"
+    );
+    assert_eq!(
+        k("ACC-7").explanation.inputs[0].changes,
+        vec!["case folding changed the text".to_owned()]
+    );
+    // The shipped example keeps ids exact.
+    assert_ne!(
+        key_of(
+            "append_ledger",
+            "planner",
+            json!({"entry_ref": "E-1", "account": "acc-7", "amount": "1.00"}),
+            Some("r"),
+            Some("s")
+        ),
+        key_of(
+            "append_ledger",
+            "planner",
+            json!({"entry_ref": "E-1", "account": "ACC-7", "amount": "1.00"}),
+            Some("r"),
+            Some("s")
+        ),
+    );
+}
+
+/// The money grammar through the real recipe: what was charged as 1,250.00 is refused.
+#[test]
+fn hostile_amounts_are_refused_by_the_recipe() {
+    let registry = payments();
+    let cap = registry.capability("charge_card").unwrap();
+    let tz = &registry.gateway.time_zone;
+    for (amount, says) in [
+        (json!("12_50"), "`_`"),
+        (json!("1,250.00"), "thousands separator"),
+        (json!("-12.50"), "negative"),
+        (json!("-0"), "negative"),
+        (json!({"minor": 1250, "amount": "9999.00"}), "conflicting"),
+        (json!("1.25e1"), "exponent"),
+    ] {
+        let e = derive(
+            "acme",
+            "planner",
+            cap,
+            &json!({"order_id": "A-1", "amount": amount}),
+            &CallScope::default(),
+            now(),
+            tz,
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            e.contains(says) && e.contains("argument `amount`"),
+            "{amount}: {e}"
+        );
+    }
+    // "12.50 EUR" with no currency argument given is EUR, not the default USD.
+    let eur = explain(
+        "charge_card",
+        json!({"order_id": "A-1", "amount": "12.50 EUR"}),
+    );
+    assert_eq!(
+        eur.inputs[0].normalised,
+        json!({"currency": "EUR", "minor": "1250"})
+    );
+    // The JSON number with an exponent is the plain number.
+    let exp: Value = serde_json::from_str(r#"{"order_id": "A-1", "amount": 1.25e1}"#).unwrap();
+    assert_eq!(
+        key_of("charge_card", "planner", exp, None, None),
+        key_of(
+            "charge_card",
+            "planner",
+            json!({"order_id": "A-1", "amount": "12.50"}),
+            None,
+            None
+        )
+    );
+}
+
+proptest! {
+    /// Unicode drift in the business reference never makes a new key.
+    #[test]
+    fn invisible_characters_in_the_reference_never_change_the_key(
+        order in "[A-Za-z0-9\u{e9}\u{f1}-]{1,10}",
+        at in 0_usize..10,
+        zw in prop::sample::select(vec!['\u{200B}', '\u{200C}', '\u{200D}', '\u{2060}', '\u{FEFF}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{2066}', '\u{00AD}']),
+    ) {
+        use unicode_normalization::UnicodeNormalization;
+        let mut chars: Vec<char> = order.nfd().collect();
+        chars.insert(at.min(chars.len()), zw);
+        let drifted: String = chars.into_iter().collect();
+        prop_assert_eq!(
+            key_of("charge_card", "planner", json!({"order_id": order, "amount": "1.00"}), None, None),
+            key_of("charge_card", "planner", json!({"order_id": drifted, "amount": "1.00"}), None, None)
+        );
+    }
+
+    /// Arbitrary arguments never make derivation panic.
+    #[test]
+    fn derivation_never_panics(order in "\\PC{0,16}", amount in "\\PC{0,16}", n in any::<f64>()) {
+        let registry = payments();
+        for cap in registry.capabilities() {
+            for args in [
+                json!({"order_id": order, "amount": amount, "to": amount, "template": order, "entry_ref": order, "account": amount}),
+                json!({"order_id": order, "amount": n, "currency": amount}),
+                json!({"order_id": n, "amount": {"minor": amount, "amount": n}}),
+            ] {
+                let _ = derive("acme", "planner", cap, &args, &CallScope::default(), now(), &registry.gateway.time_zone);
+            }
+        }
+    }
 }
