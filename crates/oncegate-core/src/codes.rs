@@ -77,11 +77,24 @@ pub enum Code {
     /// The HTTP request itself was refused (too large, timed out, wrong method).
     #[serde(rename = "OG-0022")]
     RequestRejected,
+    /// An `Oncegate-Run-Id`, `Oncegate-Step-Id` or `Idempotency-Key` (or an MCP `_meta`
+    /// run/step id) is not 1 to 255 visible ASCII characters, or was sent twice.
+    #[serde(rename = "OG-0050")]
+    InvalidHeader,
+    /// The request carries more than one `Authorization` header.
+    #[serde(rename = "OG-0051")]
+    AmbiguousAuthorization,
+    /// The arguments exceed `gateway.max_argument_bytes`.
+    #[serde(rename = "OG-0052")]
+    ArgumentsTooLarge,
+    /// The arguments nest deeper than `gateway.max_argument_depth`.
+    #[serde(rename = "OG-0053")]
+    ArgumentsTooDeep,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 22] = [
+    pub const ALL: [Code; 26] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -104,6 +117,10 @@ impl Code {
         Code::RateLimited,
         Code::NotFound,
         Code::RequestRejected,
+        Code::InvalidHeader,
+        Code::AmbiguousAuthorization,
+        Code::ArgumentsTooLarge,
+        Code::ArgumentsTooDeep,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -131,6 +148,10 @@ impl Code {
             Code::RateLimited => "OG-0020",
             Code::NotFound => "OG-0021",
             Code::RequestRejected => "OG-0022",
+            Code::InvalidHeader => "OG-0050",
+            Code::AmbiguousAuthorization => "OG-0051",
+            Code::ArgumentsTooLarge => "OG-0052",
+            Code::ArgumentsTooDeep => "OG-0053",
         }
     }
 }

@@ -284,6 +284,17 @@ pub fn first_text(result: &CallToolResult) -> String {
         .unwrap_or_default()
 }
 
+/// Every text block of a result, one per line (what a `rejected` pattern is matched
+/// against).
+pub fn all_text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A stored record re-shaped as a tool result (for a reconciled effect).
 pub fn as_tool_result(record: &Value) -> Value {
     json!({
