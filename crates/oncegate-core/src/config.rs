@@ -1090,6 +1090,7 @@ impl Builder<'_> {
             max_answer_bytes: None,
             max_answer_depth: None,
         });
+        let limits = self.limits(&raw);
         let tenant = raw.tenant.unwrap_or_else(|| "default".to_owned());
         let tz_name = raw.time_zone.unwrap_or_else(|| "UTC".to_owned());
         let time_zone = match self.env.time_zone(&tz_name) {
@@ -1171,7 +1172,6 @@ impl Builder<'_> {
                 Some("e.g. [\"https://console.example.com:443\", \"http://localhost:*\"]"),
             );
         }
-        let limits = self.limits(&raw);
         GatewaySettings {
             tenant,
             time_zone,

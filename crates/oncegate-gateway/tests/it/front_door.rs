@@ -429,7 +429,7 @@ async fn a_30_mb_answer_is_stored_as_its_digest_never_whole() {
     let (status, first) = call(&gw, bearer("tok"), "huge", json!({"order_id": "H-1"})).await;
     assert_eq!((status, &first["status"]), (200, &json!("applied")), "{first}");
     let summary = &first["result"]["dev.oncegate/truncated"];
-    let body_len = 24 + 480 * 64 * 1024 + 2;
+    let body_len = "{\"id\":\"fx_huge\",\"pad\":\"".len() + 480 * 64 * 1024 + 2;
     assert_eq!(summary["bytes"], body_len, "{summary}");
     let mut hasher = sha2::Sha256::new();
     hasher.update(b"{\"id\":\"fx_huge\",\"pad\":\"");
@@ -575,13 +575,17 @@ async fn the_bearer_scheme_is_case_insensitive_and_authorization_is_sent_once() 
     assert_eq!(body["error"]["code"], "OG-0051", "{body}");
 
     // The same at /mcp's door, before any JSON-RPC is read.
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    }}});
     let post = |headers: HeaderMap| {
         reqwest::Client::new()
             .post(format!("{gw}/mcp"))
             .headers(headers)
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/list")
             .json(&init)
             .send()
     };
@@ -593,10 +597,9 @@ async fn the_bearer_scheme_is_case_insensitive_and_authorization_is_sent_once() 
     lower.insert("authorization", HeaderValue::from_static("bearer tok"));
     let r = post(lower).await.unwrap();
     let status = r.status().as_u16();
-    assert!(
-        ![400, 401].contains(&status),
-        "a lower-case scheme authenticates on /mcp: {status}"
-    );
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 200, "a lower-case scheme authenticates on /mcp: {text}");
+    assert!(text.contains("charge_plain"), "{text}");
 }
 
 #[tokio::test]
