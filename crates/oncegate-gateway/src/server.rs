@@ -623,7 +623,7 @@ async fn post_call(
     let client_key = header_string(&headers, "idempotency-key")?;
     if client_key.is_some() || state.requires_client_key(&call.capability) {
         state
-            .check_client_key(&principal, &call, client_key.as_deref())
+            .check_client_key(&principal, &call, client_key.as_deref(), &executor)
             .await?;
     }
     let capability = call.capability.clone();
@@ -716,6 +716,7 @@ impl AppState {
         principal: &Principal,
         call: &Call,
         client_key: Option<&str>,
+        executor: &UpstreamExecutor,
     ) -> Result<(), ApiError> {
         let Some(client_key) = client_key else {
             return Err(ApiError::Coded(
@@ -731,6 +732,10 @@ impl AppState {
         let cap = registry
             .capability(&call.capability)
             .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(call.capability.clone())))?;
+        // A call the gate will refuse (limits here, the path check below) must not bind
+        // the key first: binding is a durable write.
+        oncegate_core::limits::check_arguments(&call.arguments, &registry.gateway.limits)
+            .map_err(|e| ApiError::Gate(GateError::Limit(e)))?;
         let now = jiff::Timestamp::now();
         let scope = CallScope {
             run_id: call.run_id.as_deref(),
@@ -746,6 +751,19 @@ impl AppState {
             &registry.gateway.time_zone,
         )
         .map_err(|e| ApiError::Gate(GateError::InvalidArguments(e)))?;
+        let handle = oncegate_store::IntentHandle {
+            key: oncegate_core::intent::upstream_key(&derived.key, 1),
+            intent_key: derived.key.clone(),
+            generation: 1,
+            capability: cap.name.clone(),
+            arguments: call.arguments.clone(),
+            normalised: Value::Object(derived.normalised.clone()),
+            business_ref: derived.business_ref.clone(),
+            run_id: call.run_id.clone(),
+            step_id: call.step_id.clone(),
+        };
+        oncegate_store::Executor::admit(executor, &handle)
+            .map_err(|e| ApiError::Gate(GateError::Inadmissible(e)))?;
         let binding = oncegate_store::ClientKeyBinding {
             principal: principal.name.clone(),
             capability: cap.name.clone(),

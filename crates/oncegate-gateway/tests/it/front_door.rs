@@ -176,6 +176,17 @@ effect_ref = "/id"
 body = {{ order_id = "{{arg.order_id}}", amount_minor = 1250, currency = "USD" }}
 
 [[capabilities]]
+name = "charge_keyed"
+category = "keyed"
+require_client_key = true
+key = {{ business_ref = "order_id" }}
+
+[capabilities.upstream]
+kind = "http"
+url = "{sandbox}/v1/customers/{{arg.customer}}/charges"
+body = {{ order_id = "{{arg.order_id}}", amount_minor = 1250, currency = "USD" }}
+
+[[capabilities]]
 name = "charge_plain"
 category = "keyed"
 key = {{ business_ref = "order_id" }}
@@ -236,8 +247,28 @@ async fn dot_segments_in_a_url_path_are_refused_before_anything_is_claimed_or_se
     assert!(first_text(&r).starts_with("INVALID ARGUMENTS"), "{r:?}");
     client.cancel().await.unwrap();
 
+    // A refused call binds no Idempotency-Key either: the key is still free.
+    let keyed = with(bearer("tok"), "idempotency-key", b"ik-1");
+    let (status, body) = call(
+        &gw,
+        keyed.clone(),
+        "charge_keyed",
+        json!({"order_id": "D-4", "customer": ".."}),
+    )
+    .await;
+    assert_eq!((status, &body["error"]["code"]), (422, &json!("OG-0009")), "{body}");
+
     assert!(effects(&sandbox).await.is_empty(), "nothing reached the provider");
     assert_eq!(intent_count(&gw).await, 0, "nothing was claimed");
+
+    let (status, body) = call(
+        &gw,
+        keyed,
+        "charge_keyed",
+        json!({"order_id": "D-5", "customer": "c-1"}),
+    )
+    .await;
+    assert_eq!((status, &body["status"]), (200, &json!("failed")), "{body}");
 
     // A value that only contains dots is an ordinary segment and is sent.
     let (status, body) = call(
@@ -249,7 +280,7 @@ async fn dot_segments_in_a_url_path_are_refused_before_anything_is_claimed_or_se
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "failed", "the sandbox has no customers: {body}");
-    assert_eq!(intent_count(&gw).await, 1);
+    assert_eq!(intent_count(&gw).await, 2);
 }
 
 fn nested(levels: usize) -> Value {
