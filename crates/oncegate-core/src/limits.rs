@@ -273,7 +273,7 @@ mod tests {
         let big = json!({"memo": "x".repeat(64 * 1024)});
         let large = check_arguments(&big, &limits).unwrap_err();
         assert_eq!(large.code(), Code::ArgumentsTooLarge);
-        assert!(large.to_string().contains("65548 bytes"), "{large}");
+        assert!(large.to_string().contains("65547 bytes"), "{large}");
     }
 
     #[test]

@@ -318,8 +318,9 @@ fn structural_id(
         }
     }
     match parts(ctx) {
-        Some(p) => crate::server::header_string(&p.headers, header)
-            .map_err(|e| invalid(e.message())),
+        Some(p) => {
+            crate::server::header_string(&p.headers, header).map_err(|e| invalid(e.message()))
+        }
         None => Ok(None),
     }
 }

@@ -563,14 +563,17 @@ fn empty_object() -> Value {
 /// absent, or one value of 1 to 255 visible ASCII characters. Anything else is a 400:
 /// silently dropping it would collapse distinct steps onto one intent key.
 pub(crate) fn header_string(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
-    let invalid = |message: String| ApiError::Coded(StatusCode::BAD_REQUEST, Code::InvalidHeader, message);
+    let invalid =
+        |message: String| ApiError::Coded(StatusCode::BAD_REQUEST, Code::InvalidHeader, message);
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
         return Ok(None);
     };
     let display = display_header(name);
     if values.next().is_some() {
-        return Err(invalid(format!("{display} is sent more than once; send it once")));
+        return Err(invalid(format!(
+            "{display} is sent more than once; send it once"
+        )));
     }
     let text = value.to_str().map_err(|_| {
         invalid(format!(

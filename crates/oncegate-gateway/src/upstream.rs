@@ -206,7 +206,10 @@ struct Answer {
 
 /// Reads a body chunk by chunk: past `max_answer_bytes` only its digest, length and
 /// preview are kept, so a huge answer never sits in memory or in the store.
-async fn read_body(mut response: reqwest::Response, limits: &Limits) -> Result<Answer, reqwest::Error> {
+async fn read_body(
+    mut response: reqwest::Response,
+    limits: &Limits,
+) -> Result<Answer, reqwest::Error> {
     let mut kept = Vec::new();
     let mut over: Option<AnswerSummary> = None;
     while let Some(chunk) = response.chunk().await? {
@@ -649,7 +652,8 @@ impl UpstreamExecutor {
         match mcp::call_tool(self.client.clone(), call, hold).await {
             mcp::CallEnd::Result(r) => {
                 let structured = mcp::structured(&r);
-                let stored = self.bound_tool_result(serde_json::to_value(&r).unwrap_or(Value::Null));
+                let stored =
+                    self.bound_tool_result(serde_json::to_value(&r).unwrap_or(Value::Null));
                 if r.is_error == Some(true) {
                     let said = mcp::first_text(&r);
                     // The registry's `rejected` pattern names the errors that prove the

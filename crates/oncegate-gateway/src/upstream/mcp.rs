@@ -70,8 +70,12 @@ fn transport_config(call: &ToolCall) -> Result<StreamableHttpClientTransportConf
     let mut custom = HashMap::new();
     for (name, value) in &call.headers {
         if name.eq_ignore_ascii_case("authorization") {
-            match value.strip_prefix("Bearer ") {
-                Some(token) => config.auth_header = Some(token.to_owned()),
+            // The scheme is case-insensitive (RFC 9110), as on oncegate's own door.
+            match value
+                .split_once(' ')
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            {
+                Some((_, token)) => config.auth_header = Some(token.trim_matches(' ').to_owned()),
                 None => {
                     return Err("MCP upstreams take `Authorization: Bearer <token>` only".into());
                 }

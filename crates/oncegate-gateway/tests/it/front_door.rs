@@ -229,8 +229,18 @@ async fn dot_segments_in_a_url_path_are_refused_before_anything_is_claimed_or_se
         );
     }
     // The reconciliation read's URL is checked too, before the effect is claimed.
-    let (status, body) = call(&gw, bearer("tok"), "charge_plain", json!({"order_id": ".."})).await;
-    assert_eq!((status, &body["error"]["code"]), (422, &json!("OG-0009")), "{body}");
+    let (status, body) = call(
+        &gw,
+        bearer("tok"),
+        "charge_plain",
+        json!({"order_id": ".."}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (422, &json!("OG-0009")),
+        "{body}"
+    );
 
     // And on /mcp.
     let client = mcp_client(&gw).await;
@@ -256,9 +266,16 @@ async fn dot_segments_in_a_url_path_are_refused_before_anything_is_claimed_or_se
         json!({"order_id": "D-4", "customer": ".."}),
     )
     .await;
-    assert_eq!((status, &body["error"]["code"]), (422, &json!("OG-0009")), "{body}");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (422, &json!("OG-0009")),
+        "{body}"
+    );
 
-    assert!(effects(&sandbox).await.is_empty(), "nothing reached the provider");
+    assert!(
+        effects(&sandbox).await.is_empty(),
+        "nothing reached the provider"
+    );
     assert_eq!(intent_count(&gw).await, 0, "nothing was claimed");
 
     let (status, body) = call(
@@ -279,7 +296,10 @@ async fn dot_segments_in_a_url_path_are_refused_before_anything_is_claimed_or_se
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["status"], "failed", "the sandbox has no customers: {body}");
+    assert_eq!(
+        body["status"], "failed",
+        "the sandbox has no customers: {body}"
+    );
     assert_eq!(intent_count(&gw).await, 2);
 }
 
@@ -303,7 +323,11 @@ async fn arguments_over_the_limits_are_refused_before_a_claim() {
         json!({"order_id": "L-1", "extra": nested(32)}),
     )
     .await;
-    assert_eq!((status, &body["error"]["code"]), (422, &json!("OG-0053")), "{body}");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (422, &json!("OG-0053")),
+        "{body}"
+    );
     let (status, body) = call(
         &gw,
         bearer("tok"),
@@ -311,7 +335,11 @@ async fn arguments_over_the_limits_are_refused_before_a_claim() {
         json!({"order_id": "L-1", "memo": "x".repeat(65 * 1024)}),
     )
     .await;
-    assert_eq!((status, &body["error"]["code"]), (413, &json!("OG-0052")), "{body}");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (413, &json!("OG-0052")),
+        "{body}"
+    );
     assert!(
         body["error"]["message"]
             .as_str()
@@ -350,7 +378,11 @@ async fn arguments_over_the_limits_are_refused_before_a_claim() {
         json!({"order_id": "L-2", "extra": {"a": {"b": 1}}}),
     )
     .await;
-    assert_eq!((status, &body["error"]["code"]), (422, &json!("OG-0053")), "{body}");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (422, &json!("OG-0053")),
+        "{body}"
+    );
     let (status, body) = call(
         &gw,
         bearer("tok"),
@@ -358,9 +390,23 @@ async fn arguments_over_the_limits_are_refused_before_a_claim() {
         json!({"order_id": "L-2", "memo": "x".repeat(100)}),
     )
     .await;
-    assert_eq!((status, &body["error"]["code"]), (413, &json!("OG-0052")), "{body}");
-    let (status, body) = call(&gw, bearer("tok"), "charge_plain", json!({"order_id": "L-2"})).await;
-    assert_eq!((status, &body["status"]), (200, &json!("applied")), "{body}");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (413, &json!("OG-0052")),
+        "{body}"
+    );
+    let (status, body) = call(
+        &gw,
+        bearer("tok"),
+        "charge_plain",
+        json!({"order_id": "L-2"}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("applied")),
+        "{body}"
+    );
 }
 
 /// A provider whose answers are over the limits: 126 levels deep, or 30 MB.
@@ -376,7 +422,9 @@ async fn big_answers() -> String {
     let huge = || async {
         // Streamed in 64 KiB chunks, 30 MiB in all.
         let chunk = bytes_of(64 * 1024);
-        let head = futures::stream::once(async { Ok::<_, std::io::Error>(b"{\"id\":\"fx_huge\",\"pad\":\"".to_vec()) });
+        let head = futures::stream::once(async {
+            Ok::<_, std::io::Error>(b"{\"id\":\"fx_huge\",\"pad\":\"".to_vec())
+        });
         let body = futures::stream::iter((0..480).map(move |_| Ok(chunk.clone())));
         let tail = futures::stream::once(async { Ok(b"\"}".to_vec()) });
         use futures::StreamExt;
@@ -431,7 +479,11 @@ async fn an_answer_nested_126_levels_deep_is_applied_and_stays_readable() {
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway(dir.path(), "", &big_capabilities(&provider)).await;
     let (status, first) = call(&gw, bearer("tok"), "deep", json!({"order_id": "N-1"})).await;
-    assert_eq!((status, &first["status"]), (200, &json!("applied")), "{first}");
+    assert_eq!(
+        (status, &first["status"]),
+        (200, &json!("applied")),
+        "{first}"
+    );
     // Read whole (it is within the size limit), so the effect reference is kept.
     assert_eq!(first["effect_ref"], "fx_deep", "{first}");
     let summary = &first["result"]["dev.oncegate/truncated"];
@@ -443,7 +495,11 @@ async fn an_answer_nested_126_levels_deep_is_applied_and_stays_readable() {
 
     // A repeat replays it, the record reads back, and listing still works.
     let (status, again) = call(&gw, bearer("tok"), "deep", json!({"order_id": "N-1"})).await;
-    assert_eq!((status, &again["status"]), (200, &json!("replayed")), "{again}");
+    assert_eq!(
+        (status, &again["status"]),
+        (200, &json!("replayed")),
+        "{again}"
+    );
     assert_eq!(again["result"], first["result"]);
     let key = first["intent_key"].as_str().unwrap();
     let (status, record) = get_json(&format!("{gw}/v1/intents/{key}"), Some("adm")).await;
@@ -458,7 +514,11 @@ async fn a_30_mb_answer_is_stored_as_its_digest_never_whole() {
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway(dir.path(), "", &big_capabilities(&provider)).await;
     let (status, first) = call(&gw, bearer("tok"), "huge", json!({"order_id": "H-1"})).await;
-    assert_eq!((status, &first["status"]), (200, &json!("applied")), "{first}");
+    assert_eq!(
+        (status, &first["status"]),
+        (200, &json!("applied")),
+        "{first}"
+    );
     let summary = &first["result"]["dev.oncegate/truncated"];
     let body_len = "{\"id\":\"fx_huge\",\"pad\":\"".len() + 480 * 64 * 1024 + 2;
     assert_eq!(summary["bytes"], body_len, "{summary}");
@@ -470,7 +530,12 @@ async fn a_30_mb_answer_is_stored_as_its_digest_never_whole() {
     hasher.update(b"\"}");
     assert_eq!(summary["sha256"], hex::encode(hasher.finalize()));
     assert_eq!(summary["preview"].as_str().unwrap().len(), 1024);
-    assert!(summary["preview"].as_str().unwrap().starts_with("{\"id\":\"fx_huge\""));
+    assert!(
+        summary["preview"]
+            .as_str()
+            .unwrap()
+            .starts_with("{\"id\":\"fx_huge\"")
+    );
 
     // The replay is small, and so is the store.
     let r = reqwest::Client::new()
@@ -528,7 +593,11 @@ async fn structural_headers_are_visible_ascii_once_or_refused() {
         b"b",
     );
     let (status, body) = call(&gw, twice, "charge_plain", json!({"order_id": "S-1"})).await;
-    assert_eq!((status, &body["error"]["code"]), (400, &json!("OG-0050")), "{body}");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("OG-0050")),
+        "{body}"
+    );
     assert_eq!(intent_count(&gw).await, 0);
     assert!(effects(&sandbox).await.is_empty());
 
@@ -539,7 +608,11 @@ async fn structural_headers_are_visible_ascii_once_or_refused() {
         &[b's'; 255],
     );
     let (status, body) = call(&gw, ok, "charge_plain", json!({"order_id": "S-1"})).await;
-    assert_eq!((status, &body["status"]), (200, &json!("applied")), "{body}");
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("applied")),
+        "{body}"
+    );
 
     // MCP `_meta` ids: strings of the same alphabet, or invalid params.
     let client = mcp_client(&gw).await;
@@ -549,9 +622,14 @@ async fn structural_headers_are_visible_ascii_once_or_refused() {
         json!({"dev.oncegate/step_id": "s".repeat(256)}),
         json!({"dev.oncegate/step_id": "étape"}),
     ] {
-        let e = mcp_call(&client, "charge_plain", json!({"order_id": "S-2"}), meta.clone())
-            .await
-            .unwrap_err();
+        let e = mcp_call(
+            &client,
+            "charge_plain",
+            json!({"order_id": "S-2"}),
+            meta.clone(),
+        )
+        .await
+        .unwrap_err();
         let ServiceError::McpError(data) = e else {
             panic!("{meta}: {e:?}")
         };
@@ -585,7 +663,13 @@ async fn the_bearer_scheme_is_case_insensitive_and_authorization_is_sent_once() 
             .unwrap();
         assert_eq!(r.status().as_u16(), 200, "{value}");
     }
-    for value in ["Basic adm", "Bearer", "Bearer ", "Beareradm", "Bearer wrong"] {
+    for value in [
+        "Basic adm",
+        "Bearer",
+        "Bearer ",
+        "Beareradm",
+        "Bearer wrong",
+    ] {
         let r = reqwest::Client::new()
             .get(&url)
             .header("authorization", value)
@@ -629,7 +713,10 @@ async fn the_bearer_scheme_is_case_insensitive_and_authorization_is_sent_once() 
     let r = post(lower).await.unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
-    assert_eq!(status, 200, "a lower-case scheme authenticates on /mcp: {text}");
+    assert_eq!(
+        status, 200,
+        "a lower-case scheme authenticates on /mcp: {text}"
+    );
     assert!(text.contains("charge_plain"), "{text}");
 }
 
@@ -680,16 +767,34 @@ rejected = "^Input validation error:"
         );
     }
     // A tool error the pattern does not name may have come after the effect.
-    let (status, body) = call(&gw, bearer("tok"), "pay_declined", json!({"order_id": "R-1"})).await;
-    assert_eq!((status, &body["status"]), (202, &json!("unknown")), "{body}");
+    let (status, body) = call(
+        &gw,
+        bearer("tok"),
+        "pay_declined",
+        json!({"order_id": "R-1"}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["status"]),
+        (202, &json!("unknown")),
+        "{body}"
+    );
 
     // On /mcp the model sees the upstream's own words.
     let client = mcp_client(&gw).await;
-    let r = mcp_call(&client, "pay_validation", json!({"order_id": "R-2"}), Value::Null)
-        .await
-        .unwrap();
+    let r = mcp_call(
+        &client,
+        "pay_validation",
+        json!({"order_id": "R-2"}),
+        Value::Null,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.is_error, Some(true));
     assert_eq!(outcome(&r)["state"], "failed", "{r:?}");
-    assert!(first_text(&r).contains("'amount' is a required property"), "{r:?}");
+    assert!(
+        first_text(&r).contains("'amount' is a required property"),
+        "{r:?}"
+    );
     client.cancel().await.unwrap();
 }

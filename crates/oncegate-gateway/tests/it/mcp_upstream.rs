@@ -233,9 +233,11 @@ async fn tool_errors_matching_the_rejected_pattern_are_failed_and_others_stay_un
             matches!(r, EffectResult::Unknown { .. })
         }),
         // An error the pattern does not name is still unknown.
-        ("declined", rejected, |r| {
-            matches!(r, EffectResult::Unknown { message } if message.contains("card declined"))
-        }),
+        (
+            "declined",
+            rejected,
+            |r| matches!(r, EffectResult::Unknown { message } if message.contains("card declined")),
+        ),
         // A JSON-RPC invalid-params error proves nothing ran, whatever the pattern.
         (
             "invalid",
