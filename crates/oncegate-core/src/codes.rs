@@ -82,11 +82,24 @@ pub enum Code {
     /// own call is still running): the intent stays unknown.
     #[serde(rename = "OG-0023")]
     Settling,
+    /// An `Oncegate-Run-Id`, `Oncegate-Step-Id` or `Idempotency-Key` (or an MCP `_meta`
+    /// run/step id) is not 1 to 255 visible ASCII characters, or was sent twice.
+    #[serde(rename = "OG-0050")]
+    InvalidHeader,
+    /// The request carries more than one `Authorization` header.
+    #[serde(rename = "OG-0051")]
+    AmbiguousAuthorization,
+    /// The arguments exceed `gateway.max_argument_bytes`.
+    #[serde(rename = "OG-0052")]
+    ArgumentsTooLarge,
+    /// The arguments nest deeper than `gateway.max_argument_depth`.
+    #[serde(rename = "OG-0053")]
+    ArgumentsTooDeep,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 23] = [
+    pub const ALL: [Code; 27] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -110,6 +123,10 @@ impl Code {
         Code::NotFound,
         Code::RequestRejected,
         Code::Settling,
+        Code::InvalidHeader,
+        Code::AmbiguousAuthorization,
+        Code::ArgumentsTooLarge,
+        Code::ArgumentsTooDeep,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -138,6 +155,10 @@ impl Code {
             Code::NotFound => "OG-0021",
             Code::RequestRejected => "OG-0022",
             Code::Settling => "OG-0023",
+            Code::InvalidHeader => "OG-0050",
+            Code::AmbiguousAuthorization => "OG-0051",
+            Code::ArgumentsTooLarge => "OG-0052",
+            Code::ArgumentsTooDeep => "OG-0053",
         }
     }
 }

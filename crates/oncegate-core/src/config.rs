@@ -232,7 +232,39 @@ pub struct Upstream {
     pub tool: Option<String>,
     /// What an MCP tool result with `isError: true` means (MCP only).
     pub tool_errors: ToolErrors,
+    /// A tool error whose text matches this is a refusal that did nothing: `failed`
+    /// even under `tool_errors = "unknown"` (MCP only).
+    pub rejected: Option<Pattern>,
 }
+
+/// A regular expression from the config, compared by its source text.
+#[derive(Clone, Debug)]
+pub struct Pattern(regex::Regex);
+
+impl Pattern {
+    /// Compiles `source`.
+    pub fn new(source: &str) -> Result<Self, regex::Error> {
+        regex::Regex::new(source).map(Pattern)
+    }
+
+    /// Whether the pattern matches anywhere in `text`.
+    pub fn is_match(&self, text: &str) -> bool {
+        self.0.is_match(text)
+    }
+
+    /// The source text.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Pattern {}
 
 /// How an MCP upstream's tool errors (`isError: true`) are read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -373,6 +405,8 @@ pub struct GatewaySettings {
     /// Browser `Origin`s `/mcp` accepts; empty: requests carrying an Origin are not
     /// checked against a list (requests without one always pass).
     pub mcp_allowed_origins: Vec<String>,
+    /// Limits on call arguments and on stored upstream answers.
+    pub limits: crate::limits::Limits,
 }
 
 /// A config problem that is not an error but that a careful reader wants to know.
@@ -508,6 +542,10 @@ struct RawGateway {
     alert_webhook: Option<String>,
     mcp_allowed_hosts: Option<Vec<String>>,
     mcp_allowed_origins: Option<Vec<String>>,
+    max_argument_bytes: Option<usize>,
+    max_argument_depth: Option<usize>,
+    max_answer_bytes: Option<usize>,
+    max_answer_depth: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -602,6 +640,7 @@ struct RawUpstream {
     idempotency_arg: Option<String>,
     tool: Option<String>,
     tool_errors: Option<ToolErrors>,
+    rejected: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1084,7 +1123,12 @@ impl Builder<'_> {
             alert_webhook: None,
             mcp_allowed_hosts: None,
             mcp_allowed_origins: None,
+            max_argument_bytes: None,
+            max_argument_depth: None,
+            max_answer_bytes: None,
+            max_answer_depth: None,
         });
+        let limits = self.limits(&raw);
         let tenant = raw.tenant.unwrap_or_else(|| "default".to_owned());
         let tz_name = raw.time_zone.unwrap_or_else(|| "UTC".to_owned());
         let time_zone = match self.env.time_zone(&tz_name) {
@@ -1175,6 +1219,7 @@ impl Builder<'_> {
             alert_webhook,
             mcp_allowed_hosts,
             mcp_allowed_origins,
+            limits,
         }
     }
 
@@ -1543,6 +1588,51 @@ impl Builder<'_> {
         }
     }
 
+    fn limits(&mut self, raw: &RawGateway) -> crate::limits::Limits {
+        use crate::limits::{Limits, MAX_CONFIGURABLE_DEPTH};
+        let defaults = Limits::default();
+        // Arguments arrive inside a request body, which is refused over 256 KiB anyway.
+        const BODY_LIMIT: usize = 256 * 1024;
+        let mut field = |name: &str, value: Option<usize>, default: usize, max: usize| {
+            let v = value.unwrap_or(default);
+            if v == 0 || v > max {
+                self.err(
+                    &[k("gateway"), k(name)],
+                    format!("{name} = {v} is out of range"),
+                    Some(&format!("use 1 to {max} (default {default})")),
+                );
+                return default;
+            }
+            v
+        };
+        Limits {
+            max_argument_bytes: field(
+                "max_argument_bytes",
+                raw.max_argument_bytes,
+                defaults.max_argument_bytes,
+                BODY_LIMIT,
+            ),
+            max_argument_depth: field(
+                "max_argument_depth",
+                raw.max_argument_depth,
+                defaults.max_argument_depth,
+                MAX_CONFIGURABLE_DEPTH,
+            ),
+            max_answer_bytes: field(
+                "max_answer_bytes",
+                raw.max_answer_bytes,
+                defaults.max_answer_bytes,
+                64 * 1024 * 1024,
+            ),
+            max_answer_depth: field(
+                "max_answer_depth",
+                raw.max_answer_depth,
+                defaults.max_answer_depth,
+                MAX_CONFIGURABLE_DEPTH,
+            ),
+        }
+    }
+
     fn upstream(&mut self, base: &[Seg], category: Category, raw: RawUpstream) -> Upstream {
         let at = |rest: &[&str]| -> Vec<Seg> {
             [base, &rest.iter().map(|s| k(s)).collect::<Vec<_>>()].concat()
@@ -1599,6 +1689,35 @@ impl Builder<'_> {
                 None,
             );
         }
+        let rejected = raw.rejected.as_deref().and_then(|source| {
+            if raw.kind == UpstreamKind::Http {
+                self.err(
+                    &at(&["rejected"]),
+                    "`rejected` applies to MCP upstreams only (an HTTP 4xx is already a definite failure)",
+                    None,
+                );
+                return None;
+            }
+            if raw.tool_errors == Some(ToolErrors::Failed) {
+                self.err(
+                    &at(&["rejected"]),
+                    "with tool_errors = \"failed\" every tool error is already a failure",
+                    Some("drop `rejected`, or drop tool_errors to treat only matching errors as refusals"),
+                );
+                return None;
+            }
+            match Pattern::new(source) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    self.err(
+                        &at(&["rejected"]),
+                        format!("`{source}` is not a regular expression: {e}"),
+                        Some("a Rust regex searched anywhere in the tool error's text, e.g. \"^(card declined|invalid amount)\""),
+                    );
+                    None
+                }
+            }
+        });
         self.check_pointer(&at(&["effect_ref"]), raw.effect_ref.as_deref());
         let method = raw
             .method
@@ -1627,6 +1746,7 @@ impl Builder<'_> {
             idempotency_arg: raw.idempotency_arg,
             tool: raw.tool,
             tool_errors: raw.tool_errors.unwrap_or_default(),
+            rejected,
         }
     }
 

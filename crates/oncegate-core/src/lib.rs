@@ -11,6 +11,7 @@ pub mod config;
 pub mod decide;
 pub mod intent;
 pub mod key;
+pub mod limits;
 pub mod normalise;
 pub mod policy;
 pub mod template;

@@ -288,33 +288,52 @@ fn principal(ctx: &RequestContext<RoleServer>) -> Result<Principal, McpError> {
 }
 
 /// A run or step id: the request's `_meta` first, then the HTTP header; never arguments.
+/// Either must be a string of 1 to 255 visible ASCII characters (the header rule, so the
+/// same id reaches the same key by either path); anything else is invalid params, never
+/// dropped (a dropped id would collapse distinct steps onto one intent).
 fn structural_id(
     request: &CallToolRequestParams,
     ctx: &RequestContext<RoleServer>,
     meta_key: &str,
     header: &str,
-) -> Option<String> {
+) -> Result<Option<String>, McpError> {
+    let invalid = |message: String| {
+        McpError::invalid_params(
+            format!("invalid params: {message}"),
+            Some(json!({"code": Code::InvalidHeader})),
+        )
+    };
     let from_meta = request
         .meta
         .as_ref()
         .and_then(|m| m.get(meta_key))
-        .or_else(|| ctx.meta.get(meta_key))
-        .and_then(|v| match v {
-            Value::String(s) => Some(s.trim().to_owned()),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        })
-        .filter(|s| !s.is_empty());
-    from_meta.or_else(|| {
-        parts(ctx)?
-            .headers
-            .get(header)?
-            .to_str()
-            .ok()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-    })
+        .or_else(|| ctx.meta.get(meta_key));
+    match from_meta {
+        Some(Value::String(s)) => {
+            let s = s.trim_matches([' ', '\t']);
+            oncegate_core::limits::check_id(&format!("`_meta[\"{meta_key}\"]`"), s)
+                .map_err(invalid)?;
+            return Ok(Some(s.to_owned()));
+        }
+        Some(Value::Null) | None => {}
+        Some(other) => {
+            return Err(invalid(format!(
+                "`_meta[\"{meta_key}\"]` must be a string, not {}",
+                match other {
+                    Value::Bool(_) => "a boolean",
+                    Value::Number(_) => "a number",
+                    Value::Array(_) => "an array",
+                    _ => "an object",
+                }
+            )));
+        }
+    }
+    match parts(ctx) {
+        Some(p) => {
+            crate::server::header_string(&p.headers, header).map_err(|e| invalid(e.message()))
+        }
+        None => Ok(None),
+    }
 }
 
 /// What the category promises, as MCP hints (from the registry, never from upstream).
@@ -529,8 +548,8 @@ impl McpSurface {
         let call = Call {
             capability: name.clone(),
             arguments: Value::Object(request.arguments.clone().unwrap_or_default()),
-            run_id: structural_id(&request, &ctx, RUN_ID_META_KEY, "oncegate-run-id"),
-            step_id: structural_id(&request, &ctx, STEP_ID_META_KEY, "oncegate-step-id"),
+            run_id: structural_id(&request, &ctx, RUN_ID_META_KEY, "oncegate-run-id")?,
+            step_id: structural_id(&request, &ctx, STEP_ID_META_KEY, "oncegate-step-id")?,
         };
         if cap.category == Category::Read
             && let Err(e) = self.state.take_read_token(&principal.name)
@@ -584,7 +603,7 @@ fn strip_property(schema: &mut JsonObject, name: &str) {
 fn refusal(code: Code, message: &str) -> CallToolResult {
     let (status, line) = match code {
         Code::Forbidden => ("denied", format!("DENIED: {message} - do not retry.")),
-        Code::InvalidArguments => (
+        Code::InvalidArguments | Code::ArgumentsTooLarge | Code::ArgumentsTooDeep => (
             "refused",
             format!(
                 "INVALID ARGUMENTS: {message} - nothing was done; fix the arguments and call again."

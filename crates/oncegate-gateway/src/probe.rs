@@ -77,6 +77,7 @@ pub async fn probe(registry: &Registry, client: reqwest::Client) -> Vec<ProbeFin
                 idempotency_arg: None,
                 tool: rec.tool.clone(),
                 tool_errors: Default::default(),
+                rejected: None,
             };
             probes.push(probe_one(
                 client.clone(),

@@ -225,11 +225,7 @@ impl AppState {
     }
 
     pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
-        let token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or(ApiError::Unauthorized)?;
+        let token = bearer_token(headers)?;
         // Compare against every token in constant time; do not stop at the first match.
         let mut found = None;
         for (candidate, principal) in self.tokens.iter() {
@@ -273,9 +269,34 @@ impl AppState {
         Ok(Arc::new(
             UpstreamExecutor::new(self.http.clone(), cap)
                 .with_inflight(self.inflight.clone())
-                .with_running(self.running.clone()),
+                .with_running(self.running.clone())
+                .with_limits(self.gate.registry().gateway.limits),
         ))
     }
+}
+
+/// The token of the one `Authorization: Bearer <token>` header. The scheme is
+/// case-insensitive (RFC 9110 11.1) and may be followed by several spaces; two
+/// `Authorization` headers are refused (400) rather than one of them picked.
+fn bearer_token(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        if headers.contains_key(header::AUTHORIZATION) {
+            return Err(ApiError::Coded(
+                StatusCode::BAD_REQUEST,
+                Code::AmbiguousAuthorization,
+                "the request carries more than one Authorization header; send exactly one".into(),
+            ));
+        }
+        return Err(ApiError::Unauthorized);
+    };
+    let value = value.to_str().map_err(|_| ApiError::Unauthorized)?;
+    let (scheme, token) = value.split_once(' ').ok_or(ApiError::Unauthorized)?;
+    let token = token.trim_matches(' ');
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Err(ApiError::Unauthorized);
+    }
+    Ok(token)
 }
 
 /// `<store>.mcp-sessions/` beside an SQLite store (none for other stores, or when the
@@ -356,7 +377,15 @@ impl IntoResponse for ApiError {
                 let status = match &e {
                     GateError::UnknownCapability(_) => StatusCode::NOT_FOUND,
                     GateError::Forbidden(_) => StatusCode::FORBIDDEN,
-                    GateError::InvalidArguments(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                    GateError::InvalidArguments(_) | GateError::Inadmissible(_) => {
+                        StatusCode::UNPROCESSABLE_ENTITY
+                    }
+                    GateError::Limit(oncegate_core::limits::LimitError::TooLarge { .. }) => {
+                        StatusCode::PAYLOAD_TOO_LARGE
+                    }
+                    GateError::Limit(oncegate_core::limits::LimitError::TooDeep { .. }) => {
+                        StatusCode::UNPROCESSABLE_ENTITY
+                    }
                     GateError::UnknownApproval(_) | GateError::UnknownIntent(_) => {
                         StatusCode::NOT_FOUND
                     }
@@ -535,13 +564,40 @@ fn empty_object() -> Value {
     json!({})
 }
 
-fn header_string(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(str::to_owned)
+/// A structural header (`Oncegate-Run-Id`, `Oncegate-Step-Id`, `Idempotency-Key`):
+/// absent, or one value of 1 to 255 visible ASCII characters. Anything else is a 400:
+/// silently dropping it would collapse distinct steps onto one intent key.
+pub(crate) fn header_string(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
+    let invalid =
+        |message: String| ApiError::Coded(StatusCode::BAD_REQUEST, Code::InvalidHeader, message);
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let display = display_header(name);
+    if values.next().is_some() {
+        return Err(invalid(format!(
+            "{display} is sent more than once; send it once"
+        )));
+    }
+    let text = value.to_str().map_err(|_| {
+        invalid(format!(
+            "{display} contains non-ASCII bytes; only visible ASCII characters (`!` to `~`) are allowed"
+        ))
+    })?;
+    // HTTP strips surrounding whitespace already; a proxy may not have.
+    let text = text.trim_matches([' ', '\t']);
+    oncegate_core::limits::check_id(display, text).map_err(invalid)?;
+    Ok(Some(text.to_owned()))
+}
+
+fn display_header(name: &str) -> &'static str {
+    match name {
+        "oncegate-run-id" => "Oncegate-Run-Id",
+        "oncegate-step-id" => "Oncegate-Step-Id",
+        "idempotency-key" => "Idempotency-Key",
+        _ => "a structural header",
+    }
 }
 
 fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
@@ -576,8 +632,8 @@ async fn post_call(
     let call = Call {
         capability: body.capability,
         arguments: body.arguments,
-        run_id: header_string(&headers, "oncegate-run-id"),
-        step_id: header_string(&headers, "oncegate-step-id"),
+        run_id: header_string(&headers, "oncegate-run-id")?,
+        step_id: header_string(&headers, "oncegate-step-id")?,
     };
     if state
         .gate
@@ -587,10 +643,10 @@ async fn post_call(
     {
         state.take_read_token(&principal.name)?;
     }
-    let client_key = header_string(&headers, "idempotency-key");
+    let client_key = header_string(&headers, "idempotency-key")?;
     if client_key.is_some() || state.requires_client_key(&call.capability) {
         state
-            .check_client_key(&principal, &call, client_key.as_deref())
+            .check_client_key(&principal, &call, client_key.as_deref(), &executor)
             .await?;
     }
     let capability = call.capability.clone();
@@ -683,6 +739,7 @@ impl AppState {
         principal: &Principal,
         call: &Call,
         client_key: Option<&str>,
+        executor: &UpstreamExecutor,
     ) -> Result<(), ApiError> {
         let Some(client_key) = client_key else {
             return Err(ApiError::Coded(
@@ -694,15 +751,14 @@ impl AppState {
                 ),
             ));
         };
-        if client_key.len() > 255 {
-            return Err(ApiError::BadRequest(
-                "Idempotency-Key is longer than 255 characters".into(),
-            ));
-        }
         let registry = self.gate.registry();
         let cap = registry
             .capability(&call.capability)
             .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(call.capability.clone())))?;
+        // A call the gate will refuse (limits here, the path check below) must not bind
+        // the key first: binding is a durable write.
+        oncegate_core::limits::check_arguments(&call.arguments, &registry.gateway.limits)
+            .map_err(|e| ApiError::Gate(GateError::Limit(e)))?;
         let now = jiff::Timestamp::now();
         let scope = CallScope {
             run_id: call.run_id.as_deref(),
@@ -718,6 +774,19 @@ impl AppState {
             &registry.gateway.time_zone,
         )
         .map_err(|e| ApiError::Gate(GateError::InvalidArguments(e)))?;
+        let handle = oncegate_store::IntentHandle {
+            key: oncegate_core::intent::upstream_key(&derived.key, 1),
+            intent_key: derived.key.clone(),
+            generation: 1,
+            capability: cap.name.clone(),
+            arguments: call.arguments.clone(),
+            normalised: Value::Object(derived.normalised.clone()),
+            business_ref: derived.business_ref.clone(),
+            run_id: call.run_id.clone(),
+            step_id: call.step_id.clone(),
+        };
+        oncegate_store::Executor::admit(executor, &handle)
+            .map_err(|e| ApiError::Gate(GateError::Inadmissible(e)))?;
         let binding = oncegate_store::ClientKeyBinding {
             principal: principal.name.clone(),
             capability: cap.name.clone(),

@@ -6,6 +6,12 @@
 //! attempt `not_applied` without reconciliation; a 429 is a provider's explicit "not
 //! done". Anything that may have reached the provider (timeout, reset after send, 5xx)
 //! is `unknown`. A 4xx is a definite failure.
+//!
+//! Two things are refused before anything is claimed ([`Executor::admit`]): a rendered
+//! URL whose path has a `.` or `..` segment (an argument such as `customer = ".."` would
+//! otherwise move the call to another resource, with the provider's credentials). And an
+//! answer over `gateway.max_answer_bytes` / `max_answer_depth` is never stored whole: it
+//! is read as a stream, hashed, and stored as its SHA-256, length and a short preview.
 
 pub mod mcp;
 
@@ -14,6 +20,7 @@ use std::sync::Arc;
 use oncegate_core::config::{
     BodyTemplate, Capability, KeyThreading, Reconcile, ToolErrors, Upstream, UpstreamKind,
 };
+use oncegate_core::limits::{AnswerSummary, Limits, answer_over_limit, bound_answer, json_depth};
 use oncegate_core::template::{Part, Source, Template};
 use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_store::{Attempt, Executor, IntentHandle, LateAnswer};
@@ -146,6 +153,41 @@ impl Scope<'_> {
     }
 }
 
+/// Refuses a rendered URL whose path has a `.` or `..` segment, in any spelling a server
+/// might decode it to: percent-escapes are decoded repeatedly (a value `%2e%2e` renders
+/// as `%252e%252e`, which a server that decodes twice reads as `..`), and a decoded `/`
+/// or `\` splits the segment further. Only the path is checked: the query is data.
+fn check_path(url: &str) -> Result<(), RenderError> {
+    let rest = url.find("://").map_or(url, |i| &url[i + 3..]);
+    let Some(start) = rest.find('/') else {
+        return Ok(());
+    };
+    let path = rest[start..].split(['?', '#']).next().unwrap_or_default();
+    for segment in path.split('/') {
+        let mut text = segment.to_owned();
+        for _ in 0..5 {
+            if let Some(dots) = text.split(['/', '\\']).find(|p| *p == "." || *p == "..") {
+                let read = if dots == segment {
+                    String::new()
+                } else {
+                    format!(" (read as `{dots}`)")
+                };
+                return Err(RenderError(format!(
+                    "an argument makes the upstream path segment `{segment}`{read}, which would send the call to another path; `.` and `..` (also percent-encoded) are not allowed as path segments"
+                )));
+            }
+            let decoded = percent_encoding::percent_decode_str(&text)
+                .decode_utf8_lossy()
+                .into_owned();
+            if decoded == text {
+                break;
+            }
+            text = decoded;
+        }
+    }
+    Ok(())
+}
+
 fn pointer_string(body: &Value, pointer: Option<&str>) -> Option<String> {
     match body.pointer(pointer?)? {
         Value::String(s) => Some(s.clone()),
@@ -154,9 +196,72 @@ fn pointer_string(body: &Value, pointer: Option<&str>) -> Option<String> {
     }
 }
 
-async fn read_body(response: reqwest::Response) -> Result<Value, reqwest::Error> {
-    let text = response.text().await?;
-    Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
+/// An upstream answer as read within the limits.
+struct Answer {
+    /// What is stored: the body, or its summary when it is over a limit.
+    stored: Value,
+    /// The parsed body when it was read whole (pointers such as `effect_ref` read it).
+    full: Option<Value>,
+}
+
+/// Reads a body chunk by chunk: past `max_answer_bytes` only its digest, length and
+/// preview are kept, so a huge answer never sits in memory or in the store.
+async fn read_body(
+    mut response: reqwest::Response,
+    limits: &Limits,
+) -> Result<Answer, reqwest::Error> {
+    let mut kept = Vec::new();
+    let mut over: Option<AnswerSummary> = None;
+    while let Some(chunk) = response.chunk().await? {
+        match over.as_mut() {
+            Some(summary) => summary.update(&chunk),
+            None if kept.len() + chunk.len() > limits.max_answer_bytes => {
+                let mut summary = AnswerSummary::new();
+                summary.update(&kept);
+                summary.update(&chunk);
+                kept = Vec::new();
+                over = Some(summary);
+            }
+            None => kept.extend_from_slice(&chunk),
+        }
+    }
+    if let Some(summary) = over {
+        let reason = answer_over_limit(summary.len(), None, limits).unwrap_or_default();
+        return Ok(Answer {
+            stored: summary.finish(&reason),
+            full: None,
+        });
+    }
+    let text = String::from_utf8_lossy(&kept).into_owned();
+    let summarise = |reason: String| {
+        let mut summary = AnswerSummary::new();
+        summary.update(&kept);
+        summary.finish(&reason)
+    };
+    Ok(match serde_json::from_str::<Value>(&text) {
+        Ok(body) => match answer_over_limit(kept.len(), Some(json_depth(&body)), limits) {
+            Some(reason) => Answer {
+                stored: summarise(reason),
+                full: Some(body),
+            },
+            None => Answer {
+                stored: body.clone(),
+                full: Some(body),
+            },
+        },
+        // serde_json stops at 128 levels: deeper than any limit.
+        Err(e) if e.to_string().contains("recursion limit") => Answer {
+            stored: summarise(format!(
+                "the answer nests more than 128 levels deep, over the limit of {} (gateway.max_answer_depth)",
+                limits.max_answer_depth
+            )),
+            full: None,
+        },
+        Err(_) => Answer {
+            stored: Value::String(text),
+            full: None,
+        },
+    })
 }
 
 /// Executes one capability's upstream (HTTP or MCP) and its reconciliation read.
@@ -167,6 +272,8 @@ pub struct UpstreamExecutor {
     inflight: Option<crate::server::InFlight>,
     /// Where an effect's MCP call is listed until it has really ended.
     running: Option<mcp::RunningCalls>,
+    /// What an answer may be before only its summary is stored.
+    limits: Limits,
 }
 
 impl UpstreamExecutor {
@@ -177,7 +284,14 @@ impl UpstreamExecutor {
             cap,
             inflight: None,
             running: None,
+            limits: Limits::default(),
         }
+    }
+
+    /// Stores answers within `limits` (the registry's `[gateway]` limits).
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Registers MCP calls left running past their timeout with `inflight`.
@@ -200,6 +314,7 @@ impl UpstreamExecutor {
     ) -> Result<reqwest::RequestBuilder, RenderError> {
         let scope = Scope { intent };
         let url = scope.url(&up.url)?;
+        check_path(&url)?;
         let method = reqwest::Method::from_bytes(up.method.as_bytes())
             .map_err(|e| RenderError(e.to_string()))?;
         let mut req = self
@@ -327,11 +442,14 @@ impl Executor for UpstreamExecutor {
             Err(e) => classify_error(&e),
             Ok(response) => {
                 let status = response.status();
-                match read_body(response).await {
+                match read_body(response, &self.limits).await {
                     Err(e) => classify_error(&e),
                     Ok(body) if status.is_success() => EffectResult::Applied {
-                        effect_ref: pointer_string(&body, up.effect_ref.as_deref()),
-                        result: body,
+                        effect_ref: body
+                            .full
+                            .as_ref()
+                            .and_then(|full| pointer_string(full, up.effect_ref.as_deref())),
+                        result: body.stored,
                     },
                     Ok(_) if status.as_u16() == 429 => EffectResult::NotSent {
                         message: "the upstream rate-limited the call (429): nothing was done"
@@ -353,7 +471,7 @@ impl Executor for UpstreamExecutor {
                     },
                     Ok(body) if status.is_client_error() => EffectResult::Failed {
                         message: format!("the upstream refused the call ({status})"),
-                        result: body,
+                        result: body.stored,
                     },
                     Ok(_) => EffectResult::Unknown {
                         message: format!("the upstream answered {status}"),
@@ -364,6 +482,30 @@ impl Executor for UpstreamExecutor {
         metrics::histogram!("oncegate_upstream_seconds", "capability" => self.cap.name.clone())
             .record(started.elapsed().as_secs_f64());
         Attempt::ended(result)
+    }
+
+    fn admit(&self, intent: &IntentHandle) -> Result<(), String> {
+        let scope = Scope { intent };
+        let http_up = self
+            .cap
+            .upstream
+            .as_ref()
+            .filter(|u| u.kind == UpstreamKind::Http)
+            .map(|u| &u.url);
+        let http_rec = self
+            .cap
+            .reconcile
+            .as_ref()
+            .filter(|r| r.kind == UpstreamKind::Http)
+            .map(|r| &r.url);
+        for template in http_up.into_iter().chain(http_rec) {
+            // A template that cannot be rendered (an unset variable) is reported by the
+            // execution itself, as nothing sent.
+            if let Ok(url) = scope.url(template) {
+                check_path(&url).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
     }
 
     async fn reconcile(&self, intent: IntentHandle) -> ReconcileResult {
@@ -391,6 +533,7 @@ impl UpstreamExecutor {
     ) -> Result<ReconcileResult, String> {
         let scope = Scope { intent };
         let url = scope.url(&rec.url).map_err(|e| e.to_string())?;
+        check_path(&url).map_err(|e| e.to_string())?;
         let method =
             reqwest::Method::from_bytes(rec.method.as_bytes()).map_err(|e| e.to_string())?;
         let mut req = self
@@ -415,7 +558,7 @@ impl UpstreamExecutor {
             )
         })?;
         let status = response.status();
-        let body = read_body(response).await.map_err(|e| {
+        let body = read_body(response, &self.limits).await.map_err(|e| {
             format!(
                 "reconciliation read failed: {}",
                 reqwest_error_text(&e).text
@@ -427,7 +570,23 @@ impl UpstreamExecutor {
         if !status.is_success() {
             return Err(format!("reconciliation read answered {status}"));
         }
-        judge(rec, body)
+        let Some(full) = body.full else {
+            return Err(format!(
+                "the reconciliation answer could not be judged: {}",
+                body.stored
+                    .get(oncegate_core::limits::TRUNCATED_KEY)
+                    .and_then(|t| t.get("reason"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("it is not JSON")
+            ));
+        };
+        Ok(match judge(rec, full)? {
+            ReconcileResult::Found { effect_ref, result } => ReconcileResult::Found {
+                effect_ref,
+                result: bound_answer(result, &self.limits),
+            },
+            other => other,
+        })
     }
 
     /// Renders the tool arguments (the body mapping, or the call's own arguments) and
@@ -568,12 +727,13 @@ impl UpstreamExecutor {
             _ => None,
         };
         let (end, late) = mcp::call_tool(self.client.clone(), call, hold, running).await;
-        let result = effect_of(up, read, end);
+        let limits = self.limits;
+        let result = effect_of(up, read, &limits, end);
         let late = late.map(|rx| {
             let up = up.clone();
             let answer = async move {
                 match rx.await {
-                    Ok(end) => effect_of(&up, read, end),
+                    Ok(end) => effect_of(&up, read, &limits, end),
                     Err(_) => EffectResult::Unknown {
                         message: "the late answer of the upstream call was lost".into(),
                     },
@@ -592,17 +752,27 @@ impl UpstreamExecutor {
 }
 
 /// Classifies how an effect's (or a read's) `tools/call` ended.
-fn effect_of(up: &Upstream, read: bool, end: mcp::CallEnd) -> EffectResult {
+fn effect_of(up: &Upstream, read: bool, limits: &Limits, end: mcp::CallEnd) -> EffectResult {
     match end {
         mcp::CallEnd::Result(r) => {
             let structured = mcp::structured(&r);
-            let stored = serde_json::to_value(&r).unwrap_or(Value::Null);
+            let stored = bound_tool_result(serde_json::to_value(&r).unwrap_or(Value::Null), limits);
             if r.is_error == Some(true) {
                 let said = mcp::first_text(&r);
+                // The registry's `rejected` pattern names the errors that prove the
+                // tool refused before doing anything.
+                let rejected = up
+                    .rejected
+                    .as_ref()
+                    .is_some_and(|p| p.is_match(&mcp::all_text(&r)));
                 match up.tool_errors {
                     // A read has no effect to be unsure about.
                     _ if read => EffectResult::Failed {
                         message: format!("the tool reported an error: {said}"),
+                        result: stored,
+                    },
+                    _ if rejected => EffectResult::Failed {
+                        message: format!("the tool rejected the call: {said}"),
                         result: stored,
                     },
                     ToolErrors::Failed => EffectResult::Failed {
@@ -630,6 +800,17 @@ fn effect_of(up: &Upstream, read: bool, end: mcp::CallEnd) -> EffectResult {
             message,
         },
         mcp::CallEnd::Unknown(message) => EffectResult::Unknown { message },
+    }
+}
+
+/// A stored tool result within the limits: itself, or its summary shaped as a tool
+/// result (so replays and `record_of` read it like any other).
+fn bound_tool_result(stored: Value, limits: &Limits) -> Value {
+    let bounded = bound_answer(stored, limits);
+    if bounded.get(oncegate_core::limits::TRUNCATED_KEY).is_some() {
+        mcp::as_tool_result(&bounded)
+    } else {
+        bounded
     }
 }
 
@@ -675,7 +856,7 @@ impl UpstreamExecutor {
                 // Stored as a tool result, so a reconciled replay reads like the original.
                 ReconcileResult::Found { effect_ref, result } => ReconcileResult::Found {
                     effect_ref,
-                    result: mcp::as_tool_result(&result),
+                    result: mcp::as_tool_result(&bound_answer(result, &self.limits)),
                 },
                 other => other,
             }),

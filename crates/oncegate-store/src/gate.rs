@@ -166,6 +166,13 @@ pub trait Executor: Send + Sync + 'static {
         let _ = intent;
         false
     }
+    /// Whether the call may proceed at all, checked after the key is derived and before
+    /// anything is decided or claimed (`Err`: why not, answered as invalid arguments).
+    /// The gateway renders the upstream URLs here and refuses `.`/`..` path segments.
+    fn admit(&self, intent: &IntentHandle) -> Result<(), String> {
+        let _ = intent;
+        Ok(())
+    }
     /// Asks the upstream whether the intent already took effect.
     fn reconcile(&self, intent: IntentHandle) -> impl Future<Output = ReconcileResult> + Send {
         let _ = intent;
@@ -201,6 +208,13 @@ pub enum GateError {
     /// The arguments do not make a key.
     #[error("invalid arguments: {0}")]
     InvalidArguments(#[from] KeyError),
+    /// The executor refused the call before anything was claimed (e.g. an argument
+    /// would change the upstream URL's path).
+    #[error("invalid arguments: {0}")]
+    Inadmissible(String),
+    /// The arguments exceed a configured limit (`gateway.max_argument_*`).
+    #[error(transparent)]
+    Limit(#[from] oncegate_core::limits::LimitError),
     /// No such approval.
     #[error("unknown approval `{0}`")]
     UnknownApproval(String),
@@ -218,7 +232,8 @@ impl GateError {
         match self {
             GateError::UnknownCapability(_) => Code::UnknownCapability,
             GateError::Forbidden(_) => Code::Forbidden,
-            GateError::InvalidArguments(_) => Code::InvalidArguments,
+            GateError::InvalidArguments(_) | GateError::Inadmissible(_) => Code::InvalidArguments,
+            GateError::Limit(e) => e.code(),
             GateError::UnknownApproval(_) | GateError::UnknownIntent(_) => Code::NotFound,
             GateError::Store(_) => Code::StoreUnavailable,
         }
@@ -528,6 +543,8 @@ impl<S: Store> Gate<S> {
                 who.role.as_str()
             )));
         }
+        // Before anything is parsed further: a record must stay readable and replays small.
+        oncegate_core::limits::check_arguments(&call.arguments, &self.registry.gateway.limits)?;
         let now = self.clock.now();
         let scope = CallScope {
             run_id: call.run_id.as_deref(),
@@ -555,6 +572,19 @@ impl<S: Store> Gate<S> {
             ),
             None => PolicyVerdict::Allow,
         };
+        executor
+            .admit(&IntentHandle {
+                key: intent::upstream_key(&derived.key, 1),
+                intent_key: derived.key.clone(),
+                generation: 1,
+                capability: cap.name.clone(),
+                arguments: call.arguments.clone(),
+                normalised: Value::Object(derived.normalised.clone()),
+                business_ref: derived.business_ref.clone(),
+                run_id: call.run_id.clone(),
+                step_id: call.step_id.clone(),
+            })
+            .map_err(GateError::Inadmissible)?;
 
         for _ in 0..MAX_RACES {
             let now = self.clock.now();

@@ -124,8 +124,12 @@ fn transport_config(call: &ToolCall) -> Result<StreamableHttpClientTransportConf
     let mut custom = HashMap::new();
     for (name, value) in &call.headers {
         if name.eq_ignore_ascii_case("authorization") {
-            match value.strip_prefix("Bearer ") {
-                Some(token) => config.auth_header = Some(token.to_owned()),
+            // The scheme is case-insensitive (RFC 9110), as on oncegate's own door.
+            match value
+                .split_once(' ')
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            {
+                Some((_, token)) => config.auth_header = Some(token.trim_matches(' ').to_owned()),
                 None => {
                     return Err("MCP upstreams take `Authorization: Bearer <token>` only".into());
                 }
@@ -366,6 +370,17 @@ pub fn first_text(result: &CallToolResult) -> String {
         .iter()
         .find_map(|c| c.as_text().map(|t| t.text.clone()))
         .unwrap_or_default()
+}
+
+/// Every text block of a result, one per line (what a `rejected` pattern is matched
+/// against).
+pub fn all_text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A stored record re-shaped as a tool result (for a reconciled effect).

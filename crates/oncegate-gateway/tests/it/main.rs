@@ -1,5 +1,6 @@
 //! oncegate-gateway integration tests.
 
+mod front_door;
 mod mcp_surface;
 mod mcp_upstream;
 mod openapi;

@@ -69,6 +69,11 @@ impl ServerHandler for Provider {
                 Ok(CallToolResult::error(vec![ContentBlock::text("card declined")]).into())
             }
             "invalid" => Err(ErrorData::invalid_params("amount is missing", None)),
+            // What the Python SDKs answer for arguments that fail the tool's schema.
+            "validation" => Ok(CallToolResult::error(vec![ContentBlock::text(
+                "Input validation error: 'amount' is a required property",
+            )])
+            .into()),
             "internal" => Err(ErrorData::internal_error("database hiccup", None)),
             "slow" => {
                 // Inline, not spawned: if the caller dropped its request (a cancel,
@@ -243,4 +248,67 @@ async fn a_timed_out_call_is_running_until_its_late_answer_which_is_handed_back(
     );
     assert_eq!(provider.completed.load(Ordering::SeqCst), 1);
     assert!(!executor.attempt_running(&handle), "the call has ended");
+}
+
+#[tokio::test]
+async fn tool_errors_matching_the_rejected_pattern_are_failed_and_others_stay_unknown() {
+    let (url, _) = provider().await;
+    let rejected = "rejected = \"^Input validation error:\"";
+    type Check = fn(&EffectResult) -> bool;
+    let cases: [(&str, &str, Check); 4] = [
+        (
+            "validation",
+            rejected,
+            |r| matches!(r, EffectResult::Failed { message, .. } if message.contains("'amount' is a required property")),
+        ),
+        // Without the pattern the same error may have come after the effect.
+        ("validation", "", |r| {
+            matches!(r, EffectResult::Unknown { .. })
+        }),
+        // An error the pattern does not name is still unknown.
+        (
+            "declined",
+            rejected,
+            |r| matches!(r, EffectResult::Unknown { message } if message.contains("card declined")),
+        ),
+        // A JSON-RPC invalid-params error proves nothing ran, whatever the pattern.
+        (
+            "invalid",
+            rejected,
+            |r| matches!(r, EffectResult::Failed { message, .. } if message.contains("-32602") && message.contains("amount is missing")),
+        ),
+    ];
+    for (tool, extra, ok) in cases {
+        let result = executor(&url, tool, extra).execute(intent("A-1")).await;
+        assert!(ok(&result), "{tool} {extra}: {result:?}");
+    }
+}
+
+#[test]
+fn a_rejected_pattern_is_validated_at_load_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let load = |extra: &str, kind: &str| {
+        let text = format!(
+            "[[capabilities]]\nname = \"pay\"\ncategory = \"keyed\"\nkey = {{ business_ref = \"order_id\" }}\n\n[capabilities.upstream]\nkind = \"{kind}\"\nurl = \"http://127.0.0.1:9/mcp\"\ntool = \"pay\"\n{extra}\n"
+        );
+        let text = if kind == "http" {
+            text.replace("tool = \"pay\"\n", "")
+        } else {
+            text
+        };
+        std::fs::write(dir.path().join("c.toml"), text).unwrap();
+        oncegate_store::load_registry(&dir.path().join("c.toml"))
+            .err()
+            .map(|e| e.to_string())
+    };
+    assert_eq!(load("rejected = \"^declined\"", "mcp"), None);
+    let bad = load("rejected = \"^(declined\"", "mcp").expect("an unclosed group is refused");
+    assert!(bad.contains("c.toml:10"), "{bad}");
+    assert!(bad.contains("rejected"), "{bad}");
+    assert!(bad.contains("not a regular expression"), "{bad}");
+    let http = load("rejected = \"x\"", "http").expect("HTTP upstreams have no tool errors");
+    assert!(http.contains("MCP upstreams only"), "{http}");
+    let both = load("tool_errors = \"failed\"\nrejected = \"x\"", "mcp")
+        .expect("redundant with tool_errors = failed");
+    assert!(both.contains("already a failure"), "{both}");
 }
