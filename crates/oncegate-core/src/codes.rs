@@ -77,11 +77,19 @@ pub enum Code {
     /// The HTTP request itself was refused (too large, timed out, wrong method).
     #[serde(rename = "OG-0022")]
     RequestRejected,
+    /// A stored intent or approval does not match the audit record that wrote it
+    /// (edited, rolled back or deleted row): refused, never re-executed.
+    #[serde(rename = "OG-0030")]
+    StoreIntegrity,
+    /// The configured store is missing, empty or not an oncegate store (or, for
+    /// `oncegate init`, already exists): nothing starts on it.
+    #[serde(rename = "OG-0031")]
+    StoreNotInitialised,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 22] = [
+    pub const ALL: [Code; 24] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -104,6 +112,8 @@ impl Code {
         Code::RateLimited,
         Code::NotFound,
         Code::RequestRejected,
+        Code::StoreIntegrity,
+        Code::StoreNotInitialised,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -131,6 +141,8 @@ impl Code {
             Code::RateLimited => "OG-0020",
             Code::NotFound => "OG-0021",
             Code::RequestRejected => "OG-0022",
+            Code::StoreIntegrity => "OG-0030",
+            Code::StoreNotInitialised => "OG-0031",
         }
     }
 }
