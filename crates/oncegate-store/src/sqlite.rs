@@ -1081,19 +1081,22 @@ fn listed<T: serde::de::DeserializeOwned>(row: &RowData) -> Result<T, String> {
 
 impl StoreRead for SqliteStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
+        // One read transaction: the row and the chain's seals are read from the same
+        // snapshot, so a commit landing in between never looks like a rollback.
         let mut conn = self.reader().await?;
+        let mut tx = conn.begin().await.map_err(unavailable)?;
         let row = sqlx::query(
             "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = ? ORDER BY generation DESC LIMIT 1",
         )
         .bind(key.as_str())
-        .fetch_optional(&mut *conn)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(unavailable)?
         .map(|r| row_data(&r, RowKind::Intent));
         // The chain's newest generation of this key: on a miss it tells "never written"
         // from "deleted"; on a hit, a newer sealed generation means the newest row is gone.
-        let sealed = newest_sealed_generation(&mut conn, key.as_str()).await?;
-        match (row, sealed) {
+        let sealed = newest_sealed_generation(&mut tx, key.as_str()).await?;
+        let result = match (row, sealed) {
             (None, None) => Ok(None),
             (None, Some(g)) => Err(integrity(
                 &format!("intent {key} generation {g}"),
@@ -1103,8 +1106,10 @@ impl StoreRead for SqliteStore {
                 &format!("intent {key} generation {g}"),
                 "the audit chain wrote this generation and it is gone (deleted row)",
             )),
-            (Some(row), _) => self.checked_intent(&mut conn, row).await.map(Some),
-        }
+            (Some(row), _) => self.checked_intent(&mut tx, row).await.map(Some),
+        };
+        let _ = tx.rollback().await;
+        result
     }
 
     async fn load_generation(
@@ -1113,16 +1118,19 @@ impl StoreRead for SqliteStore {
         generation: u32,
     ) -> Result<Option<IntentRecord>, StoreError> {
         let mut conn = self.reader().await?;
-        match fetch_intent(&mut conn, key.as_str(), generation).await? {
-            Some(row) => self.checked_intent(&mut conn, row).await.map(Some),
-            None => match newest_intent_seal(&mut conn, key.as_str(), generation).await? {
+        let mut tx = conn.begin().await.map_err(unavailable)?;
+        let result = match fetch_intent(&mut tx, key.as_str(), generation).await? {
+            Some(row) => self.checked_intent(&mut tx, row).await.map(Some),
+            None => match newest_intent_seal(&mut tx, key.as_str(), generation).await? {
                 None => Ok(None),
                 Some(_) => Err(integrity(
                     &format!("intent {key} generation {generation}"),
                     "the audit chain wrote this row and it is gone (deleted row)",
                 )),
             },
-        }
+        };
+        let _ = tx.rollback().await;
+        result
     }
 
     async fn find_other_run(
@@ -1131,20 +1139,23 @@ impl StoreRead for SqliteStore {
         run_id: Option<&str>,
     ) -> Result<Option<IntentRecord>, StoreError> {
         let mut conn = self.reader().await?;
+        let mut tx = conn.begin().await.map_err(unavailable)?;
         let row = sqlx::query(
             "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE cross_key = ? AND run_id IS NOT ? AND state NOT IN ('denied', 'failed', 'not_applied')
              ORDER BY updated_at DESC LIMIT 1",
         )
         .bind(cross_key.as_str())
         .bind(run_id)
-        .fetch_optional(&mut *conn)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(unavailable)?
         .map(|r| row_data(&r, RowKind::Intent));
-        match row {
-            Some(row) => self.checked_intent(&mut conn, row).await.map(Some),
+        let result = match row {
+            Some(row) => self.checked_intent(&mut tx, row).await.map(Some),
             None => Ok(None),
-        }
+        };
+        let _ = tx.rollback().await;
+        result
     }
 
     async fn list_intents(
@@ -1188,21 +1199,24 @@ impl StoreRead for SqliteStore {
 
     async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
         let mut conn = self.reader().await?;
-        match fetch_approval(&mut conn, id).await? {
-            Some(row) => {
-                let value = check_row(&mut conn, RowKind::Approval, &row, self.chain_key()).await?;
-                serde_json::from_value(value)
+        let mut tx = conn.begin().await.map_err(unavailable)?;
+        let result = match fetch_approval(&mut tx, id).await? {
+            Some(row) => match check_row(&mut tx, RowKind::Approval, &row, self.chain_key()).await {
+                Ok(value) => serde_json::from_value(value)
                     .map(Some)
-                    .map_err(|e| StoreError::Corrupt(format!("approval {id}: {e}")))
-            }
-            None => match newest_approval_seal(&mut conn, id).await? {
+                    .map_err(|e| StoreError::Corrupt(format!("approval {id}: {e}"))),
+                Err(e) => Err(e),
+            },
+            None => match newest_approval_seal(&mut tx, id).await? {
                 None => Ok(None),
                 Some(_) => Err(integrity(
                     &format!("approval {id}"),
                     "the audit chain wrote this row and it is gone (deleted row)",
                 )),
             },
-        }
+        };
+        let _ = tx.rollback().await;
+        result
     }
 
     async fn list_approvals(

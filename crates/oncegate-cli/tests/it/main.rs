@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 mod demo;
 mod gateway;
 mod mcp;
+mod store_faults;
 mod support;
 
 fn oncegate(args: &[&str]) -> Output {
