@@ -26,7 +26,7 @@ fn email() -> Value {
 }
 
 /// Runs SQL statements on the store file, as `sqlite3` would.
-fn sql(db: &Path, statements: &[&str]) {
+fn sql(db: &Path, statements: &[&'static str]) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -37,7 +37,7 @@ fn sql(db: &Path, statements: &[&str]) {
             .await
             .unwrap();
         for s in statements {
-            sqlx::query(s).execute(&mut conn).await.unwrap();
+            sqlx::query(*s).execute(&mut conn).await.unwrap();
         }
         conn.close().await.unwrap();
     });
