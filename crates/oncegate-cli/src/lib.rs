@@ -83,7 +83,8 @@ pub async fn open_store_with(
 ) -> anyhow::Result<oncegate_store::SqliteStore> {
     let path = store_path(registry)?;
     let options = oncegate_store::StoreOptions {
-        chain_key: oncegate_store::chain_key_from_env(registry).map_err(|e| anyhow::anyhow!("{e}"))?,
+        chain_key: oncegate_store::chain_key_from_env(registry)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
     };
     oncegate_store::SqliteStore::open_with(&path, mode, options)
         .await

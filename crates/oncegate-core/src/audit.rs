@@ -205,13 +205,28 @@ pub fn check_record(record: &AuditRecord, key: Option<&ChainKey>) -> Result<(), 
                     .into(),
             );
         }
-        (true, Some(k)) => hash_of(record.shard, record.seq, &record.prev_hash, &record.event, Some(k)),
-        (false, _) => hash_of(record.shard, record.seq, &record.prev_hash, &record.event, None),
+        (true, Some(k)) => hash_of(
+            record.shard,
+            record.seq,
+            &record.prev_hash,
+            &record.event,
+            Some(k),
+        ),
+        (false, _) => hash_of(
+            record.shard,
+            record.seq,
+            &record.prev_hash,
+            &record.event,
+            None,
+        ),
     };
     if record.hash == expected {
         Ok(())
     } else if keyed {
-        Err("the record's HMAC does not match its content (edited record, or another chain key)".into())
+        Err(
+            "the record's HMAC does not match its content (edited record, or another chain key)"
+                .into(),
+        )
     } else {
         Err("hash does not match the record's content (edited record)".into())
     }
@@ -402,10 +417,16 @@ pub fn add_row_seals(event: &mut AuditEvent, intent: Option<RowSeal>, approval: 
     }
     let detail = event.detail.as_object_mut().expect("made an object above");
     if let Some(seal) = intent {
-        detail.insert(ROW_INTENT.into(), serde_json::to_value(seal).expect("seals serialise"));
+        detail.insert(
+            ROW_INTENT.into(),
+            serde_json::to_value(seal).expect("seals serialise"),
+        );
     }
     if let Some(seal) = approval {
-        detail.insert(ROW_APPROVAL.into(), serde_json::to_value(seal).expect("seals serialise"));
+        detail.insert(
+            ROW_APPROVAL.into(),
+            serde_json::to_value(seal).expect("seals serialise"),
+        );
     }
 }
 
@@ -469,7 +490,11 @@ fn newest_seals(records: &[AuditRecord]) -> HashMap<(RowKind, String, u32), (u32
     for r in records {
         for kind in [RowKind::Intent, RowKind::Approval] {
             if let Some(seal) = row_seal(&r.event, kind.field()) {
-                let generation = if kind == RowKind::Intent { seal.generation } else { 0 };
+                let generation = if kind == RowKind::Intent {
+                    seal.generation
+                } else {
+                    0
+                };
                 newest.insert((kind, seal.key, generation), (r.shard, r.seq, seal.hash));
             }
         }
@@ -499,14 +524,17 @@ pub fn verify_rows(records: &[AuditRecord], rows: &[StoredRow]) -> Vec<RowProble
             }
             Ok(h) if row.sealed_hash.as_deref() != Some(h) => {
                 problems.push(problem(
-                    "the row's content does not match the hash it was sealed with (edited row)".into(),
+                    "the row's content does not match the hash it was sealed with (edited row)"
+                        .into(),
                 ));
                 continue;
             }
             Ok(_) => {}
         }
         let Some((shard, seq, hash)) = seal else {
-            problems.push(problem("no audit record wrote this row (inserted or adopted outside oncegate)".into()));
+            problems.push(problem(
+                "no audit record wrote this row (inserted or adopted outside oncegate)".into(),
+            ));
             continue;
         };
         if row.link != Some((shard, seq)) {

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use oncegate_core::audit::{
-    Anchor, AnchorHead, AuditRecord, BrokenLink, ChainKey, RowProblem, check_anchor,
-    verify_rows, verify_shard_with,
+    Anchor, AnchorHead, AuditRecord, BrokenLink, ChainKey, RowProblem, check_anchor, verify_rows,
+    verify_shard_with,
 };
 use serde::Serialize;
 

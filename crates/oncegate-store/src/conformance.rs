@@ -236,7 +236,7 @@ pub async fn generations_and_approvals<S: Store>(store: &S) {
             .list_approvals(Some(ApprovalState::Pending))
             .await
             .unwrap()
-        .items
+            .items
             .iter()
             .all(|a| a.id != "ap_1")
     );
@@ -335,7 +335,10 @@ pub async fn listing_order<S: Store>(store: &S) {
             .map(|r| r.key.as_str().to_owned())
             .collect::<Vec<_>>()
     };
-    let newest = store.list_intents(&IntentFilter::default()).await.unwrap()
+    let newest = store
+        .list_intents(&IntentFilter::default())
+        .await
+        .unwrap()
         .items;
     assert_eq!(keys(newest), ["ee03", "ee02", "ee01"]);
     let oldest = store
@@ -470,12 +473,18 @@ pub async fn rows_are_sealed<S: Store>(store: &S) {
         .collect();
     let rows = store.stored_rows().await.unwrap();
     assert!(
-        rows.iter().any(|r| r.kind == oncegate_core::audit::RowKind::Approval)
-            && rows.iter().any(|r| r.kind == oncegate_core::audit::RowKind::Intent),
+        rows.iter()
+            .any(|r| r.kind == oncegate_core::audit::RowKind::Approval)
+            && rows
+                .iter()
+                .any(|r| r.kind == oncegate_core::audit::RowKind::Intent),
         "rows of both kinds are listed"
     );
     let problems = oncegate_core::audit::verify_rows(&all, &rows);
-    assert!(problems.is_empty(), "rows do not match the chain: {problems:?}");
+    assert!(
+        problems.is_empty(),
+        "rows do not match the chain: {problems:?}"
+    );
     for row in &rows {
         assert!(row.link.is_some(), "row {} names no audit record", row.key);
     }

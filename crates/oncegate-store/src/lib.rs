@@ -64,9 +64,9 @@ impl StoreError {
                 Code::StoreNotInitialised
             }
             StoreError::Conflict => Code::Contention,
-            StoreError::Unavailable(_)
-            | StoreError::Corrupt(_)
-            | StoreError::UnsupportedUrl(_) => Code::StoreUnavailable,
+            StoreError::Unavailable(_) | StoreError::Corrupt(_) | StoreError::UnsupportedUrl(_) => {
+                Code::StoreUnavailable
+            }
         }
     }
 }

@@ -70,9 +70,8 @@ enum Done {
 
 impl Job {
     fn reply(self, done: Result<Done, StoreError>) {
-        let mismatch = || {
-            StoreError::Corrupt("the writer answered a job with another job's result".into())
-        };
+        let mismatch =
+            || StoreError::Corrupt("the writer answered a job with another job's result".into());
         match self {
             Job::Commit(_, tx) => {
                 let _ = tx.send(match done {
@@ -322,16 +321,17 @@ async fn inspect(path: &Path) -> Result<Found, StoreError> {
         Ok(c) => c,
         Err(e) => return Ok(Found::Foreign(format!("cannot be opened as SQLite: {e}"))),
     };
-    let tables = match sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .fetch_all(&mut conn)
-        .await
-    {
-        Ok(rows) => rows
-            .iter()
-            .map(|r| r.get::<String, _>(0))
-            .collect::<Vec<_>>(),
-        Err(e) => return Ok(Found::Foreign(format!("not a SQLite database: {e}"))),
-    };
+    let tables =
+        match sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(&mut conn)
+            .await
+        {
+            Ok(rows) => rows
+                .iter()
+                .map(|r| r.get::<String, _>(0))
+                .collect::<Vec<_>>(),
+            Err(e) => return Ok(Found::Foreign(format!("not a SQLite database: {e}"))),
+        };
     let _ = conn.close().await;
     let has = |t: &str| tables.iter().any(|n| n == t);
     Ok(if tables.is_empty() {
@@ -532,9 +532,9 @@ async fn writer_loop(
             if batch.iter().all(|j| matches!(j, Job::Probe(_))) {
                 // Readiness alone: ask for the write lock without waiting out the busy
                 // timeout, so a lock held elsewhere answers "not ready" at once.
-                results = probe(&mut conn).await.map(|()| {
-                    batch.iter().map(|_| Done::Probe).collect()
-                });
+                results = probe(&mut conn)
+                    .await
+                    .map(|()| batch.iter().map(|_| Done::Probe).collect());
                 break;
             }
             results = apply_batch(&mut conn, &batch, &mut heads, key.as_ref()).await;
@@ -889,7 +889,6 @@ fn row_data(row: &sqlx::sqlite::SqliteRow, kind: RowKind) -> RowData {
     }
 }
 
-
 async fn fetch_intent(
     conn: &mut SqliteConnection,
     key: &str,
@@ -993,7 +992,10 @@ async fn check_row(
         StoreError::Corrupt(format!("{what}: the stored body is not readable: {e}"))
     })?;
     let Some(sealed_hash) = row.row_hash.as_deref() else {
-        return Err(integrity(&what, "the row carries no audit seal (written outside oncegate)"));
+        return Err(integrity(
+            &what,
+            "the row carries no audit seal (written outside oncegate)",
+        ));
     };
     if sealed_hash != hash {
         return Err(integrity(
@@ -1022,7 +1024,8 @@ async fn check_row(
         RowKind::Approval => oncegate_core::audit::ROW_APPROVAL,
     };
     match row_seal(&record.event, field) {
-        Some(seal) if seal.hash == hash && i64::try_from(seal.version).ok() == Some(row.version) => {}
+        Some(seal)
+            if seal.hash == hash && i64::try_from(seal.version).ok() == Some(row.version) => {}
         _ => {
             return Err(integrity(
                 &what,
@@ -1072,9 +1075,13 @@ impl SqliteStore {
 /// Decodes a listed row, checking only that its body matches its seal (no audit read
 /// per row: loads do the full check before anything is decided on a row).
 fn listed<T: serde::de::DeserializeOwned>(row: &RowData) -> Result<T, String> {
-    let (value, hash) = body_hash(&row.body).map_err(|e| format!("the stored body is not readable: {e}"))?;
+    let (value, hash) =
+        body_hash(&row.body).map_err(|e| format!("the stored body is not readable: {e}"))?;
     if row.row_hash.as_deref() != Some(hash.as_str()) {
-        return Err("the row does not match its audit seal (edited row); run `oncegate audit verify`".into());
+        return Err(
+            "the row does not match its audit seal (edited row); run `oncegate audit verify`"
+                .into(),
+        );
     }
     serde_json::from_value(value).map_err(|e| format!("the stored body does not decode: {e}"))
 }
@@ -1201,12 +1208,14 @@ impl StoreRead for SqliteStore {
         let mut conn = self.reader().await?;
         let mut tx = conn.begin().await.map_err(unavailable)?;
         let result = match fetch_approval(&mut tx, id).await? {
-            Some(row) => match check_row(&mut tx, RowKind::Approval, &row, self.chain_key()).await {
-                Ok(value) => serde_json::from_value(value)
-                    .map(Some)
-                    .map_err(|e| StoreError::Corrupt(format!("approval {id}: {e}"))),
-                Err(e) => Err(e),
-            },
+            Some(row) => {
+                match check_row(&mut tx, RowKind::Approval, &row, self.chain_key()).await {
+                    Ok(value) => serde_json::from_value(value)
+                        .map(Some)
+                        .map_err(|e| StoreError::Corrupt(format!("approval {id}: {e}"))),
+                    Err(e) => Err(e),
+                }
+            }
             None => match newest_approval_seal(&mut tx, id).await? {
                 None => Ok(None),
                 Some(_) => Err(integrity(
@@ -1252,8 +1261,12 @@ impl StoreRead for SqliteStore {
         let mut out = Vec::new();
         for kind in [RowKind::Intent, RowKind::Approval] {
             let sql = match kind {
-                RowKind::Intent => "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents ORDER BY key, generation",
-                RowKind::Approval => "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals ORDER BY id",
+                RowKind::Intent => {
+                    "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents ORDER BY key, generation"
+                }
+                RowKind::Approval => {
+                    "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals ORDER BY id"
+                }
             };
             let rows = sqlx::query(sql)
                 .fetch_all(&self.inner.readers)
@@ -1263,7 +1276,11 @@ impl StoreRead for SqliteStore {
                 let row = row_data(r, kind);
                 out.push(StoredRow {
                     kind,
-                    generation: if kind == RowKind::Intent { row.generation } else { 0 },
+                    generation: if kind == RowKind::Intent {
+                        row.generation
+                    } else {
+                        0
+                    },
                     body_hash: body_hash(&row.body).map(|(_, h)| h),
                     sealed_hash: row.row_hash,
                     link: row.link,
@@ -1324,13 +1341,14 @@ impl StoreRead for SqliteStore {
         // Reads answering says nothing about writes: another process holding the write
         // lock makes every commit fail after the busy timeout. Ask the writer, briefly.
         let (tx, rx) = oneshot::channel();
-        self.inner
-            .writer
-            .try_send(Job::Probe(tx))
-            .map_err(|_| StoreError::Unavailable("the store writer is saturated or stopped".into()))?;
+        self.inner.writer.try_send(Job::Probe(tx)).map_err(|_| {
+            StoreError::Unavailable("the store writer is saturated or stopped".into())
+        })?;
         match tokio::time::timeout(PROBE_TIMEOUT, rx).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(StoreError::Unavailable("the store writer has stopped".into())),
+            Ok(Err(_)) => Err(StoreError::Unavailable(
+                "the store writer has stopped".into(),
+            )),
             Err(_) => Err(StoreError::Unavailable(format!(
                 "the store writer did not answer within {PROBE_TIMEOUT:?} (writes are waiting on a lock)"
             ))),

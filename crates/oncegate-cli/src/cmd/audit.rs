@@ -56,9 +56,10 @@ fn read_anchors(files: &[PathBuf]) -> anyhow::Result<Vec<Anchor>> {
             if line.trim().is_empty() {
                 continue;
             }
-            anchors.push(serde_json::from_str(line).with_context(|| {
-                format!("{}:{}: not an anchor line", file.display(), n + 1)
-            })?);
+            anchors
+                .push(serde_json::from_str(line).with_context(|| {
+                    format!("{}:{}: not an anchor line", file.display(), n + 1)
+                })?);
         }
     }
     Ok(anchors)
@@ -96,7 +97,10 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
                 if anchors.is_empty() {
                     String::new()
                 } else {
-                    format!("; {} anchored head(s) still extended", report.anchored_heads)
+                    format!(
+                        "; {} anchored head(s) still extended",
+                        report.anchored_heads
+                    )
                 },
                 if store.chain_key().is_some() {
                     "; chain key checked"

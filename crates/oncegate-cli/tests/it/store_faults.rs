@@ -70,9 +70,14 @@ fn a_lost_store_stops_serve_and_nothing_is_sent_again() {
         .output()
         .expect("serve runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "serve started on a lost store: {stderr}");
     assert!(
-        stderr.contains("does not exist") && stderr.contains("oncegate init") && stderr.contains("re-execute"),
+        !out.status.success(),
+        "serve started on a lost store: {stderr}"
+    );
+    assert!(
+        stderr.contains("does not exist")
+            && stderr.contains("oncegate init")
+            && stderr.contains("re-execute"),
         "{stderr}"
     );
     assert!(!setup.db().exists(), "serve created a store");
@@ -81,25 +86,43 @@ fn a_lost_store_stops_serve_and_nothing_is_sent_again() {
     std::fs::write(setup.db(), b"").unwrap();
     let out = setup.serve_command(&[], "1h", &[]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("is empty"), "{stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("is empty"),
+        "{stderr}"
+    );
     // So is a SQLite file that is not oncegate's.
     std::fs::remove_file(setup.db()).unwrap();
     sql_create(&setup.db());
     let out = setup.serve_command(&[], "1h", &[]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("not an oncegate store"), "{stderr}");
-    assert_eq!(effects(&setup.sandbox, "email").len(), 1, "nothing was sent again");
+    assert!(
+        !out.status.success() && stderr.contains("not an oncegate store"),
+        "{stderr}"
+    );
+    assert_eq!(
+        effects(&setup.sandbox, "email").len(),
+        1,
+        "nothing was sent again"
+    );
 
     // `init` is the explicit step; it refuses to overwrite, and serve then starts.
     std::fs::remove_file(setup.db()).unwrap();
     let cfg = config(&setup);
     let init = oncegate(&["init", "--config", &cfg]);
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
     let again = oncegate(&["init", "--config", &cfg]);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
     let migrate = oncegate(&["migrate", "--config", &cfg]);
-    assert!(migrate.status.success(), "{}", String::from_utf8_lossy(&migrate.stderr));
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
     let _gw = crate::support::spawn(setup.serve_command(&[], "1h", &[]));
 }
 
@@ -110,9 +133,10 @@ fn sql_create(db: &Path) {
         .unwrap();
     rt.block_on(async {
         use sqlx::Connection;
-        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", db.display()))
-            .await
-            .unwrap();
+        let mut conn =
+            sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", db.display()))
+                .await
+                .unwrap();
         sqlx::query("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
             .execute(&mut conn)
             .await
@@ -144,10 +168,15 @@ fn an_edited_intent_row_is_refused_and_found_by_verify() {
     // applied -> not_applied with a SQLite client while the gateway is stopped.
     sql(
         &setup.db(),
-        &["UPDATE intents SET state = 'not_applied', body = json_set(body, '$.state', 'not_applied')"],
+        &[
+            "UPDATE intents SET state = 'not_applied', body = json_set(body, '$.state', 'not_applied')",
+        ],
     );
     let (ok, text) = verify(&setup, &[]);
-    assert!(!ok && text.contains("BROKEN ROW") && text.contains("edited row"), "{text}");
+    assert!(
+        !ok && text.contains("BROKEN ROW") && text.contains("edited row"),
+        "{text}"
+    );
 
     // The listing still answers, and names the row it cannot trust.
     let out = oncegate(&["intents", "list", "--config", &config(&setup)]);
@@ -159,7 +188,11 @@ fn an_edited_intent_row_is_refused_and_found_by_verify() {
     assert_eq!(again["status"], "refused", "{again}");
     assert_eq!(again["reason"]["code"], "OG-0030", "{again}");
     assert_eq!(code, 409, "{again}");
-    assert_eq!(effects(&setup.sandbox, "email").len(), 1, "the repeat sent nothing");
+    assert_eq!(
+        effects(&setup.sandbox, "email").len(),
+        1,
+        "the repeat sent nothing"
+    );
 }
 
 #[test]
@@ -173,7 +206,11 @@ fn a_deleted_intent_row_is_refused_and_found_by_verify() {
     let (_, again) = call(&gw, email());
     assert_eq!(again["status"], "refused", "{again}");
     assert_eq!(again["reason"]["code"], "OG-0030", "{again}");
-    assert_eq!(effects(&setup.sandbox, "email").len(), 1, "the repeat sent nothing");
+    assert_eq!(
+        effects(&setup.sandbox, "email").len(),
+        1,
+        "the repeat sent nothing"
+    );
 }
 
 #[test]
@@ -181,14 +218,28 @@ fn an_anchor_catches_the_newest_record_of_every_shard_dropped() {
     let setup = Setup::new(&[]);
     let gw = setup.gateway();
     for n in 0..6 {
-        let (_, o) = call(&gw, json!({"order_id": format!("A-{n}"), "to": "ann@example.com", "template": "receipt"}));
+        let (_, o) = call(
+            &gw,
+            json!({"order_id": format!("A-{n}"), "to": "ann@example.com", "template": "receipt"}),
+        );
         assert_eq!(o["status"], "applied", "{o}");
     }
     drop(gw);
     let anchor_file = setup.dir.path().join("anchors.jsonl");
     let cfg = config(&setup);
-    let out = oncegate(&["audit", "anchor", "--config", &cfg, "--out", anchor_file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = oncegate(&[
+        "audit",
+        "anchor",
+        "--config",
+        &cfg,
+        "--out",
+        anchor_file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(!line["heads"].as_object().unwrap().is_empty(), "{line}");
     let (ok, text) = verify(&setup, &["--anchor", anchor_file.to_str().unwrap()]);
@@ -206,7 +257,14 @@ fn an_anchor_catches_the_newest_record_of_every_shard_dropped() {
 fn readyz_is_not_ready_while_another_process_holds_the_write_lock() {
     let setup = Setup::new(&[]);
     let gw = setup.gateway();
-    let ready = |gw: &Proc| client().get(format!("{}/readyz", gw.url)).send().unwrap().status().as_u16();
+    let ready = |gw: &Proc| {
+        client()
+            .get(format!("{}/readyz", gw.url))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
     assert_eq!(ready(&gw), 200);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -217,7 +275,10 @@ fn readyz_is_not_ready_while_another_process_holds_the_write_lock() {
         let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", setup.db().display()))
             .await
             .unwrap();
-        sqlx::query("BEGIN EXCLUSIVE").execute(&mut c).await.unwrap();
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut c)
+            .await
+            .unwrap();
         c
     });
     let started = Instant::now();

@@ -79,7 +79,7 @@ async fn killed_between_effect_and_record_reads_unknown() {
             .list_intents(&Default::default())
             .await
             .unwrap()
-        .items;
+            .items;
         assert_eq!(listed.len(), 1);
         let r = &listed[0];
         assert_eq!(

@@ -73,7 +73,9 @@ async fn one_unreadable_row_never_breaks_a_listing() {
     bad.sort_unstable();
     assert_eq!(bad, ["aa01", "aa02"], "{:?}", listing.unreadable);
     assert!(matches!(
-        store.load(&oncegate_core::key::IntentKey::from_hex("aa02")).await,
+        store
+            .load(&oncegate_core::key::IntentKey::from_hex("aa02"))
+            .await,
         Err(StoreError::Corrupt(_))
     ));
 }
@@ -119,7 +121,9 @@ async fn a_rolled_back_row_is_refused_on_load() {
         .unwrap();
     let err = store.load(&rec.key).await.unwrap_err();
     assert!(matches!(err, StoreError::Integrity(_)), "{err}");
-    let report = verify_audit(&store, None, store.store_id(), &[]).await.unwrap();
+    let report = verify_audit(&store, None, store.store_id(), &[])
+        .await
+        .unwrap();
     assert!(!report.row_problems.is_empty(), "{report:?}");
 }
 
@@ -140,7 +144,9 @@ async fn a_chain_key_catches_a_recomputed_shard() {
     for k in ["cc01", "cc02", "cc03"] {
         write(&store, k).await;
     }
-    let clean = verify_audit(&store, Some(&key), store.store_id(), &[]).await.unwrap();
+    let clean = verify_audit(&store, Some(&key), store.store_id(), &[])
+        .await
+        .unwrap();
     assert!(clean.ok(), "{clean:?}");
 
     // Edit one event, then recompute its whole shard with the plain hash, as someone
@@ -155,15 +161,17 @@ async fn a_chain_key_catches_a_recomputed_shard() {
             event.actor = "someone else".into();
         }
         let resealed = seal(event, &head);
-        sqlx::query("UPDATE audit SET prev_hash = ?, hash = ?, body = ? WHERE shard = ? AND seq = ?")
-            .bind(&resealed.prev_hash)
-            .bind(&resealed.hash)
-            .bind(serde_json::to_string(&resealed.event).unwrap())
-            .bind(i64::from(shard))
-            .bind(resealed.seq as i64)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        sqlx::query(
+            "UPDATE audit SET prev_hash = ?, hash = ?, body = ? WHERE shard = ? AND seq = ?",
+        )
+        .bind(&resealed.prev_hash)
+        .bind(&resealed.hash)
+        .bind(serde_json::to_string(&resealed.event).unwrap())
+        .bind(i64::from(shard))
+        .bind(resealed.seq as i64)
+        .execute(&mut conn)
+        .await
+        .unwrap();
         head = ChainHead {
             seq: resealed.seq,
             hash: resealed.hash,
@@ -171,11 +179,21 @@ async fn a_chain_key_catches_a_recomputed_shard() {
     }
     // Without the key the rewritten shard passes, which is the reproduction (the other
     // shards are keyed and cannot be checked without it); with the key, it fails.
-    let unkeyed = verify_audit(&store, None, store.store_id(), &[]).await.unwrap();
-    assert!(unkeyed.broken.iter().all(|b| b.shard != shard), "{unkeyed:?}");
-    let keyed = verify_audit(&store, Some(&key), store.store_id(), &[]).await.unwrap();
+    let unkeyed = verify_audit(&store, None, store.store_id(), &[])
+        .await
+        .unwrap();
     assert!(
-        keyed.broken.iter().any(|b| b.shard == shard && b.problem.contains("chain key")),
+        unkeyed.broken.iter().all(|b| b.shard != shard),
+        "{unkeyed:?}"
+    );
+    let keyed = verify_audit(&store, Some(&key), store.store_id(), &[])
+        .await
+        .unwrap();
+    assert!(
+        keyed
+            .broken
+            .iter()
+            .any(|b| b.shard == shard && b.problem.contains("chain key")),
         "{keyed:?}"
     );
 }
@@ -202,8 +220,16 @@ async fn rows_from_before_row_seals_are_adopted_once() {
         .unwrap();
     let store = SqliteStore::open(&db).await.unwrap();
     let key = oncegate_core::key::IntentKey::from_hex("dd01");
-    assert!(store.load(&key).await.unwrap().is_some(), "the old row is adopted");
-    assert!(verify_audit(&store, None, store.store_id(), &[]).await.unwrap().ok());
+    assert!(
+        store.load(&key).await.unwrap().is_some(),
+        "the old row is adopted"
+    );
+    assert!(
+        verify_audit(&store, None, store.store_id(), &[])
+            .await
+            .unwrap()
+            .ok()
+    );
     // Clearing a seal later is not adopted again: it is refused.
     sqlx::query("UPDATE intents SET row_hash = NULL")
         .execute(&mut conn)
@@ -211,7 +237,10 @@ async fn rows_from_before_row_seals_are_adopted_once() {
         .unwrap();
     store.close().await;
     let store = SqliteStore::open(&db).await.unwrap();
-    assert!(matches!(store.load(&key).await, Err(StoreError::Integrity(_))));
+    assert!(matches!(
+        store.load(&key).await,
+        Err(StoreError::Integrity(_))
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,16 +248,32 @@ async fn open_refuses_missing_empty_and_foreign_stores() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let missing = SqliteStore::open(&db).await.err().unwrap();
-    assert!(matches!(missing, StoreError::NotInitialised(_)), "{missing}");
+    assert!(
+        matches!(missing, StoreError::NotInitialised(_)),
+        "{missing}"
+    );
     assert!(!db.exists(), "open created nothing");
     std::fs::write(&db, b"").unwrap();
-    assert!(matches!(SqliteStore::open(&db).await, Err(StoreError::NotInitialised(_))));
+    assert!(matches!(
+        SqliteStore::open(&db).await,
+        Err(StoreError::NotInitialised(_))
+    ));
     std::fs::write(&db, b"this is not a database at all, just text").unwrap();
-    assert!(matches!(SqliteStore::create(&db).await, Err(StoreError::NotInitialised(_))));
+    assert!(matches!(
+        SqliteStore::create(&db).await,
+        Err(StoreError::NotInitialised(_))
+    ));
     std::fs::remove_file(&db).unwrap();
     let created = SqliteStore::create(&db).await.unwrap();
     let id = created.store_id().to_owned();
     created.close().await;
-    assert!(matches!(SqliteStore::create(&db).await, Err(StoreError::AlreadyExists(_))));
-    assert_eq!(SqliteStore::open(&db).await.unwrap().store_id(), id, "the identity is kept");
+    assert!(matches!(
+        SqliteStore::create(&db).await,
+        Err(StoreError::AlreadyExists(_))
+    ));
+    assert_eq!(
+        SqliteStore::open(&db).await.unwrap().store_id(),
+        id,
+        "the identity is kept"
+    );
 }
