@@ -36,6 +36,10 @@ enum Command {
     Verify(cmd::verify::VerifyArgs),
     /// Run the gateway: the JSON API in front of the registry's upstreams.
     Serve(cmd::serve::ServeArgs),
+    /// Create and migrate a new store (the explicit first step; `serve` never creates one).
+    Init(ConfigArg),
+    /// Apply pending migrations to an existing store (never creates one).
+    Migrate(ConfigArg),
     /// Run the simulated payment/email/ledger provider (for the demo, tests, benchmarks).
     Sandbox(cmd::sandbox::SandboxArgs),
     /// List and decide approvals on a running gateway.
@@ -56,18 +60,42 @@ pub fn load(path: &Path) -> anyhow::Result<Registry> {
     oncegate_store::load_registry(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// Opens the registry's store.
-pub async fn open_store(registry: &Registry) -> anyhow::Result<oncegate_store::SqliteStore> {
+/// The registry's SQLite path.
+pub fn store_path(registry: &Registry) -> anyhow::Result<PathBuf> {
     let dir = registry
         .source
         .parent()
         .map(Path::to_owned)
         .unwrap_or_default();
-    let path = oncegate_store::resolve_sqlite_path(&registry.store_url, &dir)
-        .with_context(|| format!("unsupported store URL `{}`", registry.store_url))?;
-    oncegate_store::SqliteStore::open(&path)
+    oncegate_store::resolve_sqlite_path(&registry.store_url, &dir)
+        .with_context(|| format!("unsupported store URL `{}`", registry.store_url))
+}
+
+/// Opens the registry's existing store (never creates one).
+pub async fn open_store(registry: &Registry) -> anyhow::Result<oncegate_store::SqliteStore> {
+    open_store_with(registry, oncegate_store::OpenMode::Existing).await
+}
+
+/// Opens the registry's store as `mode` says, with its audit chain key.
+pub async fn open_store_with(
+    registry: &Registry,
+    mode: oncegate_store::OpenMode,
+) -> anyhow::Result<oncegate_store::SqliteStore> {
+    let path = store_path(registry)?;
+    let options = oncegate_store::StoreOptions {
+        chain_key: oncegate_store::chain_key_from_env(registry)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    };
+    oncegate_store::SqliteStore::open_with(&path, mode, options)
         .await
-        .with_context(|| format!("cannot open the store at {}", path.display()))
+        .map_err(|e| match e {
+            // These say what happened and what to do; a wrapper would only bury that.
+            oncegate_store::StoreError::NotInitialised(_)
+            | oncegate_store::StoreError::AlreadyExists(_) => {
+                anyhow::anyhow!("{e} [{}]", e.code())
+            }
+            other => anyhow::anyhow!("cannot open the store at {}: {other}", path.display()),
+        })
 }
 
 /// Parses arguments and runs; the exit code says whether it worked.
@@ -98,6 +126,8 @@ pub fn run() -> ExitCode {
         Command::Demo(a) => runtime().and_then(|rt| rt.block_on(cmd::demo::run(a))),
         Command::Verify(a) => runtime().and_then(|rt| rt.block_on(cmd::verify::run(a))),
         Command::Serve(a) => runtime().and_then(|rt| rt.block_on(cmd::serve::run(a))),
+        Command::Init(a) => runtime().and_then(|rt| rt.block_on(cmd::init::init(a))),
+        Command::Migrate(a) => runtime().and_then(|rt| rt.block_on(cmd::init::migrate(a))),
         Command::Sandbox(a) => runtime().and_then(|rt| rt.block_on(cmd::sandbox::run(a))),
         Command::Approvals(c) => runtime().and_then(|rt| rt.block_on(cmd::approvals::run(c))),
     };

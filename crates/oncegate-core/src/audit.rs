@@ -5,14 +5,29 @@
 //! head; each shard is its own chain: a record's hash covers the previous record's hash
 //! and its own canonical JSON, so editing, dropping or reordering any record breaks
 //! every later link of that shard.
+//!
+//! Three things make the chain cover more than itself:
+//! - **Row seals.** The store writes, into the event of each commit, a [`RowSeal`] of
+//!   every intent or approval row it wrote (the row's identity, version and the hash of
+//!   its canonical JSON). A row is trusted only while it matches the newest seal for
+//!   it, so an edited, rolled-back or deleted row is found ([`verify_rows`]) and refused
+//!   on load.
+//! - **Anchors.** [`Anchor`] holds every shard's head, kept outside the store;
+//!   [`check_anchor`] proves the chain still extends each anchored head (truncation).
+//! - **A chain key.** With a secret, each record's hash is an HMAC-SHA256 (spelled
+//!   `hmac-sha256:HEX`), so someone who edits a shard cannot recompute it.
 
+use std::collections::{BTreeMap, HashMap};
+
+use hmac::{KeyInit, Mac};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use sha2::Sha256;
 
 use crate::codes::Code;
 use crate::intent::{IntentState, Status};
-use crate::key::{IntentKey, digest};
+use crate::key::{IntentKey, canonical_json, digest};
 
 /// Number of audit shards. Changing it re-shards only new records; verification walks
 /// whatever shards exist.
@@ -113,22 +128,107 @@ impl ChainHead {
     }
 }
 
-fn hash_of(shard: u32, seq: u64, prev_hash: &str, event: &AuditEvent) -> String {
-    let body = serde_json::to_value(event).expect("audit events serialise");
-    digest(&json!({"shard": shard, "seq": seq.to_string(), "prev": prev_hash, "event": body}))
+/// The secret of an optional chain key: records sealed with it carry an HMAC-SHA256
+/// instead of a plain hash, so a shard edited and recomputed without the secret fails
+/// verification.
+#[derive(Clone)]
+pub struct ChainKey(Vec<u8>);
+
+impl ChainKey {
+    /// A key from its secret; `None` for an empty secret (which would protect nothing).
+    pub fn new(secret: &[u8]) -> Option<Self> {
+        (!secret.is_empty()).then(|| Self(secret.to_vec()))
+    }
 }
 
-/// Chains `event` after `head`.
+impl std::fmt::Debug for ChainKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChainKey(..)")
+    }
+}
+
+/// How a keyed record's hash is spelled: `hmac-sha256:` then the hex MAC.
+pub const KEYED_PREFIX: &str = "hmac-sha256:";
+
+fn material(shard: u32, seq: u64, prev_hash: &str, event: &AuditEvent) -> Value {
+    let body = serde_json::to_value(event).expect("audit events serialise");
+    json!({"shard": shard, "seq": seq.to_string(), "prev": prev_hash, "event": body})
+}
+
+fn hash_of(
+    shard: u32,
+    seq: u64,
+    prev_hash: &str,
+    event: &AuditEvent,
+    key: Option<&ChainKey>,
+) -> String {
+    let material = material(shard, seq, prev_hash, event);
+    match key {
+        None => digest(&material),
+        Some(key) => format!("{KEYED_PREFIX}{}", mac_hex(key, &material)),
+    }
+}
+
+fn mac_hex(key: &ChainKey, material: &Value) -> String {
+    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key.0).expect("HMAC takes any key length");
+    mac.update(canonical_json(material).as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Chains `event` after `head` (no chain key).
 pub fn seal(event: AuditEvent, head: &ChainHead) -> AuditRecord {
+    seal_with(event, head, None)
+}
+
+/// Chains `event` after `head`, with the chain key when there is one.
+pub fn seal_with(event: AuditEvent, head: &ChainHead, key: Option<&ChainKey>) -> AuditRecord {
     let shard = event.shard();
     let seq = head.seq + 1;
-    let hash = hash_of(shard, seq, &head.hash, &event);
+    let hash = hash_of(shard, seq, &head.hash, &event, key);
     AuditRecord {
         shard,
         seq,
         prev_hash: head.hash.clone(),
         hash,
         event,
+    }
+}
+
+/// Whether one record's hash matches its content (the per-load check; the links
+/// between records are [`verify_shard_with`]'s job). A keyed record needs the key.
+pub fn check_record(record: &AuditRecord, key: Option<&ChainKey>) -> Result<(), String> {
+    let keyed = record.hash.starts_with(KEYED_PREFIX);
+    let expected = match (keyed, key) {
+        (true, None) => {
+            return Err(
+                "the record is sealed with a chain key and none is configured (set the variable `[audit] chain_key_env` names)"
+                    .into(),
+            );
+        }
+        (true, Some(k)) => hash_of(
+            record.shard,
+            record.seq,
+            &record.prev_hash,
+            &record.event,
+            Some(k),
+        ),
+        (false, _) => hash_of(
+            record.shard,
+            record.seq,
+            &record.prev_hash,
+            &record.event,
+            None,
+        ),
+    };
+    if record.hash == expected {
+        Ok(())
+    } else if keyed {
+        Err(
+            "the record's HMAC does not match its content (edited record, or another chain key)"
+                .into(),
+        )
+    } else {
+        Err("hash does not match the record's content (edited record)".into())
     }
 }
 
@@ -143,8 +243,20 @@ pub struct BrokenLink {
     pub problem: String,
 }
 
-/// Verifies one shard's records, in sequence order.
+/// Verifies one shard's records, in sequence order (no chain key).
 pub fn verify_shard(shard: u32, records: &[AuditRecord]) -> Result<ChainHead, BrokenLink> {
+    verify_shard_with(shard, records, None, 0)
+}
+
+/// Verifies one shard's records, in sequence order. With a chain key every record after
+/// `trusted_until` (the highest anchored sequence number that checked out, see
+/// [`check_anchor`]) must be keyed: an unkeyed one could have been recomputed by anyone.
+pub fn verify_shard_with(
+    shard: u32,
+    records: &[AuditRecord],
+    key: Option<&ChainKey>,
+    trusted_until: u64,
+) -> Result<ChainHead, BrokenLink> {
     let mut head = ChainHead::genesis();
     for r in records {
         let broken = |problem: String| BrokenLink {
@@ -172,10 +284,11 @@ pub fn verify_shard(shard: u32, records: &[AuditRecord]) -> Result<ChainHead, Br
                 "the event's key belongs to another shard (edited key)".into(),
             ));
         }
-        let expected = hash_of(shard, r.seq, &r.prev_hash, &r.event);
-        if r.hash != expected {
+        check_record(r, key).map_err(broken)?;
+        if key.is_some() && !r.hash.starts_with(KEYED_PREFIX) && r.seq > trusted_until {
             return Err(broken(
-                "hash does not match the record's content (edited record)".into(),
+                "the record is not sealed with the chain key (recomputed without it?); records from before the key was set pass only when an anchor (`audit verify --anchor`) covers them"
+                    .into(),
             ));
         }
         head = ChainHead {
@@ -184,6 +297,268 @@ pub fn verify_shard(shard: u32, records: &[AuditRecord]) -> Result<ChainHead, Br
         };
     }
     Ok(head)
+}
+
+/// The heads of every shard at one moment, to be kept outside the store
+/// (`oncegate audit anchor`). One JSON object per line in an anchor file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Anchor {
+    /// The store's identity (its `meta` table), so an anchor is never checked against
+    /// another store.
+    pub store_id: String,
+    /// When it was taken.
+    pub at: Timestamp,
+    /// Every shard's head: shard number -> (seq, hash).
+    pub heads: BTreeMap<u32, AnchorHead>,
+}
+
+/// One anchored head.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnchorHead {
+    /// The shard's last sequence number then.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: String,
+}
+
+/// Checks that every anchored head is still in its shard, at its sequence number with
+/// its hash: a truncated shard (newest records dropped) or a rewritten one fails.
+/// Returns, per shard, the highest anchored sequence number that checked out.
+/// `shards` holds each shard's records in sequence order.
+pub fn check_anchor(
+    anchor: &Anchor,
+    store_id: &str,
+    shards: &BTreeMap<u32, Vec<AuditRecord>>,
+) -> Result<BTreeMap<u32, u64>, BrokenLink> {
+    if anchor.store_id != store_id {
+        return Err(BrokenLink {
+            shard: 0,
+            seq: 0,
+            problem: format!(
+                "the anchor was taken of store {}, this is store {store_id}",
+                anchor.store_id
+            ),
+        });
+    }
+    let mut trusted = BTreeMap::new();
+    for (shard, head) in &anchor.heads {
+        let records = shards.get(shard).map(Vec::as_slice).unwrap_or_default();
+        let found = head
+            .seq
+            .checked_sub(1)
+            .and_then(|i| records.get(usize::try_from(i).ok()?));
+        match found {
+            Some(r) if r.seq == head.seq && r.hash == head.hash => {
+                trusted.insert(*shard, head.seq);
+            }
+            Some(_) => {
+                return Err(BrokenLink {
+                    shard: *shard,
+                    seq: head.seq,
+                    problem: format!(
+                        "the record at the anchored head (seq {}, taken {}) has another hash: the shard was rewritten",
+                        head.seq, anchor.at
+                    ),
+                });
+            }
+            None if head.seq == 0 => {}
+            None => {
+                return Err(BrokenLink {
+                    shard: *shard,
+                    seq: head.seq,
+                    problem: format!(
+                        "the shard ends at seq {} but an anchor taken {} saw seq {}: records were dropped",
+                        records.len(),
+                        anchor.at,
+                        head.seq
+                    ),
+                });
+            }
+        }
+    }
+    Ok(trusted)
+}
+
+/// The detail field where the store seals the intent row a commit wrote.
+pub const ROW_INTENT: &str = "row_intent";
+/// The detail field where the store seals the approval row a commit wrote.
+pub const ROW_APPROVAL: &str = "row_approval";
+
+/// What an audit event says about a row written in its transaction.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowSeal {
+    /// The intent key (intent rows) or the approval id (approval rows).
+    pub key: String,
+    /// The generation (intent rows; approvals carry their intent's).
+    pub generation: u32,
+    /// The row's stored version.
+    pub version: u64,
+    /// [`row_hash`] of the row's stored body.
+    pub hash: String,
+}
+
+/// The hash of a stored row: SHA-256 over the canonical JSON of its body.
+pub fn row_hash(body: &Value) -> String {
+    digest(body)
+}
+
+/// Writes the seals of the rows a commit writes into its event (before it is chained).
+pub fn add_row_seals(event: &mut AuditEvent, intent: Option<RowSeal>, approval: Option<RowSeal>) {
+    if intent.is_none() && approval.is_none() {
+        return;
+    }
+    if !event.detail.is_object() {
+        let old = std::mem::take(&mut event.detail);
+        event.detail = if old.is_null() {
+            json!({})
+        } else {
+            json!({"value": old})
+        };
+    }
+    let detail = event.detail.as_object_mut().expect("made an object above");
+    if let Some(seal) = intent {
+        detail.insert(
+            ROW_INTENT.into(),
+            serde_json::to_value(seal).expect("seals serialise"),
+        );
+    }
+    if let Some(seal) = approval {
+        detail.insert(
+            ROW_APPROVAL.into(),
+            serde_json::to_value(seal).expect("seals serialise"),
+        );
+    }
+}
+
+/// The seal of kind `field` ([`ROW_INTENT`] / [`ROW_APPROVAL`]) an event carries.
+pub fn row_seal(event: &AuditEvent, field: &str) -> Option<RowSeal> {
+    serde_json::from_value(event.detail.get(field)?.clone()).ok()
+}
+
+/// Which table a row lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowKind {
+    /// `intents`.
+    Intent,
+    /// `approvals`.
+    Approval,
+}
+
+impl RowKind {
+    fn field(self) -> &'static str {
+        match self {
+            RowKind::Intent => ROW_INTENT,
+            RowKind::Approval => ROW_APPROVAL,
+        }
+    }
+}
+
+/// A row as the store holds it, for [`verify_rows`].
+#[derive(Clone, Debug)]
+pub struct StoredRow {
+    /// Its table.
+    pub kind: RowKind,
+    /// Intent key or approval id.
+    pub key: String,
+    /// Its generation (intent rows; 0 for approvals, whose identity is the id).
+    pub generation: u32,
+    /// [`row_hash`] of its body as stored now, or why the body is not JSON.
+    pub body_hash: Result<String, String>,
+    /// The hash it was sealed with (its `row_hash` column).
+    pub sealed_hash: Option<String>,
+    /// The audit record that wrote its current version: (shard, seq).
+    pub link: Option<(u32, u64)>,
+}
+
+/// One row that does not match the audit chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RowProblem {
+    /// Its table.
+    pub kind: RowKind,
+    /// Intent key or approval id.
+    pub key: String,
+    /// Generation (intent rows).
+    pub generation: u32,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// The newest seal of a row among `records` (given in store order, oldest first).
+fn newest_seals(records: &[AuditRecord]) -> HashMap<(RowKind, String, u32), (u32, u64, String)> {
+    let mut newest = HashMap::new();
+    for r in records {
+        for kind in [RowKind::Intent, RowKind::Approval] {
+            if let Some(seal) = row_seal(&r.event, kind.field()) {
+                let generation = if kind == RowKind::Intent {
+                    seal.generation
+                } else {
+                    0
+                };
+                newest.insert((kind, seal.key, generation), (r.shard, r.seq, seal.hash));
+            }
+        }
+    }
+    newest
+}
+
+/// Checks every stored row against the newest audit record that sealed it, and finds
+/// rows the chain says were written but that are gone. `records` is every audit record
+/// in store order (oldest first); the chain itself is [`verify_shard_with`]'s job.
+pub fn verify_rows(records: &[AuditRecord], rows: &[StoredRow]) -> Vec<RowProblem> {
+    let mut newest = newest_seals(records);
+    let mut problems = Vec::new();
+    for row in rows {
+        let id = (row.kind, row.key.clone(), row.generation);
+        let problem = |p: String| RowProblem {
+            kind: row.kind,
+            key: row.key.clone(),
+            generation: row.generation,
+            problem: p,
+        };
+        let seal = newest.remove(&id);
+        match &row.body_hash {
+            Err(e) => {
+                problems.push(problem(format!("the row's body is not readable JSON: {e}")));
+                continue;
+            }
+            Ok(h) if row.sealed_hash.as_deref() != Some(h) => {
+                problems.push(problem(
+                    "the row's content does not match the hash it was sealed with (edited row)"
+                        .into(),
+                ));
+                continue;
+            }
+            Ok(_) => {}
+        }
+        let Some((shard, seq, hash)) = seal else {
+            problems.push(problem(
+                "no audit record wrote this row (inserted or adopted outside oncegate)".into(),
+            ));
+            continue;
+        };
+        if row.link != Some((shard, seq)) {
+            problems.push(problem(format!(
+                "the row names audit record {:?} but the newest record that wrote it is shard {shard} seq {seq} (rolled back or relinked)",
+                row.link
+            )));
+        } else if row.sealed_hash.as_deref() != Some(hash.as_str()) {
+            problems.push(problem(
+                "the row's hash differs from the one its audit record sealed (edited row)".into(),
+            ));
+        }
+    }
+    let mut deleted: Vec<_> = newest.into_iter().collect();
+    deleted.sort();
+    for ((kind, key, generation), (shard, seq, _)) in deleted {
+        problems.push(RowProblem {
+            kind,
+            key,
+            generation,
+            problem: format!("the audit chain (shard {shard} seq {seq}) wrote this row, and it is gone (deleted row)"),
+        });
+    }
+    problems
 }
 
 #[cfg(test)]

@@ -82,6 +82,14 @@ pub enum Code {
     /// own call is still running): the intent stays unknown.
     #[serde(rename = "OG-0023")]
     Settling,
+    /// A stored intent or approval does not match the audit record that wrote it
+    /// (edited, rolled back or deleted row): refused, never re-executed.
+    #[serde(rename = "OG-0030")]
+    StoreIntegrity,
+    /// The configured store is missing, empty or not an oncegate store (or, for
+    /// `oncegate init`, already exists): nothing starts on it.
+    #[serde(rename = "OG-0031")]
+    StoreNotInitialised,
     /// An `Oncegate-Run-Id`, `Oncegate-Step-Id` or `Idempotency-Key` (or an MCP `_meta`
     /// run/step id) is not 1 to 255 visible ASCII characters, or was sent twice.
     #[serde(rename = "OG-0050")]
@@ -99,7 +107,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 27] = [
+    pub const ALL: [Code; 29] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -123,6 +131,8 @@ impl Code {
         Code::NotFound,
         Code::RequestRejected,
         Code::Settling,
+        Code::StoreIntegrity,
+        Code::StoreNotInitialised,
         Code::InvalidHeader,
         Code::AmbiguousAuthorization,
         Code::ArgumentsTooLarge,
@@ -155,6 +165,8 @@ impl Code {
             Code::NotFound => "OG-0021",
             Code::RequestRejected => "OG-0022",
             Code::Settling => "OG-0023",
+            Code::StoreIntegrity => "OG-0030",
+            Code::StoreNotInitialised => "OG-0031",
             Code::InvalidHeader => "OG-0050",
             Code::AmbiguousAuthorization => "OG-0051",
             Code::ArgumentsTooLarge => "OG-0052",

@@ -429,6 +429,9 @@ pub struct Registry {
     pub gateway: GatewaySettings,
     /// The store URL (`sqlite://...` or `postgres://...`).
     pub store_url: String,
+    /// `[audit] chain_key_env`: the environment variable holding the audit chain key
+    /// (HMAC-SHA256 over every record). Read by the shell, never stored.
+    pub audit_chain_key_env: Option<String>,
     /// Principals in declaration order.
     pub principals: Vec<PrincipalConfig>,
     capabilities: Vec<Arc<Capability>>,
@@ -526,6 +529,7 @@ impl fmt::Display for ConfigErrors {
 struct RawConfig {
     gateway: Option<RawGateway>,
     store: Option<RawStore>,
+    audit: Option<RawAudit>,
     #[serde(default)]
     principals: Vec<RawPrincipal>,
     #[serde(default)]
@@ -552,6 +556,12 @@ struct RawGateway {
 #[serde(deny_unknown_fields)]
 struct RawStore {
     url: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    chain_key_env: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -992,6 +1002,16 @@ impl Builder<'_> {
 
     fn build(mut self, raw: RawConfig) -> Result<Registry, ConfigErrors> {
         let gateway = self.gateway(raw.gateway);
+        let audit_chain_key_env = raw.audit.and_then(|a| a.chain_key_env);
+        if let Some(name) = &audit_chain_key_env
+            && (name.is_empty() || name.contains('='))
+        {
+            self.err(
+                &[k("audit"), k("chain_key_env")],
+                format!("`{name}` is not an environment variable name"),
+                Some("name the variable that holds the secret, e.g. ONCEGATE_AUDIT_KEY"),
+            );
+        }
         let store_url = raw
             .store
             .and_then(|s| s.url)
@@ -1107,6 +1127,7 @@ impl Builder<'_> {
             source: self.loc.file.to_owned(),
             gateway,
             store_url,
+            audit_chain_key_env,
             principals,
             capabilities: capabilities.into_iter().map(Arc::new).collect(),
             by_name,

@@ -695,7 +695,7 @@ impl World {
 async fn start_embedded(dir: &Path, http: reqwest::Client) -> std::io::Result<String> {
     let registry = oncegate_store::load_registry(&dir.join("oncegate.toml"))
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let store = SqliteStore::open(&dir.join("embedded.db"))
+    let store = SqliteStore::create(&dir.join("embedded.db"))
         .await
         .map_err(std::io::Error::other)?;
     let gate = Gate::with_store(registry, store, Arc::new(SystemClock));
@@ -719,7 +719,8 @@ async fn spawn_gateway(exe: &Path, dir: &Path) -> Result<(tokio::process::Child,
     let mut cmd = tokio::process::Command::new(exe);
     cmd.args(["serve", "--config"])
         .arg(dir.join("oncegate.toml"))
-        .args(["--listen", "127.0.0.1:0", "--sweep-every", "1h"]);
+        // A scratch store in the demo's own directory: created on this first start.
+        .args(["--listen", "127.0.0.1:0", "--sweep-every", "1h", "--init"]);
     for (p, t) in TOKENS {
         cmd.env(format!("ONCEGATE_TOKEN_{}", p.to_ascii_uppercase()), t);
     }

@@ -13,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use oncegate_core::audit::verify_shard;
 use oncegate_core::codes::Code;
 use oncegate_core::config::Role;
 use oncegate_core::decide::Choice;
@@ -420,7 +419,12 @@ impl ApiError {
 impl From<oncegate_store::StoreError> for ApiError {
     fn from(e: oncegate_store::StoreError) -> Self {
         tracing::error!(error = %e, "store error");
-        ApiError::Store(e.to_string())
+        match e {
+            oncegate_store::StoreError::Integrity(_) => {
+                ApiError::Coded(StatusCode::SERVICE_UNAVAILABLE, e.code(), e.to_string())
+            }
+            _ => ApiError::Store(e.to_string()),
+        }
     }
 }
 
@@ -866,7 +870,8 @@ async fn list_intents(
             oldest_first: false,
         })
         .await?;
-    Ok(Json(json!({"intents": list})).into_response())
+    // An unreadable row is reported by key; it never fails the whole listing.
+    Ok(Json(json!({"intents": list.items, "unreadable": list.unreadable})).into_response())
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -888,7 +893,7 @@ async fn list_approvals(
         "an approval state",
     )?;
     let list = state.gate.store().list_approvals(st).await?;
-    Ok(Json(json!({"approvals": list})).into_response())
+    Ok(Json(json!({"approvals": list.items, "unreadable": list.unreadable})).into_response())
 }
 
 async fn decide_approval(
@@ -995,21 +1000,23 @@ async fn audit_verify(
     let p = state.authenticate(&headers)?;
     require(&p, &[Role::Admin])?;
     let store = state.gate.store();
-    let mut records = 0u64;
-    let shards = store.audit_shards().await?;
-    for shard in &shards {
-        match verify_shard(*shard, &store.audit_shard(*shard).await?) {
-            Ok(head) => records += head.seq,
-            Err(broken) => {
-                return Ok((
-                    StatusCode::CONFLICT,
-                    Json(json!({"ok": false, "broken": broken})),
-                )
-                    .into_response());
-            }
-        }
+    let report =
+        oncegate_store::audit_check::verify_audit(store, store.chain_key(), store.store_id(), &[])
+            .await?;
+    if !report.ok() {
+        return Ok((
+            StatusCode::CONFLICT,
+            Json(json!({
+                "ok": false,
+                // The first broken link, as before; every problem below it.
+                "broken": report.broken.first(),
+                "broken_links": report.broken,
+                "broken_rows": report.row_problems,
+            })),
+        )
+            .into_response());
     }
-    Ok(Json(json!({"ok": true, "records": records, "shards": shards.len()})).into_response())
+    Ok(Json(json!({"ok": true, "records": report.records, "shards": report.shards, "rows": report.rows})).into_response())
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -1103,7 +1110,7 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-#[utoipa::path(get, path = "/readyz", tag = "ops", responses((status = 200, description = "the store answers"), (status = 503, description = "the store is unreachable")))]
+#[utoipa::path(get, path = "/readyz", tag = "ops", responses((status = 200, description = "the store answers and can take a write now"), (status = 503, description = "the store is unreachable, or cannot be written (e.g. another process holds its write lock)")))]
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.gate.store().ping().await {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
@@ -1123,7 +1130,7 @@ async fn metrics_route(State(state): State<AppState>) -> Response {
         })
         .await
     {
-        metrics::gauge!("oncegate_unknown_intents_open").set(open.len() as f64);
+        metrics::gauge!("oncegate_unknown_intents_open").set(open.items.len() as f64);
     }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -1251,7 +1258,7 @@ pub async fn sweep(state: AppState, every: Duration) {
             else {
                 continue;
             };
-            for record in list {
+            for record in list.items {
                 let Ok(executor) = state.executor(&record.capability) else {
                     continue;
                 };

@@ -342,7 +342,7 @@ async fn scratch_gate(
     clock: ManualClock,
 ) -> Result<(Gate, tempfile::TempDir), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let store = SqliteStore::open(&dir.path().join("verify.db"))
+    let store = SqliteStore::create(&dir.path().join("verify.db"))
         .await
         .map_err(|e| e.to_string())?;
     Ok((

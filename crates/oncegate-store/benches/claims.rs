@@ -114,7 +114,7 @@ fn bench_gate(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, db: &Path)
     let registry =
         load_registry(&example_config()).unwrap_or_else(|e| panic!("invalid example config:\n{e}"));
     let store = rt
-        .block_on(SqliteStore::open(db))
+        .block_on(SqliteStore::scratch(db))
         .expect("open the gate's store");
     let gate = rt.block_on(async { Gate::with_store(registry, store, Arc::new(SystemClock)) });
 

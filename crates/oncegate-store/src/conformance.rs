@@ -207,7 +207,8 @@ pub async fn generations_and_approvals<S: Store>(store: &S) {
     let pending = store
         .list_approvals(Some(ApprovalState::Pending))
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert!(pending.iter().any(|a| a.id == "ap_1"));
     let mut ap = store.approval("ap_1").await.unwrap().unwrap();
     assert_eq!(ap.version, 1);
@@ -236,6 +237,7 @@ pub async fn generations_and_approvals<S: Store>(store: &S) {
             .list_approvals(Some(ApprovalState::Pending))
             .await
             .unwrap()
+            .items
             .iter()
             .all(|a| a.id != "ap_1")
     );
@@ -273,7 +275,8 @@ pub async fn listing_and_cross_run<S: Store>(store: &S) {
             ..Default::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert!(by_cap.iter().all(|r| r.capability == "refund") && !by_cap.is_empty());
     let breakers = store
         .list_intents(&IntentFilter {
@@ -281,7 +284,8 @@ pub async fn listing_and_cross_run<S: Store>(store: &S) {
             ..Default::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert_eq!(
         breakers.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
         vec!["dd05"]
@@ -292,7 +296,8 @@ pub async fn listing_and_cross_run<S: Store>(store: &S) {
             ..Default::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert!(applied_list.len() >= 2);
 
     let cross = applied.cross_key.clone().unwrap();
@@ -331,7 +336,11 @@ pub async fn listing_order<S: Store>(store: &S) {
             .map(|r| r.key.as_str().to_owned())
             .collect::<Vec<_>>()
     };
-    let newest = store.list_intents(&IntentFilter::default()).await.unwrap();
+    let newest = store
+        .list_intents(&IntentFilter::default())
+        .await
+        .unwrap()
+        .items;
     assert_eq!(keys(newest), ["ee03", "ee02", "ee01"]);
     let oldest = store
         .list_intents(&IntentFilter {
@@ -340,7 +349,8 @@ pub async fn listing_order<S: Store>(store: &S) {
             ..Default::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert_eq!(keys(oldest), ["ee01", "ee02"]);
 }
 
@@ -446,4 +456,37 @@ where
     one_insert_wins(&fresh().await).await;
     client_key_binding(&fresh().await).await;
     listing_order(&fresh().await).await;
+    rows_are_sealed(&fresh().await).await;
+}
+
+/// Every row written names the audit record that wrote its current version, which
+/// seals the row's hash: `verify_rows` finds nothing wrong, and the chain seals each
+/// row's newest version.
+pub async fn rows_are_sealed<S: Store>(store: &S) {
+    generations_and_approvals(store).await;
+    compare_and_set(store).await;
+    let all: Vec<_> = store
+        .audit_after(0, 100_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    let rows = store.stored_rows().await.unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r.kind == oncegate_core::audit::RowKind::Approval)
+            && rows
+                .iter()
+                .any(|r| r.kind == oncegate_core::audit::RowKind::Intent),
+        "rows of both kinds are listed"
+    );
+    let problems = oncegate_core::audit::verify_rows(&all, &rows);
+    assert!(
+        problems.is_empty(),
+        "rows do not match the chain: {problems:?}"
+    );
+    for row in &rows {
+        assert!(row.link.is_some(), "row {} names no audit record", row.key);
+    }
 }

@@ -39,8 +39,8 @@ use rand::Rng;
 use serde_json::Value;
 
 use crate::clock::{Clock, SystemClock};
-use crate::sqlite::SqliteStore;
-use crate::{Commit, Store, StoreError, resolve_sqlite_path};
+use crate::sqlite::{OpenMode, SqliteStore, StoreOptions};
+use crate::{Commit, Store, StoreError, chain_key_from_env, resolve_sqlite_path};
 
 /// How many lost races one call tolerates before giving up with `OG-0015`.
 const MAX_RACES: usize = 256;
@@ -235,7 +235,7 @@ impl GateError {
             GateError::InvalidArguments(_) | GateError::Inadmissible(_) => Code::InvalidArguments,
             GateError::Limit(e) => e.code(),
             GateError::UnknownApproval(_) | GateError::UnknownIntent(_) => Code::NotFound,
-            GateError::Store(_) => Code::StoreUnavailable,
+            GateError::Store(e) => e.code(),
         }
     }
 }
@@ -305,9 +305,15 @@ impl<S: Store> Clone for Gate<S> {
 }
 
 impl Gate<SqliteStore> {
-    /// Opens the store the registry names (relative SQLite paths resolve against the
-    /// config file's directory).
+    /// Opens the existing store the registry names (relative SQLite paths resolve
+    /// against the config file's directory); a missing or empty store is refused.
     pub async fn open(registry: Registry) -> Result<Self, GateError> {
+        Self::open_with(registry, OpenMode::Existing).await
+    }
+
+    /// Opens the registry's store as `mode` says (`CreateIfMissing` for scratch
+    /// stores), with the audit chain key from `[audit] chain_key_env`.
+    pub async fn open_with(registry: Registry, mode: OpenMode) -> Result<Self, GateError> {
         let dir = registry
             .source
             .parent()
@@ -315,7 +321,10 @@ impl Gate<SqliteStore> {
             .unwrap_or_default();
         let path = resolve_sqlite_path(&registry.store_url, &dir)
             .ok_or_else(|| StoreError::UnsupportedUrl(registry.store_url.clone()))?;
-        let store = SqliteStore::open(&path).await?;
+        let options = StoreOptions {
+            chain_key: chain_key_from_env(&registry)?,
+        };
+        let store = SqliteStore::open_with(&path, mode, options).await?;
         Ok(Self::with_store(registry, store, Arc::new(SystemClock)))
     }
 }
@@ -337,12 +346,20 @@ fn store_down(record: Option<&IntentRecord>, key: Option<&IntentKey>, e: &StoreE
         effect_ref: None,
         result: None,
         approval_id: None,
-        reason: Some(Reason::new(
-            Code::StoreUnavailable,
-            format!(
-                "the intent store is unavailable, so consequential calls are refused (fail closed): {e}"
+        reason: Some(match e {
+            StoreError::Integrity(_) => Reason::new(
+                Code::StoreIntegrity,
+                format!(
+                    "the stored intent does not match the audit chain, so this call is refused and nothing is executed (fail closed); an operator must settle it: {e}"
+                ),
             ),
-        )),
+            _ => Reason::new(
+                e.code(),
+                format!(
+                    "the intent store is unavailable, so consequential calls are refused (fail closed): {e}"
+                ),
+            ),
+        }),
         alerts: Vec::new(),
     }
 }

@@ -10,11 +10,13 @@
 use std::future::Future;
 use std::path::Path;
 
-use oncegate_core::audit::{AuditEvent, AuditRecord};
+use oncegate_core::audit::{AuditEvent, AuditRecord, StoredRow};
+use oncegate_core::codes::Code;
 use oncegate_core::config::{ConfigEnv, ConfigErrors, Registry};
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord, IntentState};
 use oncegate_core::key::IntentKey;
 
+pub mod audit_check;
 pub mod clock;
 pub mod conformance;
 pub mod gate;
@@ -22,7 +24,7 @@ pub mod sqlite;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use gate::{Attempt, Call, Executor, Gate, GateError, IntentHandle, LateAnswer};
-pub use sqlite::SqliteStore;
+pub use sqlite::{OpenMode, SqliteStore, StoreOptions};
 
 /// Everything that can go wrong in a store, in one enum.
 #[derive(Debug, thiserror::Error)]
@@ -36,11 +38,67 @@ pub enum StoreError {
     /// Stored data could not be decoded.
     #[error("corrupt store data: {0}")]
     Corrupt(String),
+    /// A row does not match the audit record that wrote it (edited, rolled back or
+    /// deleted): the intent is refused, never re-executed (`OG-0030`).
+    #[error("store integrity: {0}")]
+    Integrity(String),
+    /// The configured store is missing, empty or not an oncegate store (`OG-0031`).
+    #[error("{0}")]
+    NotInitialised(String),
+    /// `oncegate init` found a store already there (`OG-0031`).
+    #[error("{0}")]
+    AlreadyExists(String),
     /// The URL names no supported backend.
     #[error(
         "unsupported store URL `{0}`: use sqlite://PATH (PostgreSQL arrives with the replicas issue)"
     )]
     UnsupportedUrl(String),
+}
+
+impl StoreError {
+    /// The stable code a refusal caused by this error carries.
+    pub fn code(&self) -> Code {
+        match self {
+            StoreError::Integrity(_) => Code::StoreIntegrity,
+            StoreError::NotInitialised(_) | StoreError::AlreadyExists(_) => {
+                Code::StoreNotInitialised
+            }
+            StoreError::Conflict => Code::Contention,
+            StoreError::Unavailable(_) | StoreError::Corrupt(_) | StoreError::UnsupportedUrl(_) => {
+                Code::StoreUnavailable
+            }
+        }
+    }
+}
+
+/// A listing: the rows that decode, and every row that does not, by key, so one
+/// unreadable row never hides the others.
+#[derive(Clone, Debug)]
+pub struct Listing<T> {
+    /// The rows that decoded (and match their seal).
+    pub items: Vec<T>,
+    /// The rows that did not, in listing order.
+    pub unreadable: Vec<UnreadableRow>,
+}
+
+impl<T> Default for Listing<T> {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            unreadable: Vec::new(),
+        }
+    }
+}
+
+/// A row a listing could not return.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct UnreadableRow {
+    /// Intent key or approval id.
+    pub key: String,
+    /// The generation (intents).
+    pub generation: Option<u32>,
+    /// Why it cannot be returned.
+    pub problem: String,
 }
 
 /// A filter for listing intents.
@@ -92,7 +150,10 @@ pub struct ClientKeyBinding {
 
 /// Reads.
 pub trait StoreRead: Send + Sync {
-    /// The latest generation of an intent.
+    /// The latest generation of an intent. A row that does not match the audit record
+    /// that wrote it, or none where the audit chain says one was written (a deleted
+    /// row), is [`StoreError::Integrity`]: never `Ok(None)`, which would re-execute.
+    /// The same holds for [`StoreRead::load_generation`] and [`StoreRead::approval`].
     fn load(
         &self,
         key: &IntentKey,
@@ -109,21 +170,25 @@ pub trait StoreRead: Send + Sync {
         cross_key: &IntentKey,
         run_id: Option<&str>,
     ) -> impl Future<Output = Result<Option<IntentRecord>, StoreError>> + Send;
-    /// Intents, newest first.
+    /// Intents, newest first. A row that does not decode (or does not match its seal)
+    /// is reported in [`Listing::unreadable`] by key, never fails the listing.
     fn list_intents(
         &self,
         filter: &IntentFilter,
-    ) -> impl Future<Output = Result<Vec<IntentRecord>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Listing<IntentRecord>, StoreError>> + Send;
     /// One approval.
     fn approval(
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Option<Approval>, StoreError>> + Send;
-    /// Approvals, oldest first.
+    /// Approvals, oldest first; unreadable rows as in [`StoreRead::list_intents`].
     fn list_approvals(
         &self,
         state: Option<ApprovalState>,
-    ) -> impl Future<Output = Result<Vec<Approval>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Listing<Approval>, StoreError>> + Send;
+    /// Every intent and approval row with its seal and link, for
+    /// `oncegate_core::audit::verify_rows` (`audit verify`).
+    fn stored_rows(&self) -> impl Future<Output = Result<Vec<StoredRow>, StoreError>> + Send;
     /// Audit records after a global position, in order, with their positions.
     fn audit_after(
         &self,
@@ -137,7 +202,8 @@ pub trait StoreRead: Send + Sync {
     ) -> impl Future<Output = Result<Vec<AuditRecord>, StoreError>> + Send;
     /// The shards that have records.
     fn audit_shards(&self) -> impl Future<Output = Result<Vec<u32>, StoreError>> + Send;
-    /// Cheap liveness check (readiness).
+    /// Readiness: the store answers reads and can take a write now (a held write lock
+    /// is not ready). Answers within about a second; never waits out a busy timeout.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
@@ -184,6 +250,25 @@ pub fn load_registry(path: &Path) -> Result<Registry, ConfigErrors> {
         }])
     })?;
     Registry::parse(path, &text, &FsEnv)
+}
+
+/// The audit chain key named by `[audit] chain_key_env`, read from the environment.
+/// A named variable that is unset or empty is an error: records would otherwise be
+/// written unkeyed without anyone noticing.
+pub fn chain_key_from_env(
+    registry: &Registry,
+) -> Result<Option<oncegate_core::audit::ChainKey>, StoreError> {
+    let Some(name) = &registry.audit_chain_key_env else {
+        return Ok(None);
+    };
+    let secret = std::env::var(name).unwrap_or_default();
+    oncegate_core::audit::ChainKey::new(secret.as_bytes())
+        .map(Some)
+        .ok_or_else(|| {
+            StoreError::NotInitialised(format!(
+                "`[audit] chain_key_env` names `{name}`, which is not set (or empty): set it to the audit chain key, or remove the setting"
+            ))
+        })
 }
 
 /// Resolves a `sqlite://` URL relative to the config file's directory.

@@ -8,6 +8,16 @@
 //!
 //! The writer runs as a spawned task, never under a caller's future: a caller that
 //! gives up cannot cancel a transaction half-way.
+//!
+//! A store is never created silently: [`OpenMode::Existing`] (serving) refuses a
+//! missing, empty or foreign file, since a fresh store would re-execute every intent it
+//! forgot. Creation is explicit ([`SqliteStore::create`], [`OpenMode::CreateIfMissing`]
+//! for scratch stores).
+//!
+//! Every row written carries the (shard, seq) of the audit record that wrote it and the
+//! hash of its body, which that record's event also seals (`detail.row_intent` /
+//! `detail.row_approval`). Loads, and the writer before it replaces a row, check both;
+//! a load that finds no row where the chain says one was written refuses too.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -16,7 +26,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncegate_core::audit::{AuditRecord, ChainHead, seal};
+use oncegate_core::audit::{
+    AuditEvent, AuditKind, AuditRecord, ChainHead, ChainKey, RowKind, RowSeal, StoredRow,
+    add_row_seals, check_record, row_hash, row_seal, seal_with,
+};
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
 use oncegate_core::key::IntentKey;
 use sqlx::sqlite::{
@@ -25,7 +38,10 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{ClientKeyBinding, Commit, IntentFilter, StoreError, StoreRead, StoreWrite};
+use crate::{
+    ClientKeyBinding, Commit, IntentFilter, Listing, StoreError, StoreRead, StoreWrite,
+    UnreadableRow,
+};
 
 /// Commits applied in one transaction at most.
 const MAX_BATCH: usize = 256;
@@ -41,41 +57,79 @@ enum Job {
         ClientKeyBinding,
         oneshot::Sender<Result<ClientKeyBinding, StoreError>>,
     ),
+    /// Readiness: can the writer take the write lock now?
+    Probe(oneshot::Sender<Result<(), StoreError>>),
 }
 
 /// What the writer did for one job.
 enum Done {
     Commit(Result<(), StoreError>),
     Bind(ClientKeyBinding),
+    Probe,
 }
 
 impl Job {
     fn reply(self, done: Result<Done, StoreError>) {
-        match (self, done) {
-            (Job::Commit(_, tx), Ok(Done::Commit(r))) => {
-                let _ = tx.send(r);
+        let mismatch =
+            || StoreError::Corrupt("the writer answered a job with another job's result".into());
+        match self {
+            Job::Commit(_, tx) => {
+                let _ = tx.send(match done {
+                    Ok(Done::Commit(r)) => r,
+                    Ok(_) => Err(mismatch()),
+                    Err(e) => Err(e),
+                });
             }
-            (Job::Bind(_, tx), Ok(Done::Bind(b))) => {
-                let _ = tx.send(Ok(b));
+            Job::Bind(_, tx) => {
+                let _ = tx.send(match done {
+                    Ok(Done::Bind(b)) => Ok(b),
+                    Ok(_) => Err(mismatch()),
+                    Err(e) => Err(e),
+                });
             }
-            (Job::Commit(_, tx), Err(e)) => {
-                let _ = tx.send(Err(e));
-            }
-            (Job::Bind(_, tx), Err(e)) => {
-                let _ = tx.send(Err(e));
-            }
-            (Job::Commit(_, tx), Ok(Done::Bind(_))) => {
-                let _ = tx.send(Err(StoreError::Corrupt(
-                    "writer answered a commit with a binding".into(),
-                )));
-            }
-            (Job::Bind(_, tx), Ok(Done::Commit(_))) => {
-                let _ = tx.send(Err(StoreError::Corrupt(
-                    "writer answered a binding with a commit".into(),
-                )));
+            Job::Probe(tx) => {
+                let _ = tx.send(match done {
+                    Ok(Done::Probe) => Ok(()),
+                    Ok(_) => Err(mismatch()),
+                    Err(e) => Err(e),
+                });
             }
         }
     }
+}
+
+/// How [`SqliteStore::open_with`] treats what it finds at the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Serving: an existing oncegate store only. A missing file, an empty one (zero
+    /// bytes, or SQLite without oncegate's schema) or a foreign database is refused
+    /// (`OG-0031`). Pending migrations are applied to an oncegate store.
+    Existing,
+    /// `oncegate init`: a new store. Creates a missing or empty file; refuses one that
+    /// already holds an oncegate store, or a foreign database.
+    Create,
+    /// Scratch stores (`serve --init`, the demo, `verify`, tests): creates a missing or
+    /// empty file, opens an oncegate store, refuses a foreign database.
+    CreateIfMissing,
+}
+
+/// Settings of an opened store.
+#[derive(Clone, Debug, Default)]
+pub struct StoreOptions {
+    /// The audit chain key: records are sealed with HMAC-SHA256 under it, and keyed
+    /// records can only be checked with it.
+    pub chain_key: Option<ChainKey>,
+}
+
+/// What is at a store path before anything is created.
+enum Found {
+    Missing,
+    /// A zero-byte file, or SQLite with no tables at all.
+    Empty,
+    /// An oncegate store (with or without the identity of migration 4).
+    Oncegate,
+    /// Something else, described.
+    Foreign(String),
 }
 
 /// The SQLite store. Cheap to clone.
@@ -86,8 +140,26 @@ pub struct SqliteStore {
 
 struct Inner {
     path: PathBuf,
+    store_id: String,
+    chain_key: Option<ChainKey>,
     readers: SqlitePool,
     writer: mpsc::Sender<Job>,
+}
+
+/// How long readiness waits for the writer to answer a probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn integrity(what: &str, problem: impl std::fmt::Display) -> StoreError {
+    tracing::error!(alert = "store_integrity", row = %what, problem = %problem, "a stored row does not match the audit chain; refusing it (fail closed)");
+    metrics::counter!("oncegate_store_integrity_failures_total").increment(1);
+    StoreError::Integrity(format!("{what}: {problem}; run `oncegate audit verify`"))
+}
+
+fn guidance(path: &Path) -> String {
+    format!(
+        "if this is the first start, run `oncegate init` (or `oncegate serve --init`); if the gateway ran before, the store at {} is lost (an unmounted volume looks the same): restore it, since a fresh store would re-execute every intent it forgot",
+        path.display()
+    )
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -103,33 +175,98 @@ fn millis(t: jiff::Timestamp) -> i64 {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` and runs migrations.
+    /// Opens an existing oncegate store (serving): see [`OpenMode::Existing`].
     pub async fn open(path: &Path) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str("sqlite://")
+        Self::open_with(path, OpenMode::Existing, StoreOptions::default()).await
+    }
+
+    /// Creates a new store (`oncegate init`): see [`OpenMode::Create`].
+    pub async fn create(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, OpenMode::Create, StoreOptions::default()).await
+    }
+
+    /// Opens or creates a scratch store: see [`OpenMode::CreateIfMissing`].
+    pub async fn scratch(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, OpenMode::CreateIfMissing, StoreOptions::default()).await
+    }
+
+    /// Opens the database at `path` as `mode` says, applies pending migrations and
+    /// seals rows from before row seals existed.
+    pub async fn open_with(
+        path: &Path,
+        mode: OpenMode,
+        options: StoreOptions,
+    ) -> Result<Self, StoreError> {
+        let found = inspect(path).await?;
+        let create = match (mode, found) {
+            (_, Found::Foreign(what)) => {
+                return Err(StoreError::NotInitialised(format!(
+                    "{} is not an oncegate store ({what}); point `[store] url` at the gateway's own store, or at a new path and run `oncegate init`",
+                    path.display()
+                )));
+            }
+            (OpenMode::Existing, Found::Missing) => {
+                return Err(StoreError::NotInitialised(format!(
+                    "the store {} does not exist; {}",
+                    path.display(),
+                    guidance(path)
+                )));
+            }
+            (OpenMode::Existing, Found::Empty) => {
+                return Err(StoreError::NotInitialised(format!(
+                    "the store {} is empty (no oncegate schema); {}",
+                    path.display(),
+                    guidance(path)
+                )));
+            }
+            (OpenMode::Create, Found::Oncegate) => {
+                return Err(StoreError::AlreadyExists(format!(
+                    "an oncegate store already exists at {}; nothing was changed (`oncegate migrate` applies pending migrations to it)",
+                    path.display()
+                )));
+            }
+            (_, Found::Oncegate) => false,
+            (_, Found::Missing | Found::Empty) => true,
+        };
+        let options_sql = SqliteConnectOptions::from_str("sqlite://")
             .map_err(unavailable)?
             .filename(path)
-            .create_if_missing(true)
+            .create_if_missing(create)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(5));
-        let mut writer = SqliteConnection::connect_with(&options)
+        let mut writer = SqliteConnection::connect_with(&options_sql)
             .await
             .map_err(unavailable)?;
         sqlx::migrate!("migrations/sqlite")
             .run(&mut writer)
             .await
             .map_err(unavailable)?;
+        adopt_unsealed_rows(&mut writer, options.chain_key.as_ref()).await?;
+        let store_id: String = sqlx::query("SELECT value FROM meta WHERE name = 'store_id'")
+            .fetch_one(&mut writer)
+            .await
+            .map_err(unavailable)?
+            .get(0);
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
-            .connect_with(options.clone())
+            .connect_with(options_sql.clone())
             .await
             .map_err(unavailable)?;
         let inode = std::fs::metadata(path).map_err(unavailable)?.ino();
         let (tx, rx) = mpsc::channel(4096);
-        tokio::spawn(writer_loop(writer, rx, path.to_owned(), inode));
+        tokio::spawn(writer_loop(
+            writer,
+            rx,
+            path.to_owned(),
+            inode,
+            options.chain_key.clone(),
+        ));
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
+                store_id,
+                chain_key: options.chain_key,
                 readers,
                 writer: tx,
             }),
@@ -141,10 +278,213 @@ impl SqliteStore {
         &self.inner.path
     }
 
+    /// The store's identity, written once when its schema was created.
+    pub fn store_id(&self) -> &str {
+        &self.inner.store_id
+    }
+
+    /// The chain key this store seals with, if any.
+    pub fn chain_key(&self) -> Option<&ChainKey> {
+        self.inner.chain_key.as_ref()
+    }
+
     /// Closes the reader pool (the writer stops when the last clone is dropped).
     pub async fn close(&self) {
         self.inner.readers.close().await;
     }
+}
+
+/// Looks at a store path without creating or changing anything.
+async fn inspect(path: &Path) -> Result<Found, StoreError> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
+        Err(e) => {
+            return Err(StoreError::Unavailable(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    if !meta.is_file() {
+        return Ok(Found::Foreign("not a regular file".into()));
+    }
+    if meta.len() == 0 {
+        return Ok(Found::Empty);
+    }
+    let options = SqliteConnectOptions::from_str("sqlite://")
+        .map_err(unavailable)?
+        .filename(path)
+        .create_if_missing(false)
+        .busy_timeout(Duration::from_secs(5));
+    let mut conn = match SqliteConnection::connect_with(&options).await {
+        Ok(c) => c,
+        Err(e) => return Ok(Found::Foreign(format!("cannot be opened as SQLite: {e}"))),
+    };
+    let tables =
+        match sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(&mut conn)
+            .await
+        {
+            Ok(rows) => rows
+                .iter()
+                .map(|r| r.get::<String, _>(0))
+                .collect::<Vec<_>>(),
+            Err(e) => return Ok(Found::Foreign(format!("not a SQLite database: {e}"))),
+        };
+    let _ = conn.close().await;
+    let has = |t: &str| tables.iter().any(|n| n == t);
+    Ok(if tables.is_empty() {
+        Found::Empty
+    } else if has("meta") && has("intents") && has("audit") {
+        Found::Oncegate
+    } else if has("_sqlx_migrations") && has("intents") && has("audit") {
+        // A store from before migration 4 (no identity yet): migrating gives it one.
+        Found::Oncegate
+    } else {
+        let mut shown = tables.join(", ");
+        if shown.len() > 120 {
+            shown.truncate(120);
+            shown.push_str("...");
+        }
+        Found::Foreign(format!("its tables are {shown}"))
+    })
+}
+
+/// Seals rows written before row seals existed, once, with one admin audit record per
+/// row, so an old store opens instead of failing every intent. Afterwards (`rows_sealed`
+/// set) an unsealed row is an integrity failure, never adopted: otherwise clearing a
+/// row's seal would launder an edit.
+async fn adopt_unsealed_rows(
+    conn: &mut SqliteConnection,
+    key: Option<&ChainKey>,
+) -> Result<(), StoreError> {
+    let done = sqlx::query("SELECT 1 FROM meta WHERE name = 'rows_sealed'")
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    if done.is_some() {
+        return Ok(());
+    }
+    exec(conn, "BEGIN IMMEDIATE").await?;
+    let result = async {
+        let mut heads = load_heads(conn).await?;
+        let intents = sqlx::query("SELECT key, generation, version, body FROM intents WHERE row_hash IS NULL")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        let approvals = sqlx::query("SELECT id, key, generation, version, body FROM approvals WHERE row_hash IS NULL")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        let now = jiff::Timestamp::now();
+        let mut adopted = 0usize;
+        for (kind, row) in intents
+            .iter()
+            .map(|r| (RowKind::Intent, r))
+            .chain(approvals.iter().map(|r| (RowKind::Approval, r)))
+        {
+            let (id, intent_key): (String, String) = match kind {
+                RowKind::Intent => (row.get("key"), row.get("key")),
+                RowKind::Approval => (row.get("id"), row.get("key")),
+            };
+            let generation = row.get::<i64, _>("generation") as u32;
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(row.get::<&str, _>("body"))
+            else {
+                tracing::warn!(row = %id, "an unreadable row from before row seals stays unsealed (it is refused on load)");
+                continue;
+            };
+            let seal = RowSeal {
+                key: id.clone(),
+                generation,
+                version: row.get::<i64, _>("version") as u64,
+                hash: row_hash(&value),
+            };
+            let mut event = AuditEvent {
+                at: now,
+                kind: AuditKind::Admin,
+                key: Some(IntentKey::from_hex(intent_key)),
+                generation,
+                capability: None,
+                actor: "oncegate".into(),
+                run_id: None,
+                from: None,
+                to: None,
+                status: None,
+                code: None,
+                detail: serde_json::json!({"adopted": "row written before row seals existed, sealed as found"}),
+            };
+            let (intent_seal, approval_seal) = match kind {
+                RowKind::Intent => (Some(seal.clone()), None),
+                RowKind::Approval => (None, Some(seal.clone())),
+            };
+            add_row_seals(&mut event, intent_seal, approval_seal);
+            let sealed = append_audit(conn, event, &mut heads, key).await?;
+            let sql = match kind {
+                RowKind::Intent => "UPDATE intents SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE key = ?4 AND generation = ?5",
+                RowKind::Approval => "UPDATE approvals SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE id = ?4 AND ?5 = ?5",
+            };
+            sqlx::query(sql)
+                .bind(i64::from(sealed.shard))
+                .bind(sealed.seq as i64)
+                .bind(&seal.hash)
+                .bind(&id)
+                .bind(i64::from(generation))
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            adopted += 1;
+        }
+        sqlx::query("INSERT INTO meta (name, value) VALUES ('rows_sealed', ?)")
+            .bind(now.to_string())
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        if adopted > 0 {
+            tracing::warn!(rows = adopted, "sealed rows written before row seals existed (one admin audit record each)");
+        }
+        Ok::<_, StoreError>(())
+    }
+    .await;
+    match result {
+        Ok(()) => exec(conn, "COMMIT").await,
+        Err(e) => {
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            Err(e)
+        }
+    }
+}
+
+/// Chains `event` after its shard's head, inserts it, and advances `heads`.
+async fn append_audit(
+    conn: &mut SqliteConnection,
+    event: AuditEvent,
+    heads: &mut HashMap<u32, ChainHead>,
+    key: Option<&ChainKey>,
+) -> Result<AuditRecord, StoreError> {
+    let head = heads
+        .get(&event.shard())
+        .cloned()
+        .unwrap_or_else(ChainHead::genesis);
+    let sealed = seal_with(event, &head, key);
+    let body = serde_json::to_string(&sealed.event).map_err(corrupt)?;
+    sqlx::query("INSERT INTO audit (shard, seq, prev_hash, hash, body) VALUES (?, ?, ?, ?, ?)")
+        .bind(i64::from(sealed.shard))
+        .bind(sealed.seq as i64)
+        .bind(&sealed.prev_hash)
+        .bind(&sealed.hash)
+        .bind(body)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    heads.insert(
+        sealed.shard,
+        ChainHead {
+            seq: sealed.seq,
+            hash: sealed.hash.clone(),
+        },
+    );
+    Ok(sealed)
 }
 
 async fn writer_loop(
@@ -152,6 +492,7 @@ async fn writer_loop(
     mut rx: mpsc::Receiver<Job>,
     path: PathBuf,
     inode: u64,
+    key: Option<ChainKey>,
 ) {
     // The chain heads live in memory: this task is the only writer of this file, so it
     // need not read them back on every commit. They are reloaded after any failed batch
@@ -188,7 +529,15 @@ async fn writer_loop(
                 )));
                 break;
             }
-            results = apply_batch(&mut conn, &batch, &mut heads).await;
+            if batch.iter().all(|j| matches!(j, Job::Probe(_))) {
+                // Readiness alone: ask for the write lock without waiting out the busy
+                // timeout, so a lock held elsewhere answers "not ready" at once.
+                results = probe(&mut conn)
+                    .await
+                    .map(|()| batch.iter().map(|_| Done::Probe).collect());
+                break;
+            }
+            results = apply_batch(&mut conn, &batch, &mut heads, key.as_ref()).await;
             if results.is_ok() {
                 break;
             }
@@ -237,6 +586,17 @@ async fn load_heads(conn: &mut SqliteConnection) -> Result<HashMap<u32, ChainHea
         .collect())
 }
 
+/// Takes and releases the write lock with no busy wait.
+async fn probe(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    exec(conn, "PRAGMA busy_timeout = 0").await?;
+    let taken = exec(conn, "BEGIN IMMEDIATE").await;
+    if taken.is_ok() {
+        let _ = exec(conn, "ROLLBACK").await;
+    }
+    exec(conn, "PRAGMA busy_timeout = 5000").await?;
+    taken.map_err(|e| StoreError::Unavailable(format!("the store cannot be written now: {e}")))
+}
+
 async fn exec(conn: &mut SqliteConnection, sql: &'static str) -> Result<(), StoreError> {
     sqlx::query(sql)
         .execute(&mut *conn)
@@ -252,6 +612,7 @@ async fn apply_batch(
     conn: &mut SqliteConnection,
     batch: &[Job],
     heads: &mut HashMap<u32, ChainHead>,
+    key: Option<&ChainKey>,
 ) -> Result<Vec<Done>, StoreError> {
     let mut tentative = heads.clone();
     let result = async {
@@ -265,28 +626,33 @@ async fn apply_batch(
                     results.push(Done::Bind(bind(conn, binding).await?));
                     continue;
                 }
+                Job::Probe(_) => {
+                    // Inside a transaction that took the write lock: writable.
+                    results.push(Done::Probe);
+                    continue;
+                }
             };
             if savepoints {
                 exec(conn, "SAVEPOINT one").await?;
             }
-            match apply_one(conn, commit, &mut tentative).await {
+            match apply_one(conn, commit, &mut tentative, key).await {
                 Ok(()) => {
                     if savepoints {
                         exec(conn, "RELEASE one").await?;
                     }
                     results.push(Done::Commit(Ok(())));
                 }
-                Err(StoreError::Conflict) => {
-                    // A conflict is detected before the audit append, so the heads
-                    // did not move.
+                Err(e @ (StoreError::Conflict | StoreError::Integrity(_))) => {
+                    // Both are detected before the audit append, so the heads did not
+                    // move; they fail this commit alone.
                     if savepoints {
                         exec(conn, "ROLLBACK TO one").await?;
                         exec(conn, "RELEASE one").await?;
                     } else {
                         exec(conn, "ROLLBACK").await?;
-                        return Ok(vec![Done::Commit(Err(StoreError::Conflict))]);
+                        return Ok(vec![Done::Commit(Err(e))]);
                     }
-                    results.push(Done::Commit(Err(StoreError::Conflict)));
+                    results.push(Done::Commit(Err(e)));
                 }
                 Err(e) => return Err(e),
             }
@@ -345,20 +711,96 @@ async fn apply_one(
     conn: &mut SqliteConnection,
     commit: &Commit,
     heads: &mut HashMap<u32, ChainHead>,
+    key: Option<&ChainKey>,
 ) -> Result<(), StoreError> {
+    let mut event = commit.event.clone();
+    let mut intent_row = None;
     if let Some(record) = &commit.record {
         let mut stored = record.clone();
         stored.version = record.version + 1;
-        let body = serde_json::to_string(&stored).map_err(corrupt)?;
-        let rows = if record.version == 0 {
+        let value = serde_json::to_value(&stored).map_err(corrupt)?;
+        let seal = RowSeal {
+            key: stored.key.as_str().to_owned(),
+            generation: stored.generation,
+            version: stored.version,
+            hash: row_hash(&value),
+        };
+        // The row about to be replaced must be the one the chain wrote (or, for an
+        // insert, must never have existed): a commit never launders an edited or
+        // deleted row into a fresh, sealed version.
+        let what = format!("intent {} generation {}", stored.key, stored.generation);
+        if record.version == 0 {
+            if newest_intent_seal(conn, stored.key.as_str(), stored.generation)
+                .await?
+                .is_some()
+                && fetch_intent(conn, stored.key.as_str(), stored.generation)
+                    .await?
+                    .is_none()
+            {
+                return Err(integrity(
+                    &what,
+                    "the audit chain wrote this row and it is gone (deleted row)",
+                ));
+            }
+        } else if let Some(current) =
+            fetch_intent(conn, stored.key.as_str(), stored.generation).await?
+            && current.version == i64::try_from(record.version).unwrap_or(-1)
+        {
+            check_row(conn, RowKind::Intent, &current, key).await?;
+        }
+        intent_row = Some((stored, value.to_string(), seal));
+    }
+    let mut approval_row = None;
+    if let Some(approval) = &commit.approval {
+        let mut stored = approval.clone();
+        stored.version = approval.version + 1;
+        let value = serde_json::to_value(&stored).map_err(corrupt)?;
+        let seal = RowSeal {
+            key: stored.id.clone(),
+            generation: stored.generation,
+            version: stored.version,
+            hash: row_hash(&value),
+        };
+        let what = format!("approval {}", stored.id);
+        if approval.version == 0 {
+            if newest_approval_seal(conn, &stored.id).await?.is_some()
+                && fetch_approval(conn, &stored.id).await?.is_none()
+            {
+                return Err(integrity(
+                    &what,
+                    "the audit chain wrote this row and it is gone (deleted row)",
+                ));
+            }
+        } else if let Some(current) = fetch_approval(conn, &stored.id).await?
+            && current.version == i64::try_from(approval.version).unwrap_or(-1)
+        {
+            check_row(conn, RowKind::Approval, &current, key).await?;
+        }
+        approval_row = Some((stored, value.to_string(), seal));
+    }
+    add_row_seals(
+        &mut event,
+        intent_row.as_ref().map(|r| r.2.clone()),
+        approval_row.as_ref().map(|r| r.2.clone()),
+    );
+    // Where the event will land; the rows name it. The heads move only on append.
+    let head = heads
+        .get(&event.shard())
+        .cloned()
+        .unwrap_or_else(ChainHead::genesis);
+    let (shard, seq) = (event.shard(), head.seq + 1);
+
+    if let Some((stored, body, seal)) = &intent_row {
+        let rows = if stored.version == 1 {
             sqlx::query(
-                "INSERT INTO intents (key, generation, capability, state, cross_key, run_id, business_ref, breaker_tripped, updated_at, version, body)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key, generation) DO NOTHING",
+                "INSERT INTO intents (key, generation, capability, state, cross_key, run_id, business_ref, breaker_tripped, updated_at, version, body, audit_shard, audit_seq, row_hash)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT (key, generation) DO NOTHING",
             )
         } else {
             sqlx::query(
                 "UPDATE intents SET capability = ?3, state = ?4, cross_key = ?5, run_id = ?6, business_ref = ?7,
-                        breaker_tripped = ?8, updated_at = ?9, version = ?10, body = ?11
+                        breaker_tripped = ?8, updated_at = ?9, version = ?10, body = ?11,
+                        audit_shard = ?12, audit_seq = ?13, row_hash = ?14
                  WHERE key = ?1 AND generation = ?2 AND version = ?10 - 1",
             )
         }
@@ -373,6 +815,9 @@ async fn apply_one(
         .bind(millis(stored.updated_at))
         .bind(stored.version as i64)
         .bind(body)
+        .bind(i64::from(shard))
+        .bind(seq as i64)
+        .bind(&seal.hash)
         .execute(&mut *conn)
         .await
         .map_err(unavailable)?
@@ -381,18 +826,16 @@ async fn apply_one(
             return Err(StoreError::Conflict);
         }
     }
-    if let Some(approval) = &commit.approval {
-        let mut stored = approval.clone();
-        stored.version = approval.version + 1;
-        let body = serde_json::to_string(&stored).map_err(corrupt)?;
-        let rows = if approval.version == 0 {
+    if let Some((stored, body, seal)) = &approval_row {
+        let rows = if stored.version == 1 {
             sqlx::query(
-                "INSERT INTO approvals (id, key, generation, state, created_at, version, body)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO NOTHING",
+                "INSERT INTO approvals (id, key, generation, state, created_at, version, body, audit_shard, audit_seq, row_hash)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (id) DO NOTHING",
             )
         } else {
             sqlx::query(
-                "UPDATE approvals SET key = ?2, generation = ?3, state = ?4, created_at = ?5, version = ?6, body = ?7
+                "UPDATE approvals SET key = ?2, generation = ?3, state = ?4, created_at = ?5, version = ?6, body = ?7,
+                        audit_shard = ?8, audit_seq = ?9, row_hash = ?10
                  WHERE id = ?1 AND version = ?6 - 1",
             )
         }
@@ -403,6 +846,9 @@ async fn apply_one(
         .bind(millis(stored.created_at))
         .bind(stored.version as i64)
         .bind(body)
+        .bind(i64::from(shard))
+        .bind(seq as i64)
+        .bind(&seal.hash)
         .execute(&mut *conn)
         .await
         .map_err(unavailable)?
@@ -411,30 +857,184 @@ async fn apply_one(
             return Err(StoreError::Conflict);
         }
     }
-    let shard = commit.event.shard();
-    let head = heads
-        .get(&shard)
-        .cloned()
-        .unwrap_or_else(ChainHead::genesis);
-    let sealed = seal(commit.event.clone(), &head);
-    let body = serde_json::to_string(&sealed.event).map_err(corrupt)?;
-    sqlx::query("INSERT INTO audit (shard, seq, prev_hash, hash, body) VALUES (?, ?, ?, ?, ?)")
-        .bind(i64::from(sealed.shard))
-        .bind(sealed.seq as i64)
-        .bind(&sealed.prev_hash)
-        .bind(&sealed.hash)
-        .bind(body)
-        .execute(&mut *conn)
+    let sealed = append_audit(conn, event, heads, key).await?;
+    debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
+    Ok(())
+}
+
+/// A row as read, with its seal columns.
+struct RowData {
+    /// Intent key or approval id.
+    id: String,
+    generation: u32,
+    version: i64,
+    body: String,
+    row_hash: Option<String>,
+    link: Option<(u32, u64)>,
+}
+
+fn row_data(row: &sqlx::sqlite::SqliteRow, kind: RowKind) -> RowData {
+    let shard: Option<i64> = row.get("audit_shard");
+    let seq: Option<i64> = row.get("audit_seq");
+    RowData {
+        id: match kind {
+            RowKind::Intent => row.get("key"),
+            RowKind::Approval => row.get("id"),
+        },
+        generation: row.get::<i64, _>("generation") as u32,
+        version: row.get("version"),
+        body: row.get("body"),
+        row_hash: row.get("row_hash"),
+        link: shard.zip(seq).map(|(a, b)| (a as u32, b as u64)),
+    }
+}
+
+async fn fetch_intent(
+    conn: &mut SqliteConnection,
+    key: &str,
+    generation: u32,
+) -> Result<Option<RowData>, StoreError> {
+    let row = sqlx::query(
+        "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = ? AND generation = ?",
+    )
+    .bind(key)
+    .bind(i64::from(generation))
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(row.map(|r| row_data(&r, RowKind::Intent)))
+}
+
+async fn fetch_approval(
+    conn: &mut SqliteConnection,
+    id: &str,
+) -> Result<Option<RowData>, StoreError> {
+    let row = sqlx::query("SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals WHERE id = ?")
+        .bind(id)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(unavailable)?;
-    heads.insert(
-        sealed.shard,
-        ChainHead {
-            seq: sealed.seq,
-            hash: sealed.hash,
-        },
-    );
-    Ok(())
+    Ok(row.map(|r| row_data(&r, RowKind::Approval)))
+}
+
+/// The newest audit record that sealed intent (key, generation).
+async fn newest_intent_seal(
+    conn: &mut SqliteConnection,
+    key: &str,
+    generation: u32,
+) -> Result<Option<AuditRecord>, StoreError> {
+    let row = sqlx::query(
+        "SELECT shard, seq, prev_hash, hash, body FROM audit
+         WHERE json_extract(body, '$.detail.row_intent.key') = ?1
+           AND json_extract(body, '$.detail.row_intent.generation') = ?2
+         ORDER BY id DESC LIMIT 1",
+    )
+    .bind(key)
+    .bind(i64::from(generation))
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    row.map(|r| audit_row(&r)).transpose()
+}
+
+/// The newest generation of `key` the audit chain sealed.
+async fn newest_sealed_generation(
+    conn: &mut SqliteConnection,
+    key: &str,
+) -> Result<Option<u32>, StoreError> {
+    let row = sqlx::query(
+        "SELECT MAX(json_extract(body, '$.detail.row_intent.generation')) FROM audit
+         WHERE json_extract(body, '$.detail.row_intent.key') = ?1",
+    )
+    .bind(key)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(row.get::<Option<i64>, _>(0).map(|g| g as u32))
+}
+
+async fn newest_approval_seal(
+    conn: &mut SqliteConnection,
+    id: &str,
+) -> Result<Option<AuditRecord>, StoreError> {
+    let row = sqlx::query(
+        "SELECT shard, seq, prev_hash, hash, body FROM audit
+         WHERE json_extract(body, '$.detail.row_approval.key') = ?1
+         ORDER BY id DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    row.map(|r| audit_row(&r)).transpose()
+}
+
+/// The body's hash, or `Corrupt` when it is not JSON at all.
+fn body_hash(body: &str) -> Result<(serde_json::Value, String), String> {
+    let value: serde_json::Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
+    let hash = row_hash(&value);
+    Ok((value, hash))
+}
+
+/// Checks a row against the newest audit record that sealed it: its body hashes to its
+/// seal, it names that record, and that record's own hash holds.
+async fn check_row(
+    conn: &mut SqliteConnection,
+    kind: RowKind,
+    row: &RowData,
+    key: Option<&ChainKey>,
+) -> Result<serde_json::Value, StoreError> {
+    let what = match kind {
+        RowKind::Intent => format!("intent {} generation {}", row.id, row.generation),
+        RowKind::Approval => format!("approval {}", row.id),
+    };
+    let (value, hash) = body_hash(&row.body).map_err(|e| {
+        StoreError::Corrupt(format!("{what}: the stored body is not readable: {e}"))
+    })?;
+    let Some(sealed_hash) = row.row_hash.as_deref() else {
+        return Err(integrity(
+            &what,
+            "the row carries no audit seal (written outside oncegate)",
+        ));
+    };
+    if sealed_hash != hash {
+        return Err(integrity(
+            &what,
+            "the row's content does not match the hash it was sealed with (edited row)",
+        ));
+    }
+    let newest = match kind {
+        RowKind::Intent => newest_intent_seal(conn, &row.id, row.generation).await?,
+        RowKind::Approval => newest_approval_seal(conn, &row.id).await?,
+    };
+    let Some(record) = newest else {
+        return Err(integrity(&what, "no audit record wrote this row"));
+    };
+    if row.link != Some((record.shard, record.seq)) {
+        return Err(integrity(
+            &what,
+            format!(
+                "the row names audit record {:?}, but the newest record that wrote it is shard {} seq {} (rolled back)",
+                row.link, record.shard, record.seq
+            ),
+        ));
+    }
+    let field = match kind {
+        RowKind::Intent => oncegate_core::audit::ROW_INTENT,
+        RowKind::Approval => oncegate_core::audit::ROW_APPROVAL,
+    };
+    match row_seal(&record.event, field) {
+        Some(seal)
+            if seal.hash == hash && i64::try_from(seal.version).ok() == Some(row.version) => {}
+        _ => {
+            return Err(integrity(
+                &what,
+                "the row differs from what its audit record sealed (edited row)",
+            ));
+        }
+    }
+    check_record(&record, key).map_err(|p| integrity(&what, format!("its audit record: {p}")))?;
+    Ok(value)
 }
 
 fn decode<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, StoreError> {
@@ -451,15 +1051,72 @@ fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError> {
     })
 }
 
+impl SqliteStore {
+    /// Reads one intent row and checks it against the chain.
+    async fn checked_intent(
+        &self,
+        conn: &mut SqliteConnection,
+        row: RowData,
+    ) -> Result<IntentRecord, StoreError> {
+        let value = check_row(conn, RowKind::Intent, &row, self.chain_key()).await?;
+        serde_json::from_value(value).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "intent {} generation {}: {e}",
+                row.id, row.generation
+            ))
+        })
+    }
+
+    async fn reader(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
+        self.inner.readers.acquire().await.map_err(unavailable)
+    }
+}
+
+/// Decodes a listed row, checking only that its body matches its seal (no audit read
+/// per row: loads do the full check before anything is decided on a row).
+fn listed<T: serde::de::DeserializeOwned>(row: &RowData) -> Result<T, String> {
+    let (value, hash) =
+        body_hash(&row.body).map_err(|e| format!("the stored body is not readable: {e}"))?;
+    if row.row_hash.as_deref() != Some(hash.as_str()) {
+        return Err(
+            "the row does not match its audit seal (edited row); run `oncegate audit verify`"
+                .into(),
+        );
+    }
+    serde_json::from_value(value).map_err(|e| format!("the stored body does not decode: {e}"))
+}
+
 impl StoreRead for SqliteStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
-        let row =
-            sqlx::query("SELECT body FROM intents WHERE key = ? ORDER BY generation DESC LIMIT 1")
-                .bind(key.as_str())
-                .fetch_optional(&self.inner.readers)
-                .await
-                .map_err(unavailable)?;
-        row.map(|r| decode(r.get::<&str, _>(0))).transpose()
+        // One read transaction: the row and the chain's seals are read from the same
+        // snapshot, so a commit landing in between never looks like a rollback.
+        let mut conn = self.reader().await?;
+        let mut tx = conn.begin().await.map_err(unavailable)?;
+        let row = sqlx::query(
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = ? ORDER BY generation DESC LIMIT 1",
+        )
+        .bind(key.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(unavailable)?
+        .map(|r| row_data(&r, RowKind::Intent));
+        // The chain's newest generation of this key: on a miss it tells "never written"
+        // from "deleted"; on a hit, a newer sealed generation means the newest row is gone.
+        let sealed = newest_sealed_generation(&mut tx, key.as_str()).await?;
+        let result = match (row, sealed) {
+            (None, None) => Ok(None),
+            (None, Some(g)) => Err(integrity(
+                &format!("intent {key} generation {g}"),
+                "the audit chain wrote this row and it is gone (deleted row)",
+            )),
+            (Some(row), Some(g)) if g > row.generation => Err(integrity(
+                &format!("intent {key} generation {g}"),
+                "the audit chain wrote this generation and it is gone (deleted row)",
+            )),
+            (Some(row), _) => self.checked_intent(&mut tx, row).await.map(Some),
+        };
+        let _ = tx.rollback().await;
+        result
     }
 
     async fn load_generation(
@@ -467,13 +1124,20 @@ impl StoreRead for SqliteStore {
         key: &IntentKey,
         generation: u32,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        let row = sqlx::query("SELECT body FROM intents WHERE key = ? AND generation = ?")
-            .bind(key.as_str())
-            .bind(i64::from(generation))
-            .fetch_optional(&self.inner.readers)
-            .await
-            .map_err(unavailable)?;
-        row.map(|r| decode(r.get::<&str, _>(0))).transpose()
+        let mut conn = self.reader().await?;
+        let mut tx = conn.begin().await.map_err(unavailable)?;
+        let result = match fetch_intent(&mut tx, key.as_str(), generation).await? {
+            Some(row) => self.checked_intent(&mut tx, row).await.map(Some),
+            None => match newest_intent_seal(&mut tx, key.as_str(), generation).await? {
+                None => Ok(None),
+                Some(_) => Err(integrity(
+                    &format!("intent {key} generation {generation}"),
+                    "the audit chain wrote this row and it is gone (deleted row)",
+                )),
+            },
+        };
+        let _ = tx.rollback().await;
+        result
     }
 
     async fn find_other_run(
@@ -481,26 +1145,37 @@ impl StoreRead for SqliteStore {
         cross_key: &IntentKey,
         run_id: Option<&str>,
     ) -> Result<Option<IntentRecord>, StoreError> {
+        let mut conn = self.reader().await?;
+        let mut tx = conn.begin().await.map_err(unavailable)?;
         let row = sqlx::query(
-            "SELECT body FROM intents WHERE cross_key = ? AND run_id IS NOT ? AND state NOT IN ('denied', 'failed', 'not_applied')
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE cross_key = ? AND run_id IS NOT ? AND state NOT IN ('denied', 'failed', 'not_applied')
              ORDER BY updated_at DESC LIMIT 1",
         )
         .bind(cross_key.as_str())
         .bind(run_id)
-        .fetch_optional(&self.inner.readers)
+        .fetch_optional(&mut *tx)
         .await
-        .map_err(unavailable)?;
-        row.map(|r| decode(r.get::<&str, _>(0))).transpose()
+        .map_err(unavailable)?
+        .map(|r| row_data(&r, RowKind::Intent));
+        let result = match row {
+            Some(row) => self.checked_intent(&mut tx, row).await.map(Some),
+            None => Ok(None),
+        };
+        let _ = tx.rollback().await;
+        result
     }
 
-    async fn list_intents(&self, filter: &IntentFilter) -> Result<Vec<IntentRecord>, StoreError> {
+    async fn list_intents(
+        &self,
+        filter: &IntentFilter,
+    ) -> Result<Listing<IntentRecord>, StoreError> {
         let limit = if filter.limit == 0 { 100 } else { filter.limit };
         // Two fixed statements rather than a spliced ORDER BY: no SQL is built from input.
         let sql = if filter.oldest_first {
-            "SELECT body FROM intents WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR capability = ?2)
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR capability = ?2)
              AND (?3 = 0 OR breaker_tripped = 1) ORDER BY updated_at ASC LIMIT ?4"
         } else {
-            "SELECT body FROM intents WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR capability = ?2)
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR capability = ?2)
              AND (?3 = 0 OR breaker_tripped = 1) ORDER BY updated_at DESC LIMIT ?4"
         };
         let rows = sqlx::query(sql)
@@ -511,30 +1186,109 @@ impl StoreRead for SqliteStore {
             .fetch_all(&self.inner.readers)
             .await
             .map_err(unavailable)?;
-        rows.iter().map(|r| decode(r.get::<&str, _>(0))).collect()
+        let mut listing = Listing::default();
+        for r in &rows {
+            let row = row_data(r, RowKind::Intent);
+            match listed(&row) {
+                Ok(record) => listing.items.push(record),
+                Err(problem) => {
+                    tracing::warn!(key = %row.id, generation = row.generation, %problem, "an intent row cannot be listed");
+                    listing.unreadable.push(UnreadableRow {
+                        key: row.id,
+                        generation: Some(row.generation),
+                        problem,
+                    });
+                }
+            }
+        }
+        Ok(listing)
     }
 
     async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
-        let row = sqlx::query("SELECT body FROM approvals WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.inner.readers)
-            .await
-            .map_err(unavailable)?;
-        row.map(|r| decode(r.get::<&str, _>(0))).transpose()
+        let mut conn = self.reader().await?;
+        let mut tx = conn.begin().await.map_err(unavailable)?;
+        let result = match fetch_approval(&mut tx, id).await? {
+            Some(row) => {
+                match check_row(&mut tx, RowKind::Approval, &row, self.chain_key()).await {
+                    Ok(value) => serde_json::from_value(value)
+                        .map(Some)
+                        .map_err(|e| StoreError::Corrupt(format!("approval {id}: {e}"))),
+                    Err(e) => Err(e),
+                }
+            }
+            None => match newest_approval_seal(&mut tx, id).await? {
+                None => Ok(None),
+                Some(_) => Err(integrity(
+                    &format!("approval {id}"),
+                    "the audit chain wrote this row and it is gone (deleted row)",
+                )),
+            },
+        };
+        let _ = tx.rollback().await;
+        result
     }
 
     async fn list_approvals(
         &self,
         state: Option<ApprovalState>,
-    ) -> Result<Vec<Approval>, StoreError> {
+    ) -> Result<Listing<Approval>, StoreError> {
         let rows = sqlx::query(
-            "SELECT body FROM approvals WHERE (?1 IS NULL OR state = ?1) ORDER BY created_at, id",
+            "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals WHERE (?1 IS NULL OR state = ?1) ORDER BY created_at, id",
         )
         .bind(state.map(|s| s.as_str()))
         .fetch_all(&self.inner.readers)
         .await
         .map_err(unavailable)?;
-        rows.iter().map(|r| decode(r.get::<&str, _>(0))).collect()
+        let mut listing = Listing::default();
+        for r in &rows {
+            let row = row_data(r, RowKind::Approval);
+            match listed(&row) {
+                Ok(a) => listing.items.push(a),
+                Err(problem) => {
+                    tracing::warn!(approval = %row.id, %problem, "an approval row cannot be listed");
+                    listing.unreadable.push(UnreadableRow {
+                        key: row.id,
+                        generation: None,
+                        problem,
+                    });
+                }
+            }
+        }
+        Ok(listing)
+    }
+
+    async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
+        let mut out = Vec::new();
+        for kind in [RowKind::Intent, RowKind::Approval] {
+            let sql = match kind {
+                RowKind::Intent => {
+                    "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents ORDER BY key, generation"
+                }
+                RowKind::Approval => {
+                    "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals ORDER BY id"
+                }
+            };
+            let rows = sqlx::query(sql)
+                .fetch_all(&self.inner.readers)
+                .await
+                .map_err(unavailable)?;
+            for r in &rows {
+                let row = row_data(r, kind);
+                out.push(StoredRow {
+                    kind,
+                    generation: if kind == RowKind::Intent {
+                        row.generation
+                    } else {
+                        0
+                    },
+                    body_hash: body_hash(&row.body).map(|(_, h)| h),
+                    sealed_hash: row.row_hash,
+                    link: row.link,
+                    key: row.id,
+                });
+            }
+        }
+        Ok(out)
     }
 
     async fn audit_after(
@@ -584,7 +1338,21 @@ impl StoreRead for SqliteStore {
             .execute(&self.inner.readers)
             .await
             .map_err(unavailable)?;
-        Ok(())
+        // Reads answering says nothing about writes: another process holding the write
+        // lock makes every commit fail after the busy timeout. Ask the writer, briefly.
+        let (tx, rx) = oneshot::channel();
+        self.inner.writer.try_send(Job::Probe(tx)).map_err(|_| {
+            StoreError::Unavailable("the store writer is saturated or stopped".into())
+        })?;
+        match tokio::time::timeout(PROBE_TIMEOUT, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(StoreError::Unavailable(
+                "the store writer has stopped".into(),
+            )),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "the store writer did not answer within {PROBE_TIMEOUT:?} (writes are waiting on a lock)"
+            ))),
+        }
     }
 }
 

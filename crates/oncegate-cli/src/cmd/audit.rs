@@ -1,17 +1,30 @@
-//! `oncegate audit verify|export`: walk the hash chain.
+//! `oncegate audit verify|export|anchor`: walk the hash chain, check every row against
+//! it, and hold its heads elsewhere.
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Subcommand;
-use oncegate_core::audit::verify_shard;
+use oncegate_core::audit::Anchor;
 use oncegate_store::StoreRead;
+use oncegate_store::audit_check::{anchor, verify_audit};
 
 use crate::ConfigArg;
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
-    /// Verify every shard's hash chain; report the first broken link.
-    Verify(ConfigArg),
+    /// Verify every shard's hash chain and every intent and approval row against the
+    /// record that wrote it; report what is broken.
+    Verify {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// An anchor file (`audit anchor --out`): the chain must still extend every
+        /// head in it (catches dropped or rewritten records).
+        #[arg(long)]
+        anchor: Vec<PathBuf>,
+    },
     /// Print audit records as JSON lines, after a position.
     Export {
         #[command(flatten)]
@@ -20,29 +33,80 @@ pub enum AuditCommand {
         #[arg(long, default_value_t = 0)]
         after: i64,
     },
+    /// Print the head of every shard as one JSON line, to keep outside the store.
+    Anchor {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Also append the line to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Also POST it (JSON) to this URL.
+        #[arg(long)]
+        webhook: Option<String>,
+    },
+}
+
+/// Reads every anchor (one JSON object per non-empty line) from the files.
+fn read_anchors(files: &[PathBuf]) -> anyhow::Result<Vec<Anchor>> {
+    let mut anchors = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read the anchor file {}", file.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            anchors
+                .push(serde_json::from_str(line).with_context(|| {
+                    format!("{}:{}: not an anchor line", file.display(), n + 1)
+                })?);
+        }
+    }
+    Ok(anchors)
 }
 
 pub async fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
     match command {
-        AuditCommand::Verify(config) => {
+        AuditCommand::Verify { config, anchor } => {
             let registry = crate::load(&config.config)?;
+            let anchors = read_anchors(&anchor)?;
             let store = crate::open_store(&registry).await?;
-            let mut total = 0usize;
-            let shards = store.audit_shards().await?;
-            for shard in &shards {
-                let records = store.audit_shard(*shard).await?;
-                if let Err(broken) = verify_shard(*shard, &records) {
-                    println!(
-                        "BROKEN: shard {} at seq {}: {}",
-                        broken.shard, broken.seq, broken.problem
-                    );
-                    return Ok(ExitCode::FAILURE);
-                }
-                total += records.len();
+            let report =
+                verify_audit(&store, store.chain_key(), store.store_id(), &anchors).await?;
+            for b in &report.broken {
+                println!("BROKEN: shard {} at seq {}: {}", b.shard, b.seq, b.problem);
+            }
+            for p in &report.row_problems {
+                let kind = match p.kind {
+                    oncegate_core::audit::RowKind::Intent => "intent",
+                    oncegate_core::audit::RowKind::Approval => "approval",
+                };
+                println!(
+                    "BROKEN ROW: {kind} {} generation {}: {}",
+                    p.key, p.generation, p.problem
+                );
+            }
+            if !report.ok() {
+                return Ok(ExitCode::FAILURE);
             }
             println!(
-                "ok: {total} audit records in {} shard(s), every link verified",
-                shards.len()
+                "ok: {} audit records in {} shard(s), every link verified; {} row(s) match the records that wrote them{}{}",
+                report.records,
+                report.shards,
+                report.rows,
+                if anchors.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; {} anchored head(s) still extended",
+                        report.anchored_heads
+                    )
+                },
+                if store.chain_key().is_some() {
+                    "; chain key checked"
+                } else {
+                    ""
+                }
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -57,6 +121,42 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
                 for (pos, record) in &page {
                     println!("{}", serde_json::json!({"position": pos, "record": record}));
                 }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Anchor {
+            config,
+            out,
+            webhook,
+        } => {
+            let registry = crate::load(&config.config)?;
+            let store = crate::open_store(&registry).await?;
+            let a = anchor(&store, store.store_id(), jiff::Timestamp::now()).await?;
+            let line = serde_json::to_string(&a)?;
+            crate::emit(&format!("{line}\n"));
+            if let Some(path) = &out {
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("cannot open {}", path.display()))?;
+                writeln!(f, "{line}")
+                    .and_then(|()| f.sync_all())
+                    .with_context(|| format!("cannot append to {}", path.display()))?;
+            }
+            if let Some(url) = &webhook {
+                let response = oncegate_gateway::server::http_client()
+                    .post(url)
+                    .timeout(std::time::Duration::from_secs(10))
+                    .json(&a)
+                    .send()
+                    .await
+                    .with_context(|| format!("cannot POST the anchor to {url}"))?;
+                anyhow::ensure!(
+                    response.status().is_success(),
+                    "the anchor webhook {url} answered {}",
+                    response.status()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

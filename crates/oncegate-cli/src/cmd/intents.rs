@@ -62,8 +62,9 @@ pub async fn run(command: IntentsCommand) -> anyhow::Result<ExitCode> {
                 limit,
                 oldest_first: false,
             };
-            let intents = store.list_intents(&filter).await?;
-            for r in &intents {
+            let listing = store.list_intents(&filter).await?;
+            let intents = &listing.items;
+            for r in intents {
                 if json {
                     println!("{}", serde_json::to_string(r)?);
                 } else {
@@ -79,10 +80,33 @@ pub async fn run(command: IntentsCommand) -> anyhow::Result<ExitCode> {
                     );
                 }
             }
+            // One unreadable row is reported by key; it never hides the others.
+            for u in &listing.unreadable {
+                if json {
+                    println!("{}", serde_json::json!({"unreadable": u}));
+                } else {
+                    println!(
+                        "{}  g{}  UNREADABLE: {}",
+                        u.key,
+                        u.generation.unwrap_or(0),
+                        u.problem
+                    );
+                }
+            }
             if !json {
                 eprintln!("{} intent(s)", intents.len());
+                if !listing.unreadable.is_empty() {
+                    eprintln!(
+                        "{} row(s) could not be read; run `oncegate audit verify`",
+                        listing.unreadable.len()
+                    );
+                }
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(if listing.unreadable.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         IntentsCommand::Show { config, key } => {
             let registry = crate::load(&config.config)?;

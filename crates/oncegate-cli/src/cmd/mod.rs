@@ -4,6 +4,7 @@ pub mod approvals;
 pub mod audit;
 pub mod check_config;
 pub mod demo;
+pub mod init;
 pub mod intents;
 pub mod keys;
 pub mod sandbox;

@@ -20,6 +20,11 @@ pub struct ServeArgs {
     /// How often unknown intents are reconciled in the background, e.g. "5s".
     #[arg(long, default_value = "5s")]
     sweep_every: String,
+    /// Create the store if it is missing (first starts, scratch use). Without it a
+    /// missing or empty store stops the gateway: it may be a lost volume. Do not leave
+    /// it in a service definition.
+    #[arg(long)]
+    init: bool,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -29,7 +34,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .parse()
         .with_context(|| format!("--sweep-every `{}` is not a duration", args.sweep_every))?;
     let listen = args.listen.unwrap_or(registry.gateway.listen);
-    let store = crate::open_store(&registry).await?;
+    let mode = if args.init {
+        oncegate_store::OpenMode::CreateIfMissing
+    } else {
+        oncegate_store::OpenMode::Existing
+    };
+    let store = crate::open_store_with(&registry, mode).await?;
     // The same probe as `check-config --probe`, in the background: an unreachable
     // upstream must not keep the gateway from serving the others, but an operator
     // should read at startup what the first call would otherwise reveal.

@@ -8,6 +8,7 @@ mod demo;
 mod gateway;
 mod late;
 mod mcp;
+mod store_faults;
 mod support;
 
 fn oncegate(args: &[&str]) -> Output {
@@ -158,7 +159,10 @@ fn audit_verify_and_intents_read_the_store() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let registry = oncegate_store::load_registry(&config).unwrap();
-        let gate = oncegate_store::Gate::open(registry).await.unwrap();
+        let gate =
+            oncegate_store::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
+                .await
+                .unwrap();
         for order in ["A-1", "A-2", "A-1"] {
             gate.invoke(
                 "planner",

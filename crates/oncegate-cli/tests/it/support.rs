@@ -120,12 +120,25 @@ impl Setup {
     }
 
     pub(crate) fn gateway_sweeping(&self, env: &[(&str, &str)], sweep_every: &str) -> Proc {
-        spawn(self.gateway_command(env, sweep_every))
+        // Tests run on scratch stores: `--init` creates the store on the first start and
+        // opens it on restarts.
+        spawn(self.serve_command(env, sweep_every, &["--init"]))
     }
 
     /// The `oncegate serve` command line of [`Setup::gateway_sweeping`], for a test that
     /// reads the gateway's log itself.
     pub(crate) fn gateway_command(&self, env: &[(&str, &str)], sweep_every: &str) -> Command {
+        self.serve_command(env, sweep_every, &["--init"])
+    }
+
+    /// `oncegate serve` on this directory's config, as a deployment runs it (no
+    /// `--init`), with extra arguments.
+    pub(crate) fn serve_command(
+        &self,
+        env: &[(&str, &str)],
+        sweep_every: &str,
+        extra: &[&str],
+    ) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));
         cmd.args([
             "serve",
@@ -136,6 +149,7 @@ impl Setup {
             "--sweep-every",
             sweep_every,
         ])
+        .args(extra)
         .env("SANDBOX_URL", &self.sandbox.url)
         .env("SANDBOX_API_KEY", API_KEY);
         for (k, v) in TOKENS.iter().chain(env) {

@@ -11,7 +11,7 @@ async fn sqlite_passes_the_conformance_suite() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.db");
         dirs.lock().unwrap().push(dir);
-        async move { SqliteStore::open(&path).await.unwrap() }
+        async move { SqliteStore::scratch(&path).await.unwrap() }
     })
     .await;
 }
@@ -22,7 +22,7 @@ async fn records_survive_a_restart() {
     let path = dir.path().join("r.db");
     let rec = sample_record("1234abcd", 1);
     {
-        let store = SqliteStore::open(&path).await.unwrap();
+        let store = SqliteStore::scratch(&path).await.unwrap();
         let event = oncegate_core::audit::AuditEvent {
             at: rec.created_at,
             kind: oncegate_core::audit::AuditKind::Call,
@@ -47,7 +47,7 @@ async fn records_survive_a_restart() {
             .unwrap();
         store.close().await;
     }
-    let reopened = SqliteStore::open(&path).await.unwrap();
+    let reopened = SqliteStore::scratch(&path).await.unwrap();
     let mut back = reopened
         .load(&rec.key)
         .await
@@ -86,7 +86,7 @@ async fn audit_chain_continues_across_restarts_and_writers() {
     let path = dir.path().join("a.db");
     let key = "abcd0001";
     {
-        let store = SqliteStore::open(&path).await.unwrap();
+        let store = SqliteStore::scratch(&path).await.unwrap();
         for n in 0..3 {
             store
                 .commit(Commit {
@@ -99,8 +99,8 @@ async fn audit_chain_continues_across_restarts_and_writers() {
         }
         store.close().await;
     }
-    let first = SqliteStore::open(&path).await.unwrap();
-    let second = SqliteStore::open(&path).await.unwrap();
+    let first = SqliteStore::scratch(&path).await.unwrap();
+    let second = SqliteStore::scratch(&path).await.unwrap();
     for n in 3..9 {
         let store = if n % 2 == 0 { &first } else { &second };
         store

@@ -78,7 +78,8 @@ async fn killed_between_effect_and_record_reads_unknown() {
             .store()
             .list_intents(&Default::default())
             .await
-            .unwrap();
+            .unwrap()
+            .items;
         assert_eq!(listed.len(), 1);
         let r = &listed[0];
         assert_eq!(
@@ -231,7 +232,8 @@ async fn concurrent_repeats_of_an_unknown_all_get_the_reconciled_result() {
         .store()
         .list_intents(&Default::default())
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     let reads = exec.reconciliations.load(Ordering::SeqCst);
     assert!((1..=16).contains(&reads), "{reads} reconciliation reads");
     assert_eq!(

@@ -212,7 +212,8 @@ async fn ceiling_trips_on_a_storm_of_executions_and_an_admin_resets_it() {
             ..Default::default()
         })
         .await
-        .unwrap()[0]
+        .unwrap()
+        .items[0]
         .key
         .clone();
     assert!(matches!(
@@ -371,7 +372,8 @@ async fn a_caller_that_hangs_up_does_not_lose_the_effect() {
         .store()
         .list_intents(&Default::default())
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert_eq!(
         listed[0].state,
         IntentState::Applied,

@@ -3,6 +3,7 @@
 mod conformance;
 mod crash;
 mod gate;
+mod integrity;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -110,6 +111,8 @@ impl Scratch {
 
 pub async fn gate_in(dir: &Path, clock: Arc<dyn Clock>) -> Gate {
     let registry = load_registry(&Scratch::at(dir)).unwrap_or_else(|e| panic!("{e}"));
-    let store = SqliteStore::open(&dir.join("oncegate.db")).await.unwrap();
+    let store = SqliteStore::scratch(&dir.join("oncegate.db"))
+        .await
+        .unwrap();
     Gate::with_store(registry, store, clock)
 }

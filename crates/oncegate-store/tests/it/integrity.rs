@@ -1,0 +1,279 @@
+//! Rows covered by the audit chain (issue 9, section 3) and listings that survive an
+//! unreadable row (section 4), on real SQLite files edited behind the store's back.
+
+use std::path::Path;
+
+use oncegate_core::audit::{ChainHead, ChainKey, seal};
+use oncegate_store::audit_check::verify_audit;
+use oncegate_store::conformance::sample_record;
+use oncegate_store::{
+    Commit, OpenMode, SqliteStore, StoreError, StoreOptions, StoreRead, StoreWrite,
+};
+use sqlx::{Connection, Row};
+
+fn event(rec: &oncegate_core::intent::IntentRecord) -> oncegate_core::audit::AuditEvent {
+    oncegate_core::audit::AuditEvent {
+        at: rec.created_at,
+        kind: oncegate_core::audit::AuditKind::Call,
+        key: Some(rec.key.clone()),
+        generation: rec.generation,
+        capability: Some(rec.capability.clone()),
+        actor: "agent".into(),
+        run_id: None,
+        from: None,
+        to: Some(rec.state),
+        status: None,
+        code: None,
+        detail: serde_json::json!({}),
+    }
+}
+
+async fn write(store: &SqliteStore, key: &str) {
+    let rec = sample_record(key, 1);
+    store
+        .commit(Commit {
+            event: event(&rec),
+            record: Some(rec),
+            approval: None,
+        })
+        .await
+        .unwrap();
+}
+
+async fn raw(db: &Path) -> sqlx::SqliteConnection {
+    sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_unreadable_row_never_breaks_a_listing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.db");
+    let store = SqliteStore::scratch(&db).await.unwrap();
+    write(&store, "aa01").await;
+    write(&store, "aa02").await;
+    write(&store, "aa03").await;
+    let mut conn = raw(&db).await;
+    // Nested deeper than serde_json's recursion limit, and plain invalid JSON.
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    sqlx::query("UPDATE intents SET body = ? WHERE key = 'aa01'")
+        .bind(deep)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE intents SET body = '{not json' WHERE key = 'aa02'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let listing = store.list_intents(&Default::default()).await.unwrap();
+    assert_eq!(listing.items.len(), 1, "the readable row is listed");
+    assert_eq!(listing.items[0].key.as_str(), "aa03");
+    let mut bad: Vec<_> = listing.unreadable.iter().map(|u| u.key.as_str()).collect();
+    bad.sort_unstable();
+    assert_eq!(bad, ["aa01", "aa02"], "{:?}", listing.unreadable);
+    assert!(matches!(
+        store
+            .load(&oncegate_core::key::IntentKey::from_hex("aa02"))
+            .await,
+        Err(StoreError::Corrupt(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_row_is_refused_on_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("r.db");
+    let store = SqliteStore::scratch(&db).await.unwrap();
+    let mut rec = sample_record("bb01", 1);
+    store
+        .commit(Commit {
+            event: event(&rec),
+            record: Some(rec.clone()),
+            approval: None,
+        })
+        .await
+        .unwrap();
+    let mut conn = raw(&db).await;
+    let old = sqlx::query("SELECT body, audit_shard, audit_seq, row_hash, version FROM intents")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    rec.version = 1;
+    rec.state = oncegate_core::intent::IntentState::Applied;
+    store
+        .commit(Commit {
+            event: event(&rec),
+            record: Some(rec.clone()),
+            approval: None,
+        })
+        .await
+        .unwrap();
+    // Put the whole older version back, seal columns included.
+    sqlx::query("UPDATE intents SET body = ?, audit_shard = ?, audit_seq = ?, row_hash = ?, version = ?, state = 'in_flight'")
+        .bind(old.get::<String, _>(0))
+        .bind(old.get::<i64, _>(1))
+        .bind(old.get::<i64, _>(2))
+        .bind(old.get::<String, _>(3))
+        .bind(old.get::<i64, _>(4))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let err = store.load(&rec.key).await.unwrap_err();
+    assert!(matches!(err, StoreError::Integrity(_)), "{err}");
+    let report = verify_audit(&store, None, store.store_id(), &[])
+        .await
+        .unwrap();
+    assert!(!report.row_problems.is_empty(), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_key_catches_a_recomputed_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("k.db");
+    let key = ChainKey::new(b"a secret the editor does not have").unwrap();
+    let store = SqliteStore::open_with(
+        &db,
+        OpenMode::CreateIfMissing,
+        StoreOptions {
+            chain_key: Some(key.clone()),
+        },
+    )
+    .await
+    .unwrap();
+    for k in ["cc01", "cc02", "cc03"] {
+        write(&store, k).await;
+    }
+    let clean = verify_audit(&store, Some(&key), store.store_id(), &[])
+        .await
+        .unwrap();
+    assert!(clean.ok(), "{clean:?}");
+
+    // Edit one event, then recompute its whole shard with the plain hash, as someone
+    // without the key would, so every link holds again.
+    let shard = store.audit_shards().await.unwrap()[0];
+    let records = store.audit_shard(shard).await.unwrap();
+    let mut conn = raw(&db).await;
+    let mut head = ChainHead::genesis();
+    for (i, r) in records.iter().enumerate() {
+        let mut event = r.event.clone();
+        if i == 0 {
+            event.actor = "someone else".into();
+        }
+        let resealed = seal(event, &head);
+        sqlx::query(
+            "UPDATE audit SET prev_hash = ?, hash = ?, body = ? WHERE shard = ? AND seq = ?",
+        )
+        .bind(&resealed.prev_hash)
+        .bind(&resealed.hash)
+        .bind(serde_json::to_string(&resealed.event).unwrap())
+        .bind(i64::from(shard))
+        .bind(resealed.seq as i64)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        head = ChainHead {
+            seq: resealed.seq,
+            hash: resealed.hash,
+        };
+    }
+    // Without the key the rewritten shard passes, which is the reproduction (the other
+    // shards are keyed and cannot be checked without it); with the key, it fails.
+    let unkeyed = verify_audit(&store, None, store.store_id(), &[])
+        .await
+        .unwrap();
+    assert!(
+        unkeyed.broken.iter().all(|b| b.shard != shard),
+        "{unkeyed:?}"
+    );
+    let keyed = verify_audit(&store, Some(&key), store.store_id(), &[])
+        .await
+        .unwrap();
+    assert!(
+        keyed
+            .broken
+            .iter()
+            .any(|b| b.shard == shard && b.problem.contains("chain key")),
+        "{keyed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_from_before_row_seals_are_adopted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("old.db");
+    {
+        let store = SqliteStore::scratch(&db).await.unwrap();
+        write(&store, "dd01").await;
+        store.close().await;
+    }
+    // What a store from before migration 4 looks like to the adoption: no seals, flag
+    // unset.
+    let mut conn = raw(&db).await;
+    sqlx::query("UPDATE intents SET row_hash = NULL, audit_shard = NULL, audit_seq = NULL")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM meta WHERE name = 'rows_sealed'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let store = SqliteStore::open(&db).await.unwrap();
+    let key = oncegate_core::key::IntentKey::from_hex("dd01");
+    assert!(
+        store.load(&key).await.unwrap().is_some(),
+        "the old row is adopted"
+    );
+    assert!(
+        verify_audit(&store, None, store.store_id(), &[])
+            .await
+            .unwrap()
+            .ok()
+    );
+    // Clearing a seal later is not adopted again: it is refused.
+    sqlx::query("UPDATE intents SET row_hash = NULL")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    store.close().await;
+    let store = SqliteStore::open(&db).await.unwrap();
+    assert!(matches!(
+        store.load(&key).await,
+        Err(StoreError::Integrity(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_refuses_missing_empty_and_foreign_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let missing = SqliteStore::open(&db).await.err().unwrap();
+    assert!(
+        matches!(missing, StoreError::NotInitialised(_)),
+        "{missing}"
+    );
+    assert!(!db.exists(), "open created nothing");
+    std::fs::write(&db, b"").unwrap();
+    assert!(matches!(
+        SqliteStore::open(&db).await,
+        Err(StoreError::NotInitialised(_))
+    ));
+    std::fs::write(&db, b"this is not a database at all, just text").unwrap();
+    assert!(matches!(
+        SqliteStore::create(&db).await,
+        Err(StoreError::NotInitialised(_))
+    ));
+    std::fs::remove_file(&db).unwrap();
+    let created = SqliteStore::create(&db).await.unwrap();
+    let id = created.store_id().to_owned();
+    created.close().await;
+    assert!(matches!(
+        SqliteStore::create(&db).await,
+        Err(StoreError::AlreadyExists(_))
+    ));
+    assert_eq!(
+        SqliteStore::open(&db).await.unwrap().store_id(),
+        id,
+        "the identity is kept"
+    );
+}
