@@ -39,6 +39,7 @@ use rand::Rng;
 use serde_json::Value;
 
 use crate::clock::{Clock, SystemClock};
+use crate::process::Process;
 use crate::sqlite::SqliteStore;
 use crate::{Commit, Store, StoreError, resolve_sqlite_path};
 
@@ -195,6 +196,9 @@ pub struct Gate<S: Store = SqliteStore> {
     /// Treat every policy as allow (only `oncegate verify`'s simulations, which test
     /// key recipes and controls, not policies).
     skip_policies: bool,
+    /// The simulated process whose kill aborts this gate's effect tasks (`None`:
+    /// plain `tokio::spawn`, the production case). See [`Process`].
+    process: Option<Process>,
 }
 
 impl<S: Store> Clone for Gate<S> {
@@ -206,6 +210,7 @@ impl<S: Store> Clone for Gate<S> {
             owner: self.owner.clone(),
             kill_switches: self.kill_switches.clone(),
             skip_policies: self.skip_policies,
+            process: self.process.clone(),
         }
     }
 }
@@ -282,7 +287,16 @@ impl<S: Store> Gate<S> {
             owner,
             kill_switches: Arc::default(),
             skip_policies: false,
+            process: None,
         }
+    }
+
+    /// Spawns this gate's effect tasks as tasks of `process`, so that killing the
+    /// process (a simulated crash) aborts them at whatever await point they reached,
+    /// as a real crash would. Only the simulation needs this.
+    pub fn in_process(mut self, process: Process) -> Self {
+        self.process = Some(process);
+        self
     }
 
     /// A gate that treats every policy as allow: for simulations that test key recipes
@@ -634,10 +648,14 @@ impl<S: Store> Gate<S> {
     ) -> Outcome {
         let gate = self.clone();
         let held = claimed.clone();
-        let task = tokio::spawn(async move {
+        let effect = async move {
             let result = executor.execute(IntentHandle::of(&held)).await;
             gate.record(&held, result, &cap, &actor).await
-        });
+        };
+        let task = match &self.process {
+            Some(process) => process.spawn(effect),
+            None => tokio::spawn(effect),
+        };
         match task.await {
             Ok(outcome) => outcome,
             Err(e) => {

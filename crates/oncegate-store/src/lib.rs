@@ -18,10 +18,14 @@ use oncegate_core::key::IntentKey;
 pub mod clock;
 pub mod conformance;
 pub mod gate;
+pub mod memory;
+pub mod process;
 pub mod sqlite;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use gate::{Call, Executor, Gate, GateError, IntentHandle};
+pub use memory::MemoryStore;
+pub use process::Process;
 pub use sqlite::SqliteStore;
 
 /// Everything that can go wrong in a store, in one enum.

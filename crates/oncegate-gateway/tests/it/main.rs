@@ -1,5 +1,6 @@
 //! oncegate-gateway integration tests.
 
+mod fuzz;
 mod mcp_surface;
 mod mcp_upstream;
 mod openapi;

@@ -3,6 +3,7 @@
 mod conformance;
 mod crash;
 mod gate;
+mod simulation;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

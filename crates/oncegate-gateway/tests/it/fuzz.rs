@@ -1,0 +1,411 @@
+//! Property-based fuzzing of both front doors through the router, in process
+//! (`server::app(state)` with tower's `oneshot`): arbitrary bodies, headers and paths on
+//! the JSON API, arbitrary JSON-RPC shapes on `/mcp`. The store is up, so every answer
+//! must be below 500 (a 5xx is only honest when the store is down), and nothing may
+//! panic.
+//!
+//! The registry's upstreams point at a closed port: a call that gets through every
+//! check is answered at once (`not_applied`, nothing sent) instead of waiting on a
+//! network. Case counts are modest so CI stays fast; `PROPTEST_CASES=N` runs more.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderValue, Method, Request};
+use oncegate_gateway::server::{AppState, app, http_client};
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use proptest::collection::{btree_map, vec};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::upstream::registry_in;
+
+const REGISTRY: &str = r#"
+[store]
+url = "sqlite://fuzz.db"
+
+[[principals]]
+name = "agent"
+role = "agent"
+token_env = "UNUSED_FUZZ_AGENT"
+
+[[principals]]
+name = "alice"
+role = "approver"
+token_env = "UNUSED_FUZZ_ALICE"
+
+[[principals]]
+name = "ops"
+role = "admin"
+token_env = "UNUSED_FUZZ_OPS"
+
+[[capabilities]]
+name = "pay"
+category = "keyed"
+on_unknown = "retry"
+key = { business_ref = "order_id", significant = [{ arg = "amount", type = "money", default_currency = "USD" }] }
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:9/pay/{arg.order_id}"
+timeout = "2s"
+
+[[capabilities]]
+name = "note"
+category = "non_idempotent"
+on_unknown = "escalate"
+key = { business_ref = "ticket", significant = [{ arg = "to", type = "email" }, { arg = "tags", type = "set", optional = true }] }
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:9/notes"
+timeout = "2s"
+
+[[capabilities]]
+name = "lookup"
+category = "read"
+
+[capabilities.upstream]
+kind = "http"
+method = "GET"
+url = "http://127.0.0.1:9/lookup"
+timeout = "2s"
+"#;
+
+struct Harness {
+    runtime: tokio::runtime::Runtime,
+    router: Router,
+    _dir: tempfile::TempDir,
+}
+
+fn harness() -> &'static Harness {
+    static HARNESS: OnceLock<Harness> = OnceLock::new();
+    HARNESS.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let registry = registry_in(dir.path(), REGISTRY);
+        let router = runtime.block_on(async {
+            let gate = oncegate_store::Gate::open(registry).await.unwrap();
+            let state = AppState::with_tokens(
+                gate,
+                http_client(),
+                vec![
+                    ("agent".into(), "tok-agent".into()),
+                    ("alice".into(), "tok-alice".into()),
+                    ("ops".into(), "tok-ops".into()),
+                ],
+            );
+            app(state)
+        });
+        Harness {
+            runtime,
+            router,
+            _dir: dir,
+        }
+    })
+}
+
+/// Sends one request; returns the status, having read the whole body (bounded, since an
+/// MCP answer may be a stream).
+fn send(request: Request<Body>) -> u16 {
+    let h = harness();
+    h.runtime.block_on(async {
+        let response = h.router.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            axum::body::to_bytes(response.into_body(), 8 << 20),
+        )
+        .await;
+        status
+    })
+}
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|i| json!(i)),
+        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
+            .map(Value::Number)),
+        any::<String>().prop_map(Value::String),
+        "[-+ 0-9.,_]{0,12}( ?(USD|EUR|JPY|XXX))?".prop_map(Value::String),
+        "[a-z]{0,6}@[a-z.]{0,6}".prop_map(Value::String),
+        Just(json!("..")),
+        Just(json!("%2e%2E")),
+    ];
+    leaf.prop_recursive(4, 32, 5, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..5).prop_map(Value::Array),
+            btree_map(
+                prop_oneof![
+                    Just("order_id".to_owned()),
+                    Just("amount".to_owned()),
+                    Just("ticket".to_owned()),
+                    Just("to".to_owned()),
+                    Just("tags".to_owned()),
+                    Just("_meta".to_owned()),
+                    "[a-z_/.]{0,8}"
+                ],
+                inner,
+                0..5
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A header value from arbitrary bytes (the ones `http` accepts: no controls).
+fn header_value() -> impl Strategy<Value = HeaderValue> {
+    prop_oneof![
+        "[ -~]{0,40}".prop_map(|s| HeaderValue::from_str(&s).unwrap()),
+        vec(any::<u8>(), 0..40).prop_filter_map("a valid header value", |b| {
+            HeaderValue::from_bytes(&b).ok()
+        }),
+    ]
+}
+
+fn authorization() -> impl Strategy<Value = Option<HeaderValue>> {
+    prop_oneof![
+        Just(Some(HeaderValue::from_static("Bearer tok-agent"))),
+        Just(Some(HeaderValue::from_static("bearer tok-agent"))),
+        Just(Some(HeaderValue::from_static("Bearer tok-alice"))),
+        Just(Some(HeaderValue::from_static("Bearer tok-ops"))),
+        Just(Some(HeaderValue::from_static("Bearer wrong"))),
+        Just(Some(HeaderValue::from_static("Basic dG9rOnRvaw=="))),
+        Just(None),
+        header_value().prop_map(Some),
+    ]
+}
+
+/// A call body: well-formed calls with hostile arguments, other JSON, or bytes.
+fn call_body() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        4 => (
+            prop_oneof![Just("pay".to_owned()), Just("note".to_owned()), Just("lookup".to_owned()), any::<String>()],
+            arb_json(),
+            proptest::option::of(any::<bool>()),
+        )
+            .prop_map(|(capability, arguments, dry)| {
+                let mut body = json!({"capability": capability, "arguments": arguments});
+                if let Some(d) = dry {
+                    body["dry_run"] = json!(d);
+                }
+                serde_json::to_vec(&body).unwrap()
+            }),
+        2 => arb_json().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+        1 => vec(any::<u8>(), 0..200),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct ApiRequest {
+    method: Method,
+    path: String,
+    authorization: Option<HeaderValue>,
+    content_type: Option<HeaderValue>,
+    extra: Vec<(&'static str, HeaderValue)>,
+    body: Vec<u8>,
+}
+
+fn segment() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<String>(),
+        Just("..".to_owned()),
+        "[0-9a-f]{64}",
+        "capability:[a-z]{0,6}",
+        "agent:[a-z]{0,6}",
+        "ap_[0-9a-f]{16}",
+    ]
+    .prop_map(|s| utf8_percent_encode(&s, NON_ALPHANUMERIC).to_string())
+}
+
+fn api_request() -> impl Strategy<Value = ApiRequest> {
+    let route = prop_oneof![
+        6 => Just((Method::POST, "/v1/calls".to_owned())),
+        1 => Just((Method::POST, "/v1/keys/derive".to_owned())),
+        1 => "[a-z_=&%0-9]{0,30}".prop_map(|q| (Method::GET, format!("/v1/intents?{q}"))),
+        1 => segment().prop_map(|s| (Method::GET, format!("/v1/intents/{s}"))),
+        1 => segment().prop_map(|s| (Method::POST, format!("/v1/approvals/{s}/approve"))),
+        1 => segment().prop_map(|s| (Method::POST, format!("/v1/approvals/{s}/deny"))),
+        1 => "[a-z_=&%0-9]{0,30}".prop_map(|q| (Method::GET, format!("/v1/audit?{q}"))),
+        1 => Just((Method::GET, "/v1/audit/verify".to_owned())),
+        1 => segment().prop_map(|s| (Method::POST, format!("/v1/admin/breakers/{s}/reset"))),
+        1 => segment().prop_map(|s| (Method::PUT, format!("/v1/admin/kill-switches/{s}"))),
+        1 => Just((Method::GET, "/v1/approvals".to_owned())),
+        1 => Just((Method::DELETE, "/v1/calls".to_owned())),
+    ];
+    let extra = vec(
+        (
+            prop_oneof![
+                Just("oncegate-run-id"),
+                Just("oncegate-step-id"),
+                Just("idempotency-key"),
+                Just("authorization"),
+                Just("content-length"),
+            ],
+            header_value(),
+        ),
+        0..3,
+    );
+    (
+        route,
+        authorization(),
+        prop_oneof![
+            Just(Some(HeaderValue::from_static("application/json"))),
+            Just(Some(HeaderValue::from_static("text/plain"))),
+            Just(None),
+            header_value().prop_map(Some),
+        ],
+        extra,
+        call_body(),
+    )
+        .prop_map(
+            |((method, path), authorization, content_type, extra, body)| ApiRequest {
+                method,
+                path,
+                authorization,
+                content_type,
+                extra,
+                body,
+            },
+        )
+}
+
+fn build(r: &ApiRequest, mut extra_headers: Vec<(&'static str, HeaderValue)>) -> Request<Body> {
+    let mut b = Request::builder().method(r.method.clone()).uri(&r.path);
+    if let Some(a) = &r.authorization {
+        b = b.header("authorization", a.clone());
+    }
+    if let Some(c) = &r.content_type {
+        b = b.header("content-type", c.clone());
+    }
+    extra_headers.extend(r.extra.iter().cloned());
+    for (name, value) in extra_headers {
+        b = b.header(name, value);
+    }
+    b.body(Body::from(r.body.clone())).unwrap()
+}
+
+/// A JSON-RPC message: mostly the right shape with wrong parts, sometimes anything.
+fn jsonrpc_body() -> impl Strategy<Value = Vec<u8>> {
+    let method = prop_oneof![
+        Just("initialize".to_owned()),
+        Just("tools/list".to_owned()),
+        Just("tools/call".to_owned()),
+        Just("ping".to_owned()),
+        Just("server/discover".to_owned()),
+        Just("notifications/initialized".to_owned()),
+        Just("resources/list".to_owned()),
+        any::<String>(),
+    ];
+    let id = prop_oneof![
+        any::<i64>().prop_map(|i| json!(i)),
+        "[a-z0-9]{0,8}".prop_map(Value::String),
+        Just(Value::Null),
+        arb_json(),
+    ];
+    let call_params = (
+        prop_oneof![
+            Just("pay".to_owned()),
+            Just("note".to_owned()),
+            Just("lookup".to_owned()),
+            any::<String>()
+        ],
+        arb_json(),
+        proptest::option::of(arb_json()),
+    )
+        .prop_map(|(name, arguments, meta)| {
+            let mut p = json!({"name": name, "arguments": arguments});
+            if let Some(m) = meta {
+                p["_meta"] = m;
+            }
+            p
+        });
+    let params = prop_oneof![
+        call_params,
+        Just(json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "0"}})),
+        arb_json(),
+    ];
+    let message = (
+        prop_oneof![Just(json!("2.0")), arb_json()],
+        proptest::option::of(id),
+        method,
+        proptest::option::of(params),
+    )
+        .prop_map(|(jsonrpc, id, method, params)| {
+            let mut m = json!({"jsonrpc": jsonrpc, "method": method});
+            if let Some(id) = id {
+                m["id"] = id;
+            }
+            if let Some(p) = params {
+                m["params"] = p;
+            }
+            m
+        });
+    prop_oneof![
+        6 => message.clone().prop_map(|m| serde_json::to_vec(&m).unwrap()),
+        1 => vec(message, 0..3).prop_map(|b| serde_json::to_vec(&b).unwrap()),
+        1 => arb_json().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+        1 => vec(any::<u8>(), 0..200),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The JSON API: any route we serve, any body, any headers: never a 5xx.
+    #[test]
+    fn json_api_never_answers_5xx(r in api_request()) {
+        let status = send(build(&r, Vec::new()));
+        prop_assert!(status < 500, "{} {} answered {status}: {r:?}", r.method, r.path);
+    }
+
+    /// The MCP front door: any JSON-RPC shape, any protocol header, any session id.
+    #[test]
+    fn mcp_front_door_never_answers_5xx(
+        body in jsonrpc_body(),
+        authorization in authorization(),
+        accept in prop_oneof![
+            Just(Some(HeaderValue::from_static("application/json, text/event-stream"))),
+            Just(Some(HeaderValue::from_static("application/json"))),
+            Just(None),
+            header_value().prop_map(Some),
+        ],
+        version in proptest::option::of(prop_oneof![
+            Just(HeaderValue::from_static("2025-11-25")),
+            Just(HeaderValue::from_static("2026-07-28")),
+            header_value(),
+        ]),
+        session in proptest::option::of(header_value()),
+        method in prop_oneof![6 => Just(Method::POST), 1 => Just(Method::GET), 1 => Just(Method::DELETE)],
+    ) {
+        let mut headers = vec![("host", HeaderValue::from_static("127.0.0.1"))];
+        if let Some(a) = accept {
+            headers.push(("accept", a));
+        }
+        if let Some(v) = version {
+            headers.push(("mcp-protocol-version", v));
+        }
+        if let Some(s) = session {
+            headers.push(("mcp-session-id", s));
+        }
+        let r = ApiRequest {
+            method,
+            path: "/mcp".into(),
+            authorization,
+            content_type: Some(HeaderValue::from_static("application/json")),
+            extra: Vec::new(),
+            body,
+        };
+        let status = send(build(&r, headers));
+        prop_assert!(status < 500, "/mcp answered {status}: {r:?}");
+    }
+}
