@@ -285,12 +285,16 @@ fn simulation_explores_seeded_schedules() {
             )
         })
         .collect();
+    let index: Vec<String> = failures
+        .iter()
+        .map(|(seed, report)| format!("  seed {seed}: {}", report.lines().next().unwrap_or("")))
+        .collect();
     assert!(
         failures.is_empty(),
-        "{} of {} schedules failed (seeds {:?}); the first:\n\n{}",
+        "{} of {} schedules failed (each thread stops at 20):\n{}\n\nthe first in full:\n\n{}",
         failures.len(),
         seeds.len(),
-        failures.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        index.join("\n"),
         shown.join("\n\n")
     );
 }

@@ -643,11 +643,18 @@ impl World {
     }
 
     /// The agents' repeat of every intent after the chaos (as their harness would
-    /// retry an unknown answer), with the first call's identity.
+    /// retry an unknown answer): once per run id the intent was called with, since a
+    /// run-scoped capability makes each run its own intent.
     pub async fn repeat_all(self: &Arc<Self>) {
         for i in 0..self.plan.intents.len() {
-            let first = self.plan.intents[i].calls[0].clone();
-            self.call(i, &first).await;
+            let mut seen = Vec::new();
+            let calls = self.plan.intents[i].calls.clone();
+            for call in calls {
+                if !seen.contains(&call.run) {
+                    seen.push(call.run);
+                    self.call(i, &call).await;
+                }
+            }
         }
     }
 
