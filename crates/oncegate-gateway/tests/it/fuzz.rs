@@ -6,7 +6,7 @@
 //!
 //! The registry's upstreams point at a closed port: a call that gets through every
 //! check is answered at once (`not_applied`, nothing sent) instead of waiting on a
-//! network. Case counts are modest so CI stays fast; `PROPTEST_CASES=N` runs more.
+//! network. Case counts are modest so CI stays fast; `PROPTEST_CASES=N` runs N instead.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -74,6 +74,14 @@ method = "GET"
 url = "http://127.0.0.1:9/lookup"
 timeout = "2s"
 "#;
+
+/// `PROPTEST_CASES` if set, else the modest CI default.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 struct Harness {
     runtime: tokio::runtime::Runtime,
@@ -359,7 +367,7 @@ fn jsonrpc_body() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(96))]
+    #![proptest_config(ProptestConfig::with_cases(cases(96)))]
 
     /// The JSON API: any route we serve, any body, any headers: never a 5xx.
     #[test]
