@@ -659,7 +659,8 @@ impl<S: Store> Gate<S> {
         match task.await {
             Ok(outcome) => outcome,
             Err(e) => {
-                tracing::error!(key = %claimed.key, error = %e, "effect task panicked; the intent reads unknown once its lease expires");
+                // Panicked, or aborted with its process (a simulated crash).
+                tracing::error!(key = %claimed.key, error = %e, "effect task ended without recording; the intent reads unknown once its lease expires");
                 decide::outcome_of(
                     &claimed,
                     Status::Unknown,

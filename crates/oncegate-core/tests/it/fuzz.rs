@@ -124,7 +124,11 @@ fn errors_are_located(text: &str, errors: &oncegate_core::config::ConfigErrors) 
     assert!(!errors.0.is_empty(), "an Err carries at least one error");
     for e in &errors.0 {
         assert!(!e.message.is_empty(), "every error says why: {e:?}");
-        assert!(e.line <= lines, "error line {} beyond the file ({lines} lines): {e:?}", e.line);
+        assert!(
+            e.line <= lines,
+            "error line {} beyond the file ({lines} lines): {e:?}",
+            e.line
+        );
     }
 }
 
@@ -134,7 +138,8 @@ fn arb_json() -> impl Strategy<Value = Value> {
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(|i| json!(i)),
         any::<u64>().prop_map(|u| json!(u)),
-        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f).map(Value::Number)),
+        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
+            .map(Value::Number)),
         any::<String>().prop_map(Value::String),
         // Money-, email- and id-shaped text, where the normalisers branch most.
         "[-+ 0-9.,_eE]{0,16}( ?[A-Za-z]{0,4})?".prop_map(Value::String),

@@ -182,15 +182,36 @@ fn header_value() -> impl Strategy<Value = HeaderValue> {
 
 fn authorization() -> impl Strategy<Value = Option<HeaderValue>> {
     prop_oneof![
-        Just(Some(HeaderValue::from_static("Bearer tok-agent"))),
-        Just(Some(HeaderValue::from_static("bearer tok-agent"))),
-        Just(Some(HeaderValue::from_static("Bearer tok-alice"))),
-        Just(Some(HeaderValue::from_static("Bearer tok-ops"))),
-        Just(Some(HeaderValue::from_static("Bearer wrong"))),
-        Just(Some(HeaderValue::from_static("Basic dG9rOnRvaw=="))),
-        Just(None),
-        header_value().prop_map(Some),
+        12 => Just(Some(HeaderValue::from_static("Bearer tok-agent"))),
+        1 => Just(Some(HeaderValue::from_static("bearer tok-agent"))),
+        3 => Just(Some(HeaderValue::from_static("Bearer tok-alice"))),
+        3 => Just(Some(HeaderValue::from_static("Bearer tok-ops"))),
+        1 => Just(Some(HeaderValue::from_static("Bearer wrong"))),
+        1 => Just(Some(HeaderValue::from_static("Basic dG9rOnRvaw=="))),
+        1 => Just(None),
+        1 => header_value().prop_map(Some),
     ]
+}
+
+/// Arguments shaped like the registry's recipes, with hostile values and extras.
+fn plausible_arguments() -> impl Strategy<Value = Value> {
+    (
+        prop_oneof!["[A-Z]-[0-9]{1,4}", any::<String>(), Just("..".to_owned())],
+        prop_oneof![
+            "[0-9]{1,4}\\.[0-9]{2}",
+            "-?[0-9_,.]{1,8}( (USD|EUR|JPY))?",
+            any::<String>()
+        ],
+        prop_oneof!["[a-z]{1,6}@[a-z]{1,6}\\.com", any::<String>()],
+        proptest::option::of(arb_json()),
+    )
+        .prop_map(|(order, amount, to, extra)| {
+            let mut a = json!({"order_id": order, "ticket": order, "amount": amount, "to": to});
+            if let Some(extra) = extra {
+                a["extra"] = extra;
+            }
+            a
+        })
 }
 
 /// A call body: well-formed calls with hostile arguments, other JSON, or bytes.
@@ -198,7 +219,7 @@ fn call_body() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         4 => (
             prop_oneof![Just("pay".to_owned()), Just("note".to_owned()), Just("lookup".to_owned()), any::<String>()],
-            arb_json(),
+            prop_oneof![3 => plausible_arguments(), 1 => arb_json()],
             proptest::option::of(any::<bool>()),
         )
             .prop_map(|(capability, arguments, dry)| {
@@ -247,17 +268,18 @@ fn api_request() -> impl Strategy<Value = ApiRequest> {
         1 => Just((Method::GET, "/v1/audit/verify".to_owned())),
         1 => segment().prop_map(|s| (Method::POST, format!("/v1/admin/breakers/{s}/reset"))),
         1 => segment().prop_map(|s| (Method::PUT, format!("/v1/admin/kill-switches/{s}"))),
+        1 => Just((Method::GET, "/readyz".to_owned())),
         1 => Just((Method::GET, "/v1/approvals".to_owned())),
         1 => Just((Method::DELETE, "/v1/calls".to_owned())),
     ];
     let extra = vec(
         (
             prop_oneof![
-                Just("oncegate-run-id"),
-                Just("oncegate-step-id"),
-                Just("idempotency-key"),
-                Just("authorization"),
-                Just("content-length"),
+                3 => Just("oncegate-run-id"),
+                3 => Just("oncegate-step-id"),
+                3 => Just("idempotency-key"),
+                1 => Just("authorization"),
+                1 => Just("content-length"),
             ],
             header_value(),
         ),
@@ -267,10 +289,10 @@ fn api_request() -> impl Strategy<Value = ApiRequest> {
         route,
         authorization(),
         prop_oneof![
-            Just(Some(HeaderValue::from_static("application/json"))),
-            Just(Some(HeaderValue::from_static("text/plain"))),
-            Just(None),
-            header_value().prop_map(Some),
+            6 => Just(Some(HeaderValue::from_static("application/json"))),
+            1 => Just(Some(HeaderValue::from_static("text/plain"))),
+            1 => Just(None),
+            1 => header_value().prop_map(Some),
         ],
         extra,
         call_body(),
@@ -315,10 +337,10 @@ fn jsonrpc_body() -> impl Strategy<Value = Vec<u8>> {
         any::<String>(),
     ];
     let id = prop_oneof![
-        any::<i64>().prop_map(|i| json!(i)),
-        "[a-z0-9]{0,8}".prop_map(Value::String),
-        Just(Value::Null),
-        arb_json(),
+        4 => any::<i64>().prop_map(|i| json!(i)),
+        2 => "[a-z0-9]{0,8}".prop_map(Value::String),
+        1 => Just(Value::Null),
+        1 => arb_json(),
     ];
     let call_params = (
         prop_oneof![
@@ -327,8 +349,16 @@ fn jsonrpc_body() -> impl Strategy<Value = Vec<u8>> {
             Just("lookup".to_owned()),
             any::<String>()
         ],
-        arb_json(),
-        proptest::option::of(arb_json()),
+        prop_oneof![3 => plausible_arguments(), 1 => arb_json()],
+        proptest::option::of(prop_oneof![
+            // What a 2026-07-28 client sends: the protocol version rides in `_meta`.
+            3 => Just(json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "fuzz", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            })),
+            1 => arb_json(),
+        ]),
     )
         .prop_map(|(name, arguments, meta)| {
             let mut p = json!({"name": name, "arguments": arguments});
@@ -339,12 +369,14 @@ fn jsonrpc_body() -> impl Strategy<Value = Vec<u8>> {
         });
     let params = prop_oneof![
         call_params,
-        Just(json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "0"}})),
+        Just(
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "0"}})
+        ),
         arb_json(),
     ];
     let message = (
-        prop_oneof![Just(json!("2.0")), arb_json()],
-        proptest::option::of(id),
+        prop_oneof![6 => Just(json!("2.0")), 1 => arb_json()],
+        prop_oneof![6 => id.prop_map(Some), 1 => Just(None)],
         method,
         proptest::option::of(params),
     )
@@ -382,17 +414,18 @@ proptest! {
         body in jsonrpc_body(),
         authorization in authorization(),
         accept in prop_oneof![
-            Just(Some(HeaderValue::from_static("application/json, text/event-stream"))),
-            Just(Some(HeaderValue::from_static("application/json"))),
-            Just(None),
-            header_value().prop_map(Some),
+            6 => Just(Some(HeaderValue::from_static("application/json, text/event-stream"))),
+            1 => Just(Some(HeaderValue::from_static("application/json"))),
+            1 => Just(None),
+            1 => header_value().prop_map(Some),
         ],
         version in proptest::option::of(prop_oneof![
-            Just(HeaderValue::from_static("2025-11-25")),
-            Just(HeaderValue::from_static("2026-07-28")),
-            header_value(),
+            1 => Just(HeaderValue::from_static("2025-11-25")),
+            4 => Just(HeaderValue::from_static("2026-07-28")),
+            1 => header_value(),
         ]),
-        session in proptest::option::of(header_value()),
+        session in prop_oneof![4 => Just(None), 1 => header_value().prop_map(Some)],
+        mirror in any::<bool>(),
         method in prop_oneof![6 => Just(Method::POST), 1 => Just(Method::GET), 1 => Just(Method::DELETE)],
     ) {
         let mut headers = vec![("host", HeaderValue::from_static("127.0.0.1"))];
@@ -405,6 +438,14 @@ proptest! {
         if let Some(s) = session {
             headers.push(("mcp-session-id", s));
         }
+        // 2026-07-28 clients repeat the method and tool name in headers.
+        if mirror && let Ok(message) = serde_json::from_slice::<Value>(&body) {
+            for (name, value) in [("mcp-method", &message["method"]), ("mcp-name", &message["params"]["name"])] {
+                if let Some(v) = value.as_str().and_then(|v| HeaderValue::from_str(v).ok()) {
+                    headers.push((name, v));
+                }
+            }
+        }
         let r = ApiRequest {
             method,
             path: "/mcp".into(),
@@ -416,4 +457,39 @@ proptest! {
         let status = send(build(&r, headers));
         prop_assert!(status < 500, "/mcp answered {status}: {r:?}");
     }
+}
+
+/// The harness reaches the engine: a well-formed call and an MCP `initialize` are
+/// answered 200, so the properties above are not satisfied by a door that is shut.
+#[test]
+fn fuzz_harness_reaches_the_engine() {
+    let call = ApiRequest {
+        method: Method::POST,
+        path: "/v1/calls".into(),
+        authorization: Some(HeaderValue::from_static("Bearer tok-agent")),
+        content_type: Some(HeaderValue::from_static("application/json")),
+        extra: Vec::new(),
+        body: serde_json::to_vec(
+            &json!({"capability": "pay", "arguments": {"order_id": "A-1", "amount": "12.50"}}),
+        )
+        .unwrap(),
+    };
+    assert_eq!(send(build(&call, Vec::new())), 200);
+    let initialize = ApiRequest {
+        path: "/mcp".into(),
+        body: serde_json::to_vec(&json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "0"}}
+        }))
+        .unwrap(),
+        ..call
+    };
+    let headers = vec![
+        ("host", HeaderValue::from_static("127.0.0.1")),
+        (
+            "accept",
+            HeaderValue::from_static("application/json, text/event-stream"),
+        ),
+    ];
+    assert_eq!(send(build(&initialize, headers)), 200);
 }

@@ -393,18 +393,22 @@ async fn a_killed_process_aborts_the_gates_effect_tasks() {
     let (d, s) = (dropped.clone(), started.clone());
     let g = gate.clone();
     let caller = process.spawn(async move {
-        g.invoke("agent", Call::new("ledger", json!({"entry": "E-9"})), move |_| {
-            let (d, s) = (d.clone(), s.clone());
-            async move {
-                let _flag = Flag(d);
-                s.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                EffectResult::Applied {
-                    effect_ref: Some("never".into()),
-                    result: json!({}),
+        g.invoke(
+            "agent",
+            Call::new("ledger", json!({"entry": "E-9"})),
+            move |_| {
+                let (d, s) = (d.clone(), s.clone());
+                async move {
+                    let _flag = Flag(d);
+                    s.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    EffectResult::Applied {
+                        effect_ref: Some("never".into()),
+                        result: json!({}),
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
     });
     while started.load(Ordering::SeqCst) == 0 {

@@ -7,6 +7,7 @@
 //! scheduler.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -101,7 +102,11 @@ impl std::fmt::Display for Event {
                 at,
                 upstream_key,
                 fault,
-            } => write!(f, "@{:.3}s request {upstream_key}: {fault:?}", at.as_secs_f64()),
+            } => write!(
+                f,
+                "@{:.3}s request {upstream_key}: {fault:?}",
+                at.as_secs_f64()
+            ),
             Event::Commit {
                 at,
                 upstream_key,
@@ -111,7 +116,11 @@ impl std::fmt::Display for Event {
                 f,
                 "@{:.3}s {} {upstream_key} as {effect_ref}",
                 at.as_secs_f64(),
-                if *deduped { "deduped on the key" } else { "COMMITTED" }
+                if *deduped {
+                    "deduped on the key"
+                } else {
+                    "COMMITTED"
+                }
             ),
             Event::Read {
                 at,
@@ -219,9 +228,7 @@ impl Provider {
         let honours = self.honours(&h.capability);
         let at = self.now();
         let mut st = lock(&self.state);
-        if honours
-            && let Some(e) = st.effects.iter().find(|e| e.upstream_key == h.key)
-        {
+        if honours && let Some(e) = st.effects.iter().find(|e| e.upstream_key == h.key) {
             let effect_ref = e.effect_ref.clone();
             st.events.push(Event::Commit {
                 at,
@@ -367,9 +374,15 @@ impl Provider {
             .events
             .iter()
             .filter(|e| match e {
-                Event::Request { upstream_key: k, .. }
-                | Event::Commit { upstream_key: k, .. }
-                | Event::Read { upstream_key: k, .. } => k == upstream_key,
+                Event::Request {
+                    upstream_key: k, ..
+                }
+                | Event::Commit {
+                    upstream_key: k, ..
+                }
+                | Event::Read {
+                    upstream_key: k, ..
+                } => k == upstream_key,
             })
             .map(|e| e.to_string())
             .collect()
@@ -383,10 +396,30 @@ impl Provider {
 pub struct SimExecutor {
     provider: Provider,
     registry: Arc<Registry>,
+    /// Effects between their start and their end (or their abort): how many a crash
+    /// cut through.
+    running: Arc<AtomicU64>,
+}
+
+/// Counts one running effect until dropped (an aborted task drops it too).
+struct Running(Arc<AtomicU64>);
+
+impl Running {
+    fn start(counter: &Arc<AtomicU64>) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Executor for SimExecutor {
     async fn execute(&self, intent: IntentHandle) -> EffectResult {
+        let _running = Running::start(&self.running);
         let timeout = self
             .registry
             .capability(&intent.capability)
@@ -463,6 +496,10 @@ pub struct World {
     pub heard: Mutex<Vec<Heard>>,
     /// Gate errors (a valid call must always be decided).
     pub errors: Mutex<Vec<String>>,
+    /// Calls and approvals being decided by an instance right now.
+    calls_running: Arc<AtomicU64>,
+    crashes_mid_effect: AtomicU64,
+    crashes_mid_call: AtomicU64,
     start: Instant,
 }
 
@@ -474,6 +511,7 @@ impl World {
         let executor = Arc::new(SimExecutor {
             provider: provider.clone(),
             registry: registry.clone(),
+            running: Arc::default(),
         });
         Arc::new(World {
             store: MemoryStore::with_latency(plan.seed ^ 0x57_0e, plan.store_latency),
@@ -488,6 +526,9 @@ impl World {
             current: Mutex::new(None),
             heard: Mutex::new(Vec::new()),
             errors: Mutex::new(Vec::new()),
+            calls_running: Arc::default(),
+            crashes_mid_effect: AtomicU64::new(0),
+            crashes_mid_call: AtomicU64::new(0),
             start,
         })
     }
@@ -507,8 +548,12 @@ impl World {
     /// Starts a gateway instance on the shared store, with its sweep.
     pub fn start_instance(&self) {
         let process = Process::new();
-        let gate = Gate::with_store((*self.registry).clone(), self.store.clone(), self.clock.clone())
-            .in_process(process.clone());
+        let gate = Gate::with_store(
+            (*self.registry).clone(),
+            self.store.clone(),
+            self.clock.clone(),
+        )
+        .in_process(process.clone());
         let (g, e) = (gate.clone(), self.executor.clone());
         process.spawn(async move {
             loop {
@@ -522,6 +567,12 @@ impl World {
     /// SIGKILL: every task of the running instance stops where it is.
     pub fn crash(&self) {
         if let Some(instance) = lock(&self.current).take() {
+            if self.executor.running.load(Ordering::SeqCst) > 0 {
+                self.crashes_mid_effect.fetch_add(1, Ordering::SeqCst);
+            }
+            if self.calls_running.load(Ordering::SeqCst) > 0 {
+                self.crashes_mid_call.fetch_add(1, Ordering::SeqCst);
+            }
             instance.process.kill();
         }
     }
@@ -552,9 +603,11 @@ impl World {
             c = c.run(run);
         }
         let (gate, executor, agent) = (instance.gate.clone(), self.executor.clone(), call.agent);
-        let task = instance
-            .process
-            .spawn(async move { gate.invoke_with(agent, c, executor).await });
+        let running = self.calls_running.clone();
+        let task = instance.process.spawn(async move {
+            let _running = Running::start(&running);
+            gate.invoke_with(agent, c, executor).await
+        });
         match task.await {
             Ok(Ok(outcome)) => {
                 let pending = (outcome.status == Status::PendingApproval)
@@ -625,9 +678,11 @@ impl World {
             self.executor.clone(),
             approval_id.to_owned(),
         );
-        let task = instance
-            .process
-            .spawn(async move { gate.decide_approval(who, &id, choice, executor).await });
+        let running = self.calls_running.clone();
+        let task = instance.process.spawn(async move {
+            let _running = Running::start(&running);
+            gate.decide_approval(who, &id, choice, executor).await
+        });
         match task.await {
             Ok(Ok(outcome)) => self.hear(who, outcome),
             // A store outage surfaces as an error here; the approver clicks again later.
@@ -731,9 +786,7 @@ impl World {
                     r.state.as_str()
                 )),
                 IntentState::PendingApproval => {}
-                IntentState::Failed
-                | IntentState::NotApplied
-                | IntentState::Denied
+                IntentState::Failed | IntentState::NotApplied | IntentState::Denied
                     if !list.is_empty() =>
                 {
                     bad.push(format!(
@@ -812,7 +865,10 @@ impl World {
                 .iter()
                 .filter(|(_, a)| a.event.key.as_ref() == Some(&r.key))
             {
-                let t = a.event.at.duration_since(jiff::Timestamp::from_second(1_800_000_000).expect("valid"));
+                let t = a
+                    .event
+                    .at
+                    .duration_since(jiff::Timestamp::from_second(1_800_000_000).expect("valid"));
                 out.push_str(&format!(
                     "    audit @{:.3}s {:?} by {}: {:?} -> {:?} ({}) {}\n",
                     t.as_secs_f64(),
@@ -872,7 +928,11 @@ impl World {
                 Event::Commit { .. } => bump("provider effects".into()),
                 Event::Read { answer, .. } => bump(format!(
                     "reconcile read {}",
-                    if answer.starts_with("found") { "found" } else { answer }
+                    if answer.starts_with("found") {
+                        "found"
+                    } else {
+                        answer
+                    }
                 )),
             }
         }
@@ -890,10 +950,19 @@ impl World {
         for r in records {
             bump(format!("intent ends {}", r.state.as_str()));
         }
-        bump(format!("crashes {}", self.plan.crashes.len()));
+        bump(format!(
+            "schedules with {} crashes",
+            self.plan.crashes.len()
+        ));
         if self.plan.outage.is_some() {
             bump("store outages".into());
         }
+        *stats
+            .entry("crashes cutting through an effect".into())
+            .or_default() += self.crashes_mid_effect.load(Ordering::SeqCst);
+        *stats
+            .entry("crashes cutting through a call's decision".into())
+            .or_default() += self.crashes_mid_call.load(Ordering::SeqCst);
     }
 }
 
