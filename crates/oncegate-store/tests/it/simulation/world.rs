@@ -157,7 +157,7 @@ impl Provider {
             .collect();
         Self {
             state: Arc::new(Mutex::new(ProviderState {
-                rng: StdRng::seed_from_u64(plan.seed ^ 0x5eed_0f_9a7e),
+                rng: StdRng::seed_from_u64(plan.seed ^ 0x005e_ed0f_9a7e),
                 effects: Vec::new(),
                 events: Vec::new(),
                 next_ref: 1,
@@ -518,7 +518,7 @@ impl World {
             clock: Arc::new(TokioClock::starting_at(
                 jiff::Timestamp::from_second(1_800_000_000).expect("valid"),
             )),
-            rng: Mutex::new(StdRng::seed_from_u64(plan.seed ^ 0xa991_0e)),
+            rng: Mutex::new(StdRng::seed_from_u64(plan.seed ^ 0x00a9_910e)),
             plan,
             registry,
             provider,
@@ -683,10 +683,10 @@ impl World {
             let _running = Running::start(&running);
             gate.decide_approval(who, &id, choice, executor).await
         });
-        match task.await {
-            Ok(Ok(outcome)) => self.hear(who, outcome),
-            // A store outage surfaces as an error here; the approver clicks again later.
-            Ok(Err(_)) | Err(_) => {}
+        // A store outage surfaces as an error, a crash as a cancelled task: the approver
+        // sees an error page and nothing is heard.
+        if let Ok(Ok(outcome)) = task.await {
+            self.hear(who, outcome);
         }
     }
 
