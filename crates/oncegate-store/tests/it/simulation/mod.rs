@@ -43,10 +43,10 @@ use plan::{Cap, Plan};
 ///
 /// On today's main a "not found" read while the first attempt can still land is taken
 /// as proof of absence, so this fault class finds duplicate effects: with it on, about
-/// one schedule in ten fails, the first being seed 0 (an email whose provider commits
-/// 21 s after the request; the sweep reads "not found" at 48.4 s and marks it
-/// `not_applied`; the provider commits at 59.8 s; the agent's repeat at 69.7 s sends a
-/// second email and is told `applied`). The fix (a per-capability settle
+/// one schedule in 25 fails, the first being seed 0: an email sent at 38.8 s whose
+/// provider commits 21 s later; the gateway answers `unknown` at its 5 s timeout; the
+/// sweep reads "not found" at 45.4 s and marks it `not_applied`; the provider commits
+/// at 59.9 s; the agent's repeat at 69.7 s sends a second email and is told `applied`. The fix (a per-capability settle
 /// horizon) is being made in parallel; until it is merged this class is off so the
 /// suite stays green. **Flip this to `true` when the settle-horizon fix lands.** Every
 /// other fault class runs regardless.

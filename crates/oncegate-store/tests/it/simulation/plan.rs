@@ -144,10 +144,25 @@ impl Plan {
                 calls,
             });
         }
+        let call_times: Vec<Duration> = intents
+            .iter()
+            .flat_map(|i| i.calls.iter().map(|c| c.at))
+            .collect();
         let crashes = (0..rng.random_range(0..=2))
-            .map(|_| Crash {
-                at: secs(&mut rng, 0.0, 70.0),
-                restart_after: secs(&mut rng, 0.0, 10.0),
+            .map(|_| {
+                // Half the crashes land just after a call, between its claim and its
+                // record (store and provider latencies spread those awaits over this
+                // window); the rest anywhere.
+                let at = if rng.random_bool(0.5) {
+                    let call = call_times[rng.random_range(0..call_times.len())];
+                    call + Duration::from_millis(rng.random_range(0..1500))
+                } else {
+                    secs(&mut rng, 0.0, 70.0)
+                };
+                Crash {
+                    at: at.min(Duration::from_secs(75)),
+                    restart_after: secs(&mut rng, 0.0, 10.0),
+                }
             })
             .collect();
         let outage = rng.random_bool(0.35).then(|| Outage {
