@@ -42,3 +42,33 @@ impl Clock for ManualClock {
         *self.0.lock().expect("clock lock")
     }
 }
+
+/// A clock that reads tokio's time: under a paused runtime (`start_paused`, the
+/// simulation) it is virtual and advances only when every task waits, so a run is
+/// reproducible; otherwise it follows the monotonic clock from `base`.
+#[derive(Clone, Debug)]
+pub struct TokioClock {
+    base: Timestamp,
+    started: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// Reads `base` now, and `base` plus tokio's elapsed time afterwards. Call it inside
+    /// the runtime whose time it should follow.
+    pub fn starting_at(base: Timestamp) -> Self {
+        Self {
+            base,
+            started: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = self.started.elapsed();
+        let nanos = i64::try_from(elapsed.as_nanos()).unwrap_or(i64::MAX);
+        self.base
+            .saturating_add(SignedDuration::from_nanos(nanos))
+            .unwrap_or(self.base)
+    }
+}

@@ -39,6 +39,7 @@ use rand::Rng;
 use serde_json::Value;
 
 use crate::clock::{Clock, SystemClock};
+use crate::process::Process;
 use crate::sqlite::{OpenMode, SqliteStore, StoreOptions};
 use crate::{Commit, Store, StoreError, chain_key_from_env, resolve_sqlite_path};
 
@@ -253,6 +254,9 @@ pub struct Gate<S: Store = SqliteStore> {
     skip_policies: bool,
     /// Recent replays per intent, for the replay-storm alert.
     replays: Arc<std::sync::Mutex<ReplayStorms>>,
+    /// The simulated process whose kill aborts this gate's effect tasks (`None`:
+    /// plain `tokio::spawn`, the production case). See [`Process`].
+    process: Option<Process>,
 }
 
 /// How long the replay-storm count runs.
@@ -300,6 +304,7 @@ impl<S: Store> Clone for Gate<S> {
             kill_switches: self.kill_switches.clone(),
             skip_policies: self.skip_policies,
             replays: self.replays.clone(),
+            process: self.process.clone(),
         }
     }
 }
@@ -394,7 +399,16 @@ impl<S: Store> Gate<S> {
             kill_switches: Arc::default(),
             skip_policies: false,
             replays: Arc::default(),
+            process: None,
         }
+    }
+
+    /// Spawns this gate's effect tasks as tasks of `process`, so that killing the
+    /// process (a simulated crash) aborts them at whatever await point they reached,
+    /// as a real crash would. Only the simulation needs this.
+    pub fn in_process(mut self, process: Process) -> Self {
+        self.process = Some(process);
+        self
     }
 
     /// A gate that treats every policy as allow: for simulations that test key recipes
@@ -812,26 +826,36 @@ impl<S: Store> Gate<S> {
     ) -> Outcome {
         let gate = self.clone();
         let held = claimed.clone();
-        let task = tokio::spawn(async move {
+        let spawner = self.process.clone();
+        let effect = async move {
             let attempt = executor.execute_attempt(IntentHandle::of(&held)).await;
             let outcome = gate.record(&held, attempt.result, &cap, &actor).await;
             if let Some(LateAnswer { answer, hold }) = attempt.late {
                 // The call outlived its answer: its real end is recorded the same way
                 // (a late `applied` settles the intent with its effect reference; a
                 // late `unknown` moves the attempt's end, and the settle horizon, later).
-                tokio::spawn(async move {
+                let late = async move {
                     let result = answer.await;
                     tracing::info!(key = %held.key, result = ?result, "an attempt's late answer arrived; recording it");
                     gate.record(&held, result, &cap, &actor).await;
                     drop(hold);
-                });
+                };
+                match &spawner {
+                    Some(process) => drop(process.spawn(late)),
+                    None => drop(tokio::spawn(late)),
+                }
             }
             outcome
-        });
+        };
+        let task = match &self.process {
+            Some(process) => process.spawn(effect),
+            None => tokio::spawn(effect),
+        };
         match task.await {
             Ok(outcome) => outcome,
             Err(e) => {
-                tracing::error!(key = %claimed.key, error = %e, "effect task panicked; the intent reads unknown once its lease expires");
+                // Panicked, or aborted with its process (a simulated crash).
+                tracing::error!(key = %claimed.key, error = %e, "effect task ended without recording; the intent reads unknown once its lease expires");
                 decide::outcome_of(
                     &claimed,
                     Status::Unknown,

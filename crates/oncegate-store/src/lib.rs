@@ -20,10 +20,14 @@ pub mod audit_check;
 pub mod clock;
 pub mod conformance;
 pub mod gate;
+pub mod memory;
+pub mod process;
 pub mod sqlite;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use gate::{Attempt, Call, Executor, Gate, GateError, IntentHandle, LateAnswer};
+pub use memory::MemoryStore;
+pub use process::Process;
 pub use sqlite::{OpenMode, SqliteStore, StoreOptions};
 
 /// Everything that can go wrong in a store, in one enum.

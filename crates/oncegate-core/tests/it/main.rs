@@ -2,6 +2,7 @@
 
 mod config;
 mod decide;
+mod fuzz;
 mod keys;
 mod policy;
 

@@ -1,6 +1,7 @@
 //! oncegate-gateway integration tests.
 
 mod front_door;
+mod fuzz;
 mod mcp_surface;
 mod mcp_upstream;
 mod openapi;

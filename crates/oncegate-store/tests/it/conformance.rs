@@ -116,3 +116,61 @@ async fn audit_chain_continues_across_restarts_and_writers() {
     let records = first.audit_shard(shard).await.unwrap();
     assert_eq!(verify_shard(shard, &records).unwrap().seq, 9);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_passes_the_conformance_suite() {
+    run_all(|| async { oncegate_store::MemoryStore::new() }).await;
+}
+
+/// The simulation's store faults: down means every operation fails closed, and coming
+/// back loses nothing that was committed before.
+#[tokio::test(start_paused = true)]
+async fn memory_store_unavailable_window_fails_closed_and_keeps_data() {
+    let store = oncegate_store::MemoryStore::with_latency(7, std::time::Duration::from_millis(5));
+    let rec = sample_record("77aa", 1);
+    store
+        .commit(Commit {
+            record: Some(rec.clone()),
+            approval: None,
+            event: event_for("77aa", 1),
+        })
+        .await
+        .unwrap();
+    store.set_unavailable(true);
+    assert!(matches!(
+        store.load(&rec.key).await,
+        Err(oncegate_store::StoreError::Unavailable(_))
+    ));
+    assert!(store.ping().await.is_err());
+    let mut next = rec.clone();
+    next.version = 1;
+    let refused = store
+        .commit(Commit {
+            record: Some(next.clone()),
+            approval: None,
+            event: event_for("77aa", 2),
+        })
+        .await;
+    assert!(matches!(
+        refused,
+        Err(oncegate_store::StoreError::Unavailable(_))
+    ));
+    store.set_unavailable(false);
+    let back = store.load(&rec.key).await.unwrap().unwrap();
+    assert_eq!(back.version, 1, "the refused write changed nothing");
+    store
+        .commit(Commit {
+            record: Some(next),
+            approval: None,
+            event: event_for("77aa", 2),
+        })
+        .await
+        .unwrap();
+    let shard = event_for("77aa", 0).shard();
+    assert_eq!(
+        verify_shard(shard, &store.audit_shard(shard).await.unwrap())
+            .unwrap()
+            .seq,
+        2
+    );
+}

@@ -539,3 +539,74 @@ async fn an_intent_reconciled_absent_re_executes_with_the_arguments_of_the_call_
     assert_eq!(o.status, Status::Applied, "{o:?}");
     assert_eq!(*exec.seen.lock().unwrap(), vec![first, fixed]);
 }
+
+/// The simulation's crash hook: killing a gate's `Process` aborts its detached effect
+/// task at the await it reached (as SIGKILL would), so nothing is recorded and the
+/// claim stays in flight; a gate without a process is unaffected by other kills.
+#[tokio::test(start_paused = true)]
+async fn a_killed_process_aborts_the_gates_effect_tasks() {
+    struct Flag(Arc<AtomicUsize>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let scratch = Scratch::new();
+    let registry = oncegate_store::load_registry(&scratch.config()).unwrap();
+    let store = oncegate_store::MemoryStore::new();
+    let process = oncegate_store::Process::new();
+    let gate = oncegate_store::Gate::with_store(
+        registry,
+        store.clone(),
+        Arc::new(oncegate_store::TokioClock::starting_at(
+            jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+        )),
+    )
+    .in_process(process.clone());
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let (d, s) = (dropped.clone(), started.clone());
+    let g = gate.clone();
+    let caller = process.spawn(async move {
+        g.invoke(
+            "agent",
+            Call::new("ledger", json!({"entry": "E-9"})),
+            move |_| {
+                let (d, s) = (d.clone(), s.clone());
+                async move {
+                    let _flag = Flag(d);
+                    s.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    EffectResult::Applied {
+                        effect_ref: Some("never".into()),
+                        result: json!({}),
+                    }
+                }
+            },
+        )
+        .await
+    });
+    while started.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    process.kill();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        1,
+        "the effect task was aborted, not left running"
+    );
+    let listed = store.list_intents(&Default::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].state,
+        IntentState::InFlight,
+        "nothing was recorded after the kill"
+    );
+    assert!(process.is_killed());
+    assert!(
+        process.spawn(async {}).await.unwrap_err().is_cancelled(),
+        "a killed process runs nothing new"
+    );
+}

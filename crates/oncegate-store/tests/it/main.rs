@@ -4,6 +4,7 @@ mod conformance;
 mod crash;
 mod gate;
 mod integrity;
+mod simulation;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,407 @@
+//! An in-memory store backend, for the deterministic simulation (and any test that wants
+//! a store without a file).
+//!
+//! It keeps the semantics of `sqlite.rs` exactly, because the simulation is only worth
+//! something if the engine meets the same store it meets in production: one atomic
+//! compare-and-set of (intent record, approval, audit event) on the stored version, an
+//! insert (`version == 0`) that conflicts when the (key, generation) exists, and the
+//! sharded audit chain sealed inside the same critical section. It passes the same
+//! [`conformance`](crate::conformance) suite.
+//!
+//! What SQLite cannot do on demand, this backend can: [`MemoryStore::set_unavailable`]
+//! makes every read and write fail with [`StoreError::Unavailable`] (a store that blinks
+//! or is lost for a window), and [`MemoryStore::with_latency`] makes each operation an
+//! await point of seeded, random (virtual) duration, so that a process killed "during a
+//! commit" may have had its commit applied without hearing about it, just as a crash
+//! after fsync and before the reply. Nothing here reads a clock or the operating
+//! system's randomness: under tokio's paused clock a run is reproducible from its seed.
+//!
+//! It is not durable across process restarts of the real program, only across
+//! simulated ones (the simulation keeps the store and restarts the gate on it).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use oncegate_core::audit::{
+    AuditRecord, ChainHead, RowKind, RowSeal, StoredRow, add_row_seals, row_hash, seal,
+};
+use oncegate_core::intent::{Approval, ApprovalState, IntentRecord, IntentState};
+use oncegate_core::key::IntentKey;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::{ClientKeyBinding, Commit, IntentFilter, Listing, StoreError, StoreRead, StoreWrite};
+
+/// The in-memory store. Cheap to clone; clones share the data (one "database").
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    data: Mutex<Data>,
+    down: AtomicBool,
+    /// Seeded per-operation latency: (rng, maximum). `None`: operations take no time.
+    latency: Mutex<Option<(StdRng, Duration)>>,
+}
+
+#[derive(Default)]
+struct Data {
+    /// (key, generation) -> record as stored (version already advanced).
+    intents: BTreeMap<(String, u32), IntentRecord>,
+    approvals: BTreeMap<String, Approval>,
+    /// The global audit order: (position, record). Positions start at 1, like SQLite's
+    /// rowid.
+    audit: Vec<(i64, AuditRecord)>,
+    heads: BTreeMap<u32, ChainHead>,
+    client_keys: BTreeMap<(String, String, String), ClientKeyBinding>,
+    /// Each row's seal: the audit record that wrote its current version, (shard, seq),
+    /// and the row hash that record carries (what `sqlite.rs` keeps in its columns).
+    seals: BTreeMap<(RowKind, String, u32), ((u32, u64), String)>,
+}
+
+impl MemoryStore {
+    /// An empty store whose operations take no time.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty store whose every operation waits a random duration in `[0, max]`
+    /// (tokio time, so virtual under a paused clock), drawn from a generator seeded
+    /// with `seed`. A write is applied between two such waits.
+    pub fn with_latency(seed: u64, max: Duration) -> Self {
+        let store = Self::default();
+        *lock(&store.inner.latency) = Some((StdRng::seed_from_u64(seed), max));
+        store
+    }
+
+    /// Makes the store unreachable (`true`) or reachable again (`false`). While it is
+    /// down every read, write and ping fails with [`StoreError::Unavailable`].
+    pub fn set_unavailable(&self, down: bool) {
+        self.inner.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Whether the store is currently unreachable.
+    pub fn is_unavailable(&self) -> bool {
+        self.inner.down.load(Ordering::SeqCst)
+    }
+
+    async fn pause(&self) {
+        let wait = lock(&self.inner.latency)
+            .as_mut()
+            .map(|(rng, max)| {
+                let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+                Duration::from_nanos(rng.random_range(0..=nanos))
+            })
+            .unwrap_or_default();
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Waits, then fails if the store is down, else hands out the data.
+    async fn reach(&self) -> Result<MutexGuard<'_, Data>, StoreError> {
+        self.pause().await;
+        if self.is_unavailable() {
+            return Err(StoreError::Unavailable(
+                "the in-memory store is unavailable (injected fault)".into(),
+            ));
+        }
+        Ok(lock(&self.inner.data))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn id_key(key: &IntentKey, generation: u32) -> (String, u32) {
+    (key.as_str().to_owned(), generation)
+}
+
+impl Data {
+    /// The whole commit, or nothing: every compare-and-set is checked before anything
+    /// is written (SQLite gets the same from its transaction).
+    fn apply(&mut self, commit: Commit) -> Result<(), StoreError> {
+        if let Some(record) = &commit.record {
+            let stored = self.intents.get(&id_key(&record.key, record.generation));
+            let fits = match stored {
+                None => record.version == 0,
+                Some(s) => record.version != 0 && s.version == record.version,
+            };
+            if !fits {
+                return Err(StoreError::Conflict);
+            }
+        }
+        if let Some(approval) = &commit.approval {
+            let fits = match self.approvals.get(&approval.id) {
+                None => approval.version == 0,
+                Some(s) => approval.version != 0 && s.version == approval.version,
+            };
+            if !fits {
+                return Err(StoreError::Conflict);
+            }
+        }
+        // Every row written names the audit record that writes it, and that record
+        // carries the row's hash (the same seals as `sqlite.rs`).
+        let mut event = commit.event;
+        let intent = commit.record.map(|mut record| {
+            record.version += 1;
+            let seal = row_seal_of(
+                &record,
+                record.key.as_str(),
+                record.generation,
+                record.version,
+            );
+            (record, seal)
+        });
+        let approval = commit.approval.map(|mut approval| {
+            approval.version += 1;
+            let seal = row_seal_of(
+                &approval,
+                &approval.id,
+                approval.generation,
+                approval.version,
+            );
+            (approval, seal)
+        });
+        add_row_seals(
+            &mut event,
+            intent.as_ref().map(|(_, s)| s.clone()),
+            approval.as_ref().map(|(_, s)| s.clone()),
+        );
+        let shard = event.shard();
+        let head = self
+            .heads
+            .get(&shard)
+            .cloned()
+            .unwrap_or_else(ChainHead::genesis);
+        let link = (shard, head.seq + 1);
+        if let Some((record, seal)) = intent {
+            self.seals.insert(
+                (RowKind::Intent, seal.key.clone(), record.generation),
+                (link, seal.hash),
+            );
+            self.intents
+                .insert(id_key(&record.key, record.generation), record);
+        }
+        if let Some((approval, seal)) = approval {
+            self.seals
+                .insert((RowKind::Approval, seal.key.clone(), 0), (link, seal.hash));
+            self.approvals.insert(approval.id.clone(), approval);
+        }
+        let sealed = seal(event, &head);
+        self.heads.insert(
+            shard,
+            ChainHead {
+                seq: sealed.seq,
+                hash: sealed.hash.clone(),
+            },
+        );
+        let position = self.audit.last().map_or(1, |(p, _)| p + 1);
+        self.audit.push((position, sealed));
+        Ok(())
+    }
+}
+
+/// The seal of a row as stored (its version already advanced).
+fn row_seal_of<T: serde::Serialize>(row: &T, key: &str, generation: u32, version: u64) -> RowSeal {
+    let value = serde_json::to_value(row).expect("stored rows serialise");
+    RowSeal {
+        key: key.to_owned(),
+        generation,
+        version,
+        hash: row_hash(&value),
+    }
+}
+
+impl StoreRead for MemoryStore {
+    async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
+        let data = self.reach().await?;
+        Ok(data
+            .intents
+            .range((key.as_str().to_owned(), 0)..=(key.as_str().to_owned(), u32::MAX))
+            .next_back()
+            .map(|(_, r)| r.clone()))
+    }
+
+    async fn load_generation(
+        &self,
+        key: &IntentKey,
+        generation: u32,
+    ) -> Result<Option<IntentRecord>, StoreError> {
+        let data = self.reach().await?;
+        Ok(data.intents.get(&id_key(key, generation)).cloned())
+    }
+
+    async fn find_other_run(
+        &self,
+        cross_key: &IntentKey,
+        run_id: Option<&str>,
+    ) -> Result<Option<IntentRecord>, StoreError> {
+        let data = self.reach().await?;
+        // SQLite: cross_key = ? AND run_id IS NOT ? AND state NOT IN (...) ORDER BY
+        // updated_at DESC LIMIT 1.
+        Ok(data
+            .intents
+            .values()
+            .filter(|r| r.cross_key.as_ref() == Some(cross_key))
+            .filter(|r| r.run_id.as_deref() != run_id)
+            .filter(|r| {
+                !matches!(
+                    r.state,
+                    IntentState::Denied | IntentState::Failed | IntentState::NotApplied
+                )
+            })
+            .max_by_key(|r| r.updated_at)
+            .cloned())
+    }
+
+    async fn list_intents(
+        &self,
+        filter: &IntentFilter,
+    ) -> Result<Listing<IntentRecord>, StoreError> {
+        let data = self.reach().await?;
+        let limit = if filter.limit == 0 { 100 } else { filter.limit } as usize;
+        let mut rows: Vec<&IntentRecord> = data
+            .intents
+            .values()
+            .filter(|r| filter.state.is_none_or(|s| r.state == s))
+            .filter(|r| {
+                filter
+                    .capability
+                    .as_deref()
+                    .is_none_or(|c| r.capability == c)
+            })
+            .filter(|r| !filter.breaker_tripped || r.breaker_tripped)
+            .collect();
+        // A stable sort over the key order makes ties deterministic (SQLite leaves them
+        // unspecified).
+        rows.sort_by_key(|r| r.updated_at);
+        if !filter.oldest_first {
+            rows.reverse();
+        }
+        // Rows in memory are always readable: nothing can edit them behind the store.
+        Ok(Listing {
+            items: rows.into_iter().take(limit).cloned().collect(),
+            unreadable: Vec::new(),
+        })
+    }
+
+    async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
+        let data = self.reach().await?;
+        Ok(data.approvals.get(id).cloned())
+    }
+
+    async fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+    ) -> Result<Listing<Approval>, StoreError> {
+        let data = self.reach().await?;
+        let mut rows: Vec<Approval> = data
+            .approvals
+            .values()
+            .filter(|a| state.is_none_or(|s| a.state == s))
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(Listing {
+            items: rows,
+            unreadable: Vec::new(),
+        })
+    }
+
+    async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
+        let data = self.reach().await?;
+        let row = |kind: RowKind, key: &str, generation: u32, value: serde_json::Value| {
+            let seal = data.seals.get(&(kind, key.to_owned(), generation));
+            StoredRow {
+                kind,
+                key: key.to_owned(),
+                generation,
+                body_hash: Ok(row_hash(&value)),
+                sealed_hash: seal.map(|(_, h)| h.clone()),
+                link: seal.map(|(l, _)| *l),
+            }
+        };
+        let mut out: Vec<StoredRow> = data
+            .intents
+            .values()
+            .map(|r| {
+                let value = serde_json::to_value(r).expect("stored rows serialise");
+                row(RowKind::Intent, r.key.as_str(), r.generation, value)
+            })
+            .collect();
+        out.extend(data.approvals.values().map(|a| {
+            let value = serde_json::to_value(a).expect("stored rows serialise");
+            row(RowKind::Approval, &a.id, 0, value)
+        }));
+        Ok(out)
+    }
+
+    async fn audit_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, AuditRecord)>, StoreError> {
+        let data = self.reach().await?;
+        Ok(data
+            .audit
+            .iter()
+            .filter(|(p, _)| *p > after)
+            .take(limit as usize)
+            .cloned()
+            .collect())
+    }
+
+    async fn audit_shard(&self, shard: u32) -> Result<Vec<AuditRecord>, StoreError> {
+        let data = self.reach().await?;
+        let mut records: Vec<AuditRecord> = data
+            .audit
+            .iter()
+            .filter(|(_, r)| r.shard == shard)
+            .map(|(_, r)| r.clone())
+            .collect();
+        records.sort_by_key(|r| r.seq);
+        Ok(records)
+    }
+
+    async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
+        let data = self.reach().await?;
+        Ok(data.heads.keys().copied().collect())
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.reach().await.map(drop)
+    }
+}
+
+impl StoreWrite for MemoryStore {
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let applied = self.reach().await?.apply(commit);
+        // The caller hears about the commit only after a second wait: a process killed
+        // here has committed without knowing it.
+        self.pause().await;
+        applied
+    }
+
+    async fn bind_client_key(
+        &self,
+        binding: ClientKeyBinding,
+    ) -> Result<ClientKeyBinding, StoreError> {
+        let held = {
+            let mut data = self.reach().await?;
+            let id = (
+                binding.principal.clone(),
+                binding.capability.clone(),
+                binding.client_key.clone(),
+            );
+            data.client_keys.entry(id).or_insert(binding).clone()
+        };
+        self.pause().await;
+        Ok(held)
+    }
+}
