@@ -60,8 +60,13 @@ struct Data {
     client_keys: BTreeMap<(String, String, String), ClientKeyBinding>,
     /// Each row's seal: the audit record that wrote its current version, (shard, seq),
     /// and the row hash that record carries (what `sqlite.rs` keeps in its columns).
-    seals: BTreeMap<(RowKind, String, u32), ((u32, u64), String)>,
+    seals: BTreeMap<RowId, Seal>,
 }
+
+/// A row: its table, intent key or approval id, and generation (0 for approvals).
+type RowId = (RowKind, String, u32);
+/// Where a row was sealed, (shard, seq), and the row hash that audit record carries.
+type Seal = ((u32, u64), String);
 
 impl MemoryStore {
     /// An empty store whose operations take no time.
