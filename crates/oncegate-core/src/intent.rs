@@ -114,7 +114,8 @@ pub struct IntentRecord {
     pub arguments: Value,
     /// Where it stands.
     pub state: IntentState,
-    /// Calls seen on this generation (repeats included); the ceiling applies to it.
+    /// Executions and reconciliation reads started on this generation; the attempt
+    /// ceiling applies to it. Replays and polls never count (they write nothing).
     pub attempts: u32,
     /// Times the effect was started upstream.
     pub executions: u32,
@@ -324,7 +325,8 @@ pub struct Outcome {
     pub key: Option<IntentKey>,
     /// The generation.
     pub generation: u32,
-    /// Calls seen on this intent generation, this one included.
+    /// Executions and reconciliation reads on this intent generation so far (what the
+    /// attempt ceiling counts; a replay reports the count it found).
     pub attempt: u32,
     /// The intent's state after this call.
     pub state: Option<IntentState>,

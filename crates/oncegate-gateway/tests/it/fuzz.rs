@@ -100,7 +100,12 @@ fn harness() -> &'static Harness {
         let dir = tempfile::tempdir().unwrap();
         let registry = registry_in(dir.path(), REGISTRY);
         let router = runtime.block_on(async {
-            let gate = oncegate_store::Gate::open(registry).await.unwrap();
+            let gate = oncegate_store::Gate::open_with(
+                registry,
+                oncegate_store::OpenMode::CreateIfMissing,
+            )
+            .await
+            .unwrap();
             let state = AppState::with_tokens(
                 gate,
                 http_client(),
