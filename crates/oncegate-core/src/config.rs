@@ -876,6 +876,10 @@ const DEFAULT_APPROVAL_TTL: SignedDuration = SignedDuration::from_hours(24);
 /// that leaves room for a queued request that started late.
 pub const DEFAULT_LATE_PROCESSING: SignedDuration = SignedDuration::from_secs(120);
 
+/// How long oncegate keeps an MCP upstream's `tools/call` running after its timeout (it
+/// is never cancelled earlier: cancelling could abort an effect half-way), in seconds.
+pub const MCP_LATE_ANSWER_LIMIT_SECS: u64 = 600;
+
 fn parse_duration(text: &str) -> Result<SignedDuration, String> {
     let d: SignedDuration = text
         .trim()
@@ -1397,9 +1401,19 @@ impl Builder<'_> {
             attempt_ceiling: rc.attempt_ceiling.or(d.attempt_ceiling),
             lease,
             // The default: the upstream's timeout again plus the time a provider may
-            // still work on a request its caller gave up on.
+            // still work on a request its caller gave up on. An MCP call keeps running
+            // after its timeout (up to MCP_LATE_ANSWER_LIMIT_SECS) in the process that
+            // made it, which another replica cannot see: the horizon covers it too.
             settle_horizon: settle_horizon_raw.unwrap_or_else(|| {
-                upstream.as_ref().map_or(DEFAULT_TIMEOUT, |u| u.timeout) + DEFAULT_LATE_PROCESSING
+                let still_running = match upstream.as_ref().map(|u| u.kind) {
+                    Some(UpstreamKind::Mcp) => {
+                        SignedDuration::from_secs(MCP_LATE_ANSWER_LIMIT_SECS as i64)
+                    }
+                    _ => SignedDuration::ZERO,
+                };
+                upstream.as_ref().map_or(DEFAULT_TIMEOUT, |u| u.timeout)
+                    + still_running
+                    + DEFAULT_LATE_PROCESSING
             }),
             approval_ttl,
             on_unknown,

@@ -360,8 +360,9 @@ pub fn decide(
     verdict: &PolicyVerdict,
     now: Timestamp,
 ) -> Decision {
-    let respond_only = |status: Status, reason: Reason, generation: u32, detail: Value| {
-        let outcome = no_record_outcome(req, generation, status, Some(reason));
+    // A decision that writes no intent: the answer, and the audit event that explains it
+    // (committed for `Respond`, dropped for `Replay`).
+    let unwritten = |action: Action, outcome: Outcome, detail: Value| {
         let event = event(
             AuditKind::Call,
             now,
@@ -374,12 +375,16 @@ pub fn decide(
             detail,
         );
         Decision {
-            action: Action::Respond,
+            action,
             record: None,
             approval: None,
             outcome,
             event,
         }
+    };
+    let respond_only = |status: Status, reason: Reason, generation: u32, detail: Value| {
+        let outcome = no_record_outcome(req, generation, status, Some(reason));
+        unwritten(Action::Respond, outcome, detail)
     };
 
     if let Some(why) = req.kill_switch {
@@ -477,49 +482,13 @@ pub fn decide(
         let mut outcome = outcome_of(current, status, reason);
         outcome.alerts = alerts;
         let detail = json!({"alerts": outcome.alerts, "replay": true});
-        let event = event(
-            AuditKind::Call,
-            now,
-            req.principal,
-            existing,
-            None,
-            &outcome,
-            &cap.name,
-            req.run_id,
-            detail,
-        );
-        Decision {
-            action: Action::Replay,
-            record: None,
-            approval: None,
-            outcome,
-            event,
-        }
+        unwritten(Action::Replay, outcome, detail)
     };
-
     // A refusal that changes nothing stored: audited, but the intent is not rewritten.
-    let refuse = |outcome: Outcome, alerts: Vec<Alert>| {
-        let mut outcome = outcome;
+    let refuse = |mut outcome: Outcome, alerts: Vec<Alert>| {
         outcome.alerts = alerts;
         let detail = json!({"alerts": outcome.alerts});
-        let event = event(
-            AuditKind::Call,
-            now,
-            req.principal,
-            existing,
-            None,
-            &outcome,
-            &cap.name,
-            req.run_id,
-            detail,
-        );
-        Decision {
-            action: Action::Respond,
-            record: None,
-            approval: None,
-            outcome,
-            event,
-        }
+        unwritten(Action::Respond, outcome, detail)
     };
 
     let window_open = now < current.settled_at.unwrap_or(current.created_at) + cap.replay_window;

@@ -509,8 +509,11 @@ impl<S: Store> Gate<S> {
         // Sampled before the read: a call that had ended by then committed (if at all)
         // before it answered, so the read sees its effect.
         let running = executor.attempt_running(&handle);
+        // The horizon is judged at the moment the read was asked: a read that reached the
+        // provider before the horizon ended proves nothing about a commit just after it.
+        let asked_at = self.clock.now();
         let answer = executor.reconcile(handle).await;
-        let Some(d) = decide::after_sweep(record, answer, &cap, running, self.clock.now()) else {
+        let Some(d) = decide::after_sweep(record, answer, &cap, running, asked_at) else {
             return Ok(None);
         };
         self.store
@@ -768,6 +771,8 @@ impl<S: Store> Gate<S> {
                 let handle = IntentHandle::of(&current);
                 // Sampled before the read (see `sweep_one`).
                 let running = executor.attempt_running(&handle);
+                // Judged at the moment the read was asked (see `sweep_one`).
+                let asked_at = self.clock.now();
                 let answer = executor.reconcile(handle).await;
                 // Apply the one answer; a lost race re-reads this generation and applies
                 // it again (after_reconcile answers with the standing outcome once someone
@@ -785,7 +790,7 @@ impl<S: Store> Gate<S> {
                         &self.owner,
                         &approval_id,
                         running,
-                        self.clock.now(),
+                        asked_at,
                     );
                     if let (Action::Execute, Some(record), Some(args)) =
                         (next.action, next.record.as_mut(), arguments)
@@ -799,6 +804,13 @@ impl<S: Store> Gate<S> {
                             .load_generation(&current.key, current.generation)
                             .await?
                         {
+                            // A newer execution started since the read was asked: the
+                            // answer speaks of the older attempt only, so it settles
+                            // nothing; the caller hears where the intent stands now.
+                            Some(fresh) if fresh.executions != current.executions => {
+                                outcome = Some(decide::standing_outcome(&fresh));
+                                break;
+                            }
                             Some(fresh) => latest = fresh,
                             None => return Err(StoreError::Conflict),
                         },

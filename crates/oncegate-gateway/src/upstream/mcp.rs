@@ -35,7 +35,8 @@ use serde_json::{Value, json};
 pub const IDEMPOTENCY_META_KEY: &str = "dev.oncegate/idempotency_key";
 
 /// How long a timed-out `tools/call` is left running before it is given up.
-pub const LATE_ANSWER_LIMIT: Duration = Duration::from_secs(600);
+pub const LATE_ANSWER_LIMIT: Duration =
+    Duration::from_secs(oncegate_core::config::MCP_LATE_ANSWER_LIMIT_SECS);
 
 /// The `tools/call`s of effects that are still running in this process, by the key
 /// threaded upstream. Shared by every executor of a gateway, so a repeat or the sweep
