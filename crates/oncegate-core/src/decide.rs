@@ -520,11 +520,16 @@ pub fn decide(
         IntentState::NotApplied if window_open => {
             // Confirmed absent: execute again with the same key, and with the arguments
             // of the call that asks now (its significant arguments are the same; a
-            // corrected free-text argument is what the caller means today).
+            // corrected free-text argument is what the caller means today), unless the
+            // provider dedupes on the key.
             if let Some(refused) = over_ceiling(&mut record, cap, &mut alerts) {
                 return finish(Action::Respond, record, None, refused, alerts);
             }
-            record.arguments = req.arguments.clone();
+            // Not for a provider that dedupes on the key: it compares a repeated key's
+            // body with the first one and would refuse a changed one.
+            if !dedupe_is_proof(cap) {
+                record.arguments = req.arguments.clone();
+            }
             claim(&mut record, req.owner, cap, now);
             let outcome = standing_outcome(&record);
             finish(Action::Execute, record, None, outcome, alerts)
@@ -956,7 +961,7 @@ fn attempt_end(record: &IntentRecord, now: Timestamp) -> Timestamp {
 /// A category whose upstream deduplicates on the key (`keyed`), or whose effect is the
 /// same however often it runs (`idempotent_write`): a re-execution with the same key is
 /// safe even while the first attempt may still land, so "not found" need not wait.
-fn dedupe_is_proof(cap: &Capability) -> bool {
+pub fn dedupe_is_proof(cap: &Capability) -> bool {
     matches!(cap.category, Category::Keyed | Category::IdempotentWrite)
 }
 

@@ -792,8 +792,11 @@ impl<S: Store> Gate<S> {
                         running,
                         asked_at,
                     );
+                    // A provider that dedupes on the key compares a repeated key's body
+                    // with the first one: it gets the first arguments again.
                     if let (Action::Execute, Some(record), Some(args)) =
                         (next.action, next.record.as_mut(), arguments)
+                        && !decide::dedupe_is_proof(cap)
                     {
                         record.arguments = args.clone();
                     }

@@ -489,9 +489,10 @@ fn a_repeat_of_an_applied_intent_always_replays_and_writes_nothing() {
 
 #[test]
 fn a_not_applied_intent_executes_with_the_arguments_of_the_call_that_asks() {
-    let f = fixture("charge_card");
+    let f = fixture("send_email");
     let mut rec = f.record(IntentState::NotApplied);
-    rec.arguments = json!({"order_id": "A-1", "amount": "12.50", "memo": "first, rejected"});
+    let first = json!({"order_id": "A-1", "to": "a@b.co", "template": "receipt", "body": "first, rejected"});
+    rec.arguments = first.clone();
     let d = decide(
         Some(&rec),
         &f.req(None, None),
@@ -505,6 +506,18 @@ fn a_not_applied_intent_executes_with_the_arguments_of_the_call_that_asks() {
         f.args,
         "the re-execution carries today's call"
     );
+    // A provider that dedupes on the key compares bodies: it gets the first one again.
+    let f = fixture("charge_card");
+    let mut rec = f.record(IntentState::NotApplied);
+    rec.arguments = json!({"order_id": "A-1", "amount": "12.50", "memo": "first"});
+    let d = decide(
+        Some(&rec),
+        &f.req(None, None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(1),
+    );
+    assert_eq!(d.record.unwrap().arguments, rec.arguments);
 }
 
 #[test]

@@ -520,7 +520,7 @@ impl Executor for LostThenRecorded {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_intent_reconciled_absent_re_executes_with_the_arguments_of_the_call_that_asked() {
+async fn a_keyed_intent_reconciled_absent_re_executes_with_its_first_arguments() {
     let scratch = Scratch::new();
     let gate = scratch.gate(Arc::new(SystemClock)).await;
     let exec = Arc::new(LostThenRecorded::default());
@@ -531,13 +531,15 @@ async fn an_intent_reconciled_absent_re_executes_with_the_arguments_of_the_call_
         .await
         .unwrap();
     assert_eq!(o.status, Status::Unknown);
-    // `pay` is keyed: a confirmed absence re-executes at once, with the same key.
+    // `pay` is keyed: a confirmed absence re-executes at once, with the same key and the
+    // same body (a provider's idempotency layer refuses a repeated key with a changed
+    // one, which would read as a failure while the first request may still land).
     let o = gate
         .invoke_with("agent", Call::new("pay", fixed.clone()), exec.clone())
         .await
         .unwrap();
     assert_eq!(o.status, Status::Applied, "{o:?}");
-    assert_eq!(*exec.seen.lock().unwrap(), vec![first, fixed]);
+    assert_eq!(*exec.seen.lock().unwrap(), vec![first.clone(), first]);
 }
 
 /// The simulation's crash hook: killing a gate's `Process` aborts its detached effect
