@@ -1,5 +1,9 @@
 //! The capability registry: the TOML config, its validation and its defaults.
 //!
+//! Why one file: the raw TOML shapes and their validation are read field by field
+//! together, so they stay one file until issue 10 cuts the registry model from its
+//! loader.
+//!
 //! Policy is a property of the capability, declared here, not of whoever wrote the agent.
 //! Every error names the file, the line and the field, and says how to fix it. This
 //! module does no I/O: the caller hands in the text and a [`ConfigEnv`] that reads policy

@@ -1,6 +1,9 @@
 //! The decision state machine: pure functions of (stored state, request, capability,
 //! policy verdict, now).
 //!
+//! Why one file: one state machine whose transitions are read together (a lost race
+//! re-enters any of them); issue 10's claim/complete split is where it divides.
+//!
 //! Stores only load and compare-and-set; everything that decides what happens is here,
 //! so every backend behaves the same and every transition is testable without I/O. A
 //! shell that loses a compare-and-set race re-reads and calls these functions again.

@@ -1,5 +1,8 @@
 //! Typed normalisers: the only way an argument enters an intent key.
 //!
+//! Why one file: every typed normaliser and its strict grammar share one vocabulary of
+//! refusals, hence one file for now.
+//!
 //! An agent that re-plans drifts the spelling of its arguments ("12.50", 12.5,
 //! "USD 12.50", `{"minor": 1250}`), so every significant argument goes through a
 //! normaliser that maps all spellings of one value onto one canonical JSON value. A value

@@ -2,6 +2,9 @@
 //! executor (a fresh UUID key per attempt, as agent harnesses do today) and once through
 //! oncegate — counting effects in the sandbox provider's ledger.
 //!
+//! Why one file: the ten scenarios share one running world (sandbox, gateway, clients),
+//! hence one long file.
+//!
 //! Everything runs on loopback: the sandbox and one gateway in this process, plus a
 //! gateway child process for the crash scenario (it must really be SIGKILLed).
 

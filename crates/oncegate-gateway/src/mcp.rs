@@ -1,5 +1,8 @@
 //! `POST /mcp`: the capabilities as MCP tools, over Streamable HTTP (rmcp).
 //!
+//! Why one file: one rmcp handler and the front door that feeds it, one file until issue
+//! 10 moves the shared outcome rendering below both surfaces.
+//!
 //! Both protocol eras are served: 2026-07-28 clients (`server/discover`, per-request
 //! `_meta`, no session) and 2025-11-25 clients (`initialize`, `Mcp-Session-Id`). The
 //! bearer token authenticates exactly as on the JSON API (401 with `WWW-Authenticate`

@@ -1,5 +1,8 @@
 //! `oncegate serve`: the JSON API over the Gate.
 //!
+//! Why one file: one long file today; issue 10 splits it (state, errors, handlers, sweep,
+//! accept loop).
+//!
 //! Every route authenticates with a bearer token from the registry (compared in constant
 //! time); the principal comes from the token, never from the body. Errors map to HTTP in
 //! one place ([`ApiError`]) and always carry a stable code.

@@ -2,6 +2,9 @@
 //! on an MCP server, see [`mcp`]) with the intent key, and classify the answer the way
 //! DESIGN.md says.
 //!
+//! Why one file: rendering, limits and classification share one template scope, hence one
+//! file beside upstream/mcp.rs.
+//!
 //! Only proof that no byte left (connection refused, DNS, TLS handshake) makes an
 //! attempt `not_applied` without reconciliation; a 429 is a provider's explicit "not
 //! done". Anything that may have reached the provider (timeout, reset after send, 5xx)

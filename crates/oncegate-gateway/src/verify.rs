@@ -1,5 +1,8 @@
 //! `oncegate verify`: the demo's proof, for a user's own registry.
 //!
+//! Why one file: the recipe lint and every scenario share the simulated upstream, hence
+//! one long file.
+//!
 //! For every non-read capability: lint the key recipe for shapes that cannot be safe,
 //! then run the scenarios through a real `Gate` on a scratch store, with a simulated
 //! upstream standing in for the real one (no real effect is ever sent): timeout after

@@ -1,5 +1,8 @@
 //! `Gate`: the in-process engine. Load, decide, commit, execute, record.
 //!
+//! Why one file: one long file today: issue 10 moves the engine to oncegate-engine and
+//! splits claim, complete and approvals.
+//!
 //! A Rust agent runtime uses it directly:
 //!
 //! ```no_run

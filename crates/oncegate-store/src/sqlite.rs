@@ -1,5 +1,8 @@
 //! The embedded SQLite backend.
 //!
+//! Why one file: one backend's SQL kept with its single writer task and its row seals,
+//! hence one long file.
+//!
 //! WAL with `synchronous=FULL`: a commit is on disk when it returns. One writer task
 //! owns the only write connection and group-commits: it drains every commit queued
 //! while the previous fsync ran and applies them in one transaction, each under its
