@@ -968,6 +968,36 @@ pub fn dedupe_is_proof(cap: &Capability) -> bool {
     matches!(cap.category, Category::Keyed | Category::IdempotentWrite)
 }
 
+/// A reconciliation read that changes no stored state (someone else resolved the
+/// intent, or absence is not proven yet): the answer and its audit event only.
+fn reconcile_unwritten(
+    record: &IntentRecord,
+    outcome: Outcome,
+    cap: &Capability,
+    actor: &str,
+    now: Timestamp,
+    detail: Value,
+) -> Decision {
+    let event = event(
+        AuditKind::Reconcile,
+        now,
+        actor,
+        Some(record),
+        None,
+        &outcome,
+        &cap.name,
+        record.run_id.as_deref(),
+        detail,
+    );
+    Decision {
+        action: Action::Respond,
+        record: None,
+        approval: None,
+        outcome,
+        event,
+    }
+}
+
 /// Applies a reconciliation read to an unknown intent. `attempt_running` says whether
 /// oncegate's own call for the attempt is still running (see [`absence_unproven`]).
 #[expect(
@@ -989,24 +1019,7 @@ pub fn after_reconcile(
     if record.state != IntentState::Unknown {
         // Someone else resolved it meanwhile.
         let outcome = standing_outcome(record);
-        let event = event(
-            AuditKind::Reconcile,
-            now,
-            actor,
-            Some(record),
-            None,
-            &outcome,
-            &cap.name,
-            record.run_id.as_deref(),
-            json!({"stale": true}),
-        );
-        return Decision {
-            action: Action::Respond,
-            record: None,
-            approval: None,
-            outcome,
-            event,
-        };
+        return reconcile_unwritten(record, outcome, cap, actor, now, json!({"stale": true}));
     }
     let (action, approval, outcome, detail) = match result {
         ReconcileResult::Found { effect_ref, result } => {
@@ -1036,24 +1049,8 @@ pub fn after_reconcile(
                         ),
                     )),
                 );
-                let event = event(
-                    AuditKind::Reconcile,
-                    now,
-                    actor,
-                    Some(record),
-                    None,
-                    &outcome,
-                    &cap.name,
-                    record.run_id.as_deref(),
-                    json!({"reconciled": "not_found_yet", "why": why}),
-                );
-                return Decision {
-                    action: Action::Respond,
-                    record: None,
-                    approval: None,
-                    outcome,
-                    event,
-                };
+                let detail = json!({"reconciled": "not_found_yet", "why": why});
+                return reconcile_unwritten(record, outcome, cap, actor, now, detail);
             }
             claim(&mut next, owner, cap, now);
             let outcome = standing_outcome(&next);
@@ -1078,24 +1075,8 @@ pub fn after_reconcile(
                     ),
                 )),
             );
-            let event = event(
-                AuditKind::Reconcile,
-                now,
-                actor,
-                Some(record),
-                None,
-                &outcome,
-                &cap.name,
-                record.run_id.as_deref(),
-                json!({"reconciled": "undecidable_while_running", "why": message}),
-            );
-            return Decision {
-                action: Action::Respond,
-                record: None,
-                approval: None,
-                outcome,
-                event,
-            };
+            let detail = json!({"reconciled": "undecidable_while_running", "why": message});
+            return reconcile_unwritten(record, outcome, cap, actor, now, detail);
         }
         ReconcileResult::Undecidable { message } => {
             let ap = new_approval(
