@@ -60,19 +60,8 @@ pub fn load(path: &Path) -> anyhow::Result<Registry> {
     oncegate_store::load_registry(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// The registry's SQLite path.
-pub fn store_path(registry: &Registry) -> anyhow::Result<PathBuf> {
-    let dir = registry
-        .source
-        .parent()
-        .map(Path::to_owned)
-        .unwrap_or_default();
-    oncegate_store::resolve_sqlite_path(&registry.store_url, &dir)
-        .with_context(|| format!("unsupported store URL `{}`", registry.store_url))
-}
-
 /// Opens the registry's existing store (never creates one).
-pub async fn open_store(registry: &Registry) -> anyhow::Result<oncegate_store::SqliteStore> {
+pub async fn open_store(registry: &Registry) -> anyhow::Result<oncegate_store::Store> {
     open_store_with(registry, oncegate_store::OpenMode::Existing).await
 }
 
@@ -80,13 +69,10 @@ pub async fn open_store(registry: &Registry) -> anyhow::Result<oncegate_store::S
 pub async fn open_store_with(
     registry: &Registry,
     mode: oncegate_store::OpenMode,
-) -> anyhow::Result<oncegate_store::SqliteStore> {
-    let path = store_path(registry)?;
-    let options = oncegate_store::StoreOptions {
-        chain_key: oncegate_store::chain_key_from_env(registry)
-            .map_err(|e| anyhow::anyhow!("{e}"))?,
-    };
-    oncegate_store::SqliteStore::open_with(&path, mode, options)
+) -> anyhow::Result<oncegate_store::Store> {
+    let location =
+        oncegate_store::registry_location(registry).map_err(|e| anyhow::anyhow!("{e}"))?;
+    oncegate_store::open_registry_store(registry, mode)
         .await
         .map_err(|e| match e {
             // These say what happened and what to do; a wrapper would only bury that.
@@ -94,11 +80,10 @@ pub async fn open_store_with(
             | oncegate_store::StoreError::AlreadyExists(_) => {
                 anyhow::anyhow!("{e} [{}]", e.code())
             }
-            other => anyhow::anyhow!("cannot open the store at {}: {other}", path.display()),
+            other => anyhow::anyhow!("cannot open the store at {location}: {other}"),
         })
 }
 
-/// Parses arguments and runs; the exit code says whether it worked.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()

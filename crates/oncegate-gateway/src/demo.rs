@@ -13,7 +13,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncegate_store::{Gate, SqliteStore, SystemClock};
+use oncegate_engine::{Gate, SystemClock};
+use oncegate_store::{OpenMode, StoreOptions};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -698,9 +699,14 @@ impl World {
 async fn start_embedded(dir: &Path, http: reqwest::Client) -> std::io::Result<String> {
     let registry = oncegate_store::load_registry(&dir.join("oncegate.toml"))
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let store = SqliteStore::create(&dir.join("embedded.db"))
-        .await
-        .map_err(std::io::Error::other)?;
+    let store = oncegate_store::open(
+        "sqlite://embedded.db",
+        dir,
+        OpenMode::Create,
+        StoreOptions::default(),
+    )
+    .await
+    .map_err(std::io::Error::other)?;
     let gate = Gate::with_store(registry, store, Arc::new(SystemClock));
     let tokens = TOKENS
         .iter()

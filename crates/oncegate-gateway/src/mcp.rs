@@ -30,7 +30,7 @@ use oncegate_core::config::{Capability, Category, Role, UpstreamKind};
 use oncegate_core::intent::{IntentState, Outcome, Status};
 use oncegate_core::normalise::Normaliser;
 use oncegate_core::template::Source;
-use oncegate_store::{Call, GateError};
+use oncegate_engine::{Call, GateError};
 use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
@@ -553,12 +553,8 @@ impl McpSurface {
             arguments: Value::Object(request.arguments.clone().unwrap_or_default()),
             run_id: structural_id(&request, &ctx, RUN_ID_META_KEY, "oncegate-run-id")?,
             step_id: structural_id(&request, &ctx, STEP_ID_META_KEY, "oncegate-step-id")?,
+            client_key: None,
         };
-        if cap.category == Category::Read
-            && let Err(e) = self.state.take_read_token(&principal.name)
-        {
-            return Ok(refusal(Code::RateLimited, &e.message()));
-        }
         if cap.require_client_key {
             // A coded orchestrator's own key has no place in MCP: use /v1/calls.
             return Ok(refusal(

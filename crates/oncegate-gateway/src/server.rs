@@ -20,8 +20,9 @@ use oncegate_core::codes::Code;
 use oncegate_core::config::Role;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalState, IntentState, Outcome, Status};
-use oncegate_core::key::{CallScope, IntentKey, derive};
-use oncegate_store::{Call, Gate, GateError, IntentFilter, StoreRead, StoreWrite};
+use oncegate_core::key::IntentKey;
+use oncegate_engine::{Call, Gate, GateError};
+use oncegate_store::{IntentFilter, StoreRead};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
@@ -88,9 +89,6 @@ pub struct AppState {
     /// Effects' MCP calls that have not ended yet (a timeout does not end them), so a
     /// reconciliation never concludes absence while one may still take effect.
     running: crate::upstream::mcp::RunningCalls,
-    /// Token buckets for read capabilities, per principal: (tokens, last refill).
-    read_buckets:
-        Arc<std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>>,
     /// Cancelled at shutdown: ends MCP sessions and their open streams.
     mcp_shutdown: tokio_util::sync::CancellationToken,
     /// MCP session id -> the principal that opened it, and when it was last used.
@@ -149,7 +147,6 @@ impl AppState {
             tokens: Arc::new(tokens),
             http,
             metrics: metrics_handle(),
-            read_buckets: Arc::default(),
             inflight: InFlight::default(),
             running: crate::upstream::mcp::RunningCalls::default(),
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
@@ -304,12 +301,7 @@ fn bearer_token(headers: &HeaderMap) -> Result<&str, ApiError> {
 /// `<store>.mcp-sessions/` beside an SQLite store (none for other stores, or when the
 /// directory cannot be made: sessions then live in memory only).
 fn session_files(gate: &Gate) -> Option<crate::mcp::sessions::SessionFiles> {
-    let registry = gate.registry();
-    let dir = registry
-        .source
-        .parent()
-        .unwrap_or(std::path::Path::new("."));
-    let db = oncegate_store::resolve_sqlite_path(&registry.store_url, dir)?;
+    let db = gate.store().path()?;
     let mut name = db.file_name()?.to_owned();
     name.push(".mcp-sessions");
     match crate::mcp::sessions::SessionFiles::open(&db.with_file_name(name)) {
@@ -391,6 +383,9 @@ impl IntoResponse for ApiError {
                     GateError::UnknownApproval(_) | GateError::UnknownIntent(_) => {
                         StatusCode::NOT_FOUND
                     }
+                    GateError::ClientKeyMissing(_) => StatusCode::BAD_REQUEST,
+                    GateError::ClientKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                    GateError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
                     GateError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
                 };
                 (status, e.code().as_str(), e.to_string())
@@ -636,26 +631,14 @@ async fn post_call(
     exact_numbers(&body)?;
     let body = parsed;
     let executor = state.executor(&body.capability)?;
+    let client_key = header_string(&headers, "idempotency-key")?;
     let call = Call {
         capability: body.capability,
         arguments: body.arguments,
         run_id: header_string(&headers, "oncegate-run-id")?,
         step_id: header_string(&headers, "oncegate-step-id")?,
+        client_key: client_key.clone(),
     };
-    if state
-        .gate
-        .registry()
-        .capability(&call.capability)
-        .is_some_and(|c| c.category == oncegate_core::Category::Read)
-    {
-        state.take_read_token(&principal.name)?;
-    }
-    let client_key = header_string(&headers, "idempotency-key")?;
-    if client_key.is_some() || state.requires_client_key(&call.capability) {
-        state
-            .check_client_key(&principal, &call, client_key.as_deref(), &executor)
-            .await?;
-    }
     let capability = call.capability.clone();
     let task = state.spawn_call(&principal.name, call, executor);
     let outcome = task
@@ -710,110 +693,6 @@ impl AppState {
                 }
             });
         }
-    }
-
-    /// A token bucket per principal for read capabilities (reads claim nothing, so this
-    /// is what keeps a looping agent from hammering the upstream).
-    pub(crate) fn take_read_token(&self, principal: &str) -> Result<(), ApiError> {
-        let rate = f64::from(self.gate.registry().gateway.read_rate_per_second);
-        let now = std::time::Instant::now();
-        let mut buckets = self.read_buckets.lock().unwrap_or_else(|e| e.into_inner());
-        let (tokens, last) = buckets.entry(principal.to_owned()).or_insert((rate, now));
-        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate).min(rate);
-        *last = now;
-        if *tokens < 1.0 {
-            return Err(ApiError::Coded(
-                StatusCode::TOO_MANY_REQUESTS,
-                Code::RateLimited,
-                format!("more than {rate} reads per second"),
-            ));
-        }
-        *tokens -= 1.0;
-        Ok(())
-    }
-
-    fn requires_client_key(&self, capability: &str) -> bool {
-        self.gate
-            .registry()
-            .capability(capability)
-            .is_some_and(|c| c.require_client_key)
-    }
-
-    /// A coded orchestrator's own key names exactly one intent for this principal and
-    /// capability: the first one it was sent with.
-    async fn check_client_key(
-        &self,
-        principal: &Principal,
-        call: &Call,
-        client_key: Option<&str>,
-        executor: &UpstreamExecutor,
-    ) -> Result<(), ApiError> {
-        let Some(client_key) = client_key else {
-            return Err(ApiError::Coded(
-                StatusCode::BAD_REQUEST,
-                Code::ClientKeyMissing,
-                format!(
-                    "capability {} requires an Idempotency-Key header",
-                    call.capability
-                ),
-            ));
-        };
-        let registry = self.gate.registry();
-        let cap = registry
-            .capability(&call.capability)
-            .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(call.capability.clone())))?;
-        // A call the gate will refuse (limits here, the path check below) must not bind
-        // the key first: binding is a durable write.
-        oncegate_core::limits::check_arguments(&call.arguments, &registry.gateway.limits)
-            .map_err(|e| ApiError::Gate(GateError::Limit(e)))?;
-        let now = jiff::Timestamp::now();
-        let scope = CallScope {
-            run_id: call.run_id.as_deref(),
-            step_id: call.step_id.as_deref(),
-        };
-        let derived = derive(
-            &registry.gateway.tenant,
-            &principal.name,
-            cap,
-            &call.arguments,
-            &scope,
-            now,
-            &registry.gateway.time_zone,
-        )
-        .map_err(|e| ApiError::Gate(GateError::InvalidArguments(e)))?;
-        let handle = oncegate_store::IntentHandle {
-            key: oncegate_core::intent::upstream_key(&derived.key, 1),
-            intent_key: derived.key.clone(),
-            generation: 1,
-            capability: cap.name.clone(),
-            arguments: call.arguments.clone(),
-            normalised: Value::Object(derived.normalised.clone()),
-            business_ref: derived.business_ref.clone(),
-            run_id: call.run_id.clone(),
-            step_id: call.step_id.clone(),
-        };
-        oncegate_store::Executor::admit(executor, &handle)
-            .map_err(|e| ApiError::Gate(GateError::Inadmissible(e)))?;
-        let binding = oncegate_store::ClientKeyBinding {
-            principal: principal.name.clone(),
-            capability: cap.name.clone(),
-            client_key: client_key.to_owned(),
-            intent_key: derived.key.clone(),
-            args_digest: derived.args_digest,
-            created_at: now,
-        };
-        let held = self.gate.store().bind_client_key(binding).await?;
-        if held.intent_key != derived.key {
-            return Err(ApiError::Coded(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                Code::ClientKeyReused,
-                format!(
-                    "this Idempotency-Key was first used for intent {} with other significant arguments",
-                    held.intent_key
-                ),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -974,24 +853,13 @@ async fn derive_key(
     let parsed: DeriveBody = json_body(&body)?;
     exact_numbers(&body)?;
     let body = parsed;
-    let registry = state.gate.registry();
-    let cap = registry
-        .capability(&body.capability)
-        .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(body.capability.clone())))?;
-    let scope = CallScope {
-        run_id: body.run_id.as_deref(),
-        step_id: body.step_id.as_deref(),
-    };
-    let derived = derive(
-        &registry.gateway.tenant,
-        &p.name,
-        cap,
-        &body.arguments,
-        &scope,
-        jiff::Timestamp::now(),
-        &registry.gateway.time_zone,
-    )
-    .map_err(|e| ApiError::Gate(GateError::InvalidArguments(e)))?;
+    let mut call = Call::new(body.capability, body.arguments);
+    call.run_id = body.run_id;
+    call.step_id = body.step_id;
+    let derived = state
+        .gate
+        .derive_key(&p.name, &call)
+        .map_err(ApiError::Gate)?;
     Ok(Json(derived.explanation).into_response())
 }
 

@@ -26,7 +26,7 @@ use oncegate_core::config::{
 use oncegate_core::limits::{AnswerSummary, Limits, answer_over_limit, bound_answer, json_depth};
 use oncegate_core::template::{Part, Source, Template};
 use oncegate_core::{EffectResult, ReconcileResult};
-use oncegate_store::{Attempt, Executor, IntentHandle, LateAnswer};
+use oncegate_engine::{Attempt, Executor, IntentHandle, LateAnswer};
 use serde_json::{Map, Value, json};
 
 /// Why a template could not be rendered (nothing was sent).

@@ -22,12 +22,21 @@ use oncegate_core::decide::{EffectResult, ReconcileResult};
 use oncegate_core::intent::{IntentState, Status};
 use oncegate_core::normalise::{ArgPath, Normaliser};
 use oncegate_core::template::Source;
-use oncegate_store::{Call, Executor, Gate, IntentHandle, ManualClock, SqliteStore};
+use oncegate_engine::{Call, Executor, Gate, IntentHandle, ManualClock};
+use oncegate_store::{OpenMode, StoreOptions};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 /// An undeclared argument the simulated model rewrites on every call.
 const FREE_TEXT: &str = "oncegate_verify_free_text";
+
+/// The client key a coded orchestrator would send for a capability that requires one:
+/// one per distinct request (a drifted re-plan of the same intent may carry a new key;
+/// the key only must never name two intents).
+fn client_key_for(cap: &Capability, args: &Value) -> Option<String> {
+    cap.require_client_key
+        .then(|| format!("verify-{}", oncegate_core::key::digest(args)))
+}
 
 /// One check's result.
 #[derive(Clone, Debug, Serialize)]
@@ -345,9 +354,14 @@ async fn scratch_gate(
     clock: ManualClock,
 ) -> Result<(Gate, tempfile::TempDir), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let store = SqliteStore::create(&dir.path().join("verify.db"))
-        .await
-        .map_err(|e| e.to_string())?;
+    let store = oncegate_store::open(
+        "sqlite://verify.db",
+        dir.path(),
+        OpenMode::Create,
+        StoreOptions::default(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     Ok((
         Gate::with_store(registry.clone(), store, Arc::new(clock)).without_policies(),
         dir,
@@ -395,6 +409,7 @@ async fn simulate(
     let mut checks = Vec::new();
     let call = |args: Value| Call {
         capability: cap.name.clone(),
+        client_key: client_key_for(cap, &args),
         arguments: args,
         run_id: Some("verify-run".into()),
         step_id: Some("verify-step".into()),
@@ -613,6 +628,7 @@ async fn late_commit(
         arguments: args.clone(),
         run_id: Some("verify-run".into()),
         step_id: Some("verify-step".into()),
+        client_key: client_key_for(cap, args),
     };
     let first = gate
         .invoke_with(principal, call(), up.clone())

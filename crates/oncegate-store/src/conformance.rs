@@ -9,7 +9,7 @@ use oncegate_core::intent::{Approval, ApprovalReason, ApprovalState, IntentRecor
 use oncegate_core::key::IntentKey;
 use serde_json::json;
 
-use crate::{Commit, IntentFilter, Store, StoreError};
+use crate::{Backend, Commit, IntentFilter, StoreError};
 
 fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).expect("valid timestamp")
@@ -85,7 +85,7 @@ fn sample_approval(id: &str, key: &str) -> Approval {
 }
 
 /// Insert, then compare-and-set: versions advance and stale writers lose.
-pub async fn compare_and_set<S: Store>(store: &S) {
+pub async fn compare_and_set<S: Backend>(store: &S) {
     let key = "aa01";
     let rec = sample_record(key, 1);
     store
@@ -144,7 +144,7 @@ pub async fn compare_and_set<S: Store>(store: &S) {
 }
 
 /// A conflicting commit writes nothing: neither its approval nor its audit event.
-pub async fn conflict_is_atomic<S: Store>(store: &S) {
+pub async fn conflict_is_atomic<S: Backend>(store: &S) {
     let key = "bb02";
     let rec = sample_record(key, 1);
     store
@@ -176,7 +176,7 @@ pub async fn conflict_is_atomic<S: Store>(store: &S) {
 }
 
 /// Generations: load returns the newest; approvals round-trip and CAS.
-pub async fn generations_and_approvals<S: Store>(store: &S) {
+pub async fn generations_and_approvals<S: Backend>(store: &S) {
     let key = "cc03";
     store
         .commit(Commit {
@@ -244,7 +244,7 @@ pub async fn generations_and_approvals<S: Store>(store: &S) {
 }
 
 /// Listing filters and the cross-run lookup.
-pub async fn listing_and_cross_run<S: Store>(store: &S) {
+pub async fn listing_and_cross_run<S: Backend>(store: &S) {
     let mut applied = sample_record("dd04", 1);
     applied.state = IntentState::Applied;
     store
@@ -318,7 +318,7 @@ pub async fn listing_and_cross_run<S: Store>(store: &S) {
 }
 
 /// Newest first by default; oldest first for the sweep.
-pub async fn listing_order<S: Store>(store: &S) {
+pub async fn listing_order<S: Backend>(store: &S) {
     for (i, key) in ["ee01", "ee02", "ee03"].iter().enumerate() {
         let mut r = sample_record(key, 1);
         r.updated_at = at(i as i64 * 10);
@@ -355,7 +355,7 @@ pub async fn listing_order<S: Store>(store: &S) {
 }
 
 /// Every commit appends one chained audit record; all shards verify.
-pub async fn audit_chain<S: Store>(store: &S) {
+pub async fn audit_chain<S: Backend>(store: &S) {
     for i in 0..40u32 {
         let key = format!("{:04x}ee", i * 1637);
         store
@@ -379,7 +379,7 @@ pub async fn audit_chain<S: Store>(store: &S) {
 }
 
 /// Many concurrent inserts of one (key, generation): exactly one wins.
-pub async fn one_insert_wins<S: Store>(store: &S) {
+pub async fn one_insert_wins<S: Backend>(store: &S) {
     let mut tasks = Vec::new();
     for i in 0..64 {
         let store = store.clone();
@@ -407,7 +407,7 @@ pub async fn one_insert_wins<S: Store>(store: &S) {
 }
 
 /// Client keys: the first binding holds; a second bind returns it unchanged.
-pub async fn client_key_binding<S: Store>(store: &S) {
+pub async fn client_key_binding<S: Backend>(store: &S) {
     let first = crate::ClientKeyBinding {
         principal: "planner".into(),
         capability: "charge_card".into(),
@@ -444,7 +444,7 @@ pub async fn client_key_binding<S: Store>(store: &S) {
 /// Runs every check; `fresh` makes an empty store per check.
 pub async fn run_all<S, F, Fut>(fresh: F)
 where
-    S: Store,
+    S: Backend,
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = S>,
 {
@@ -462,7 +462,7 @@ where
 /// Every row written names the audit record that wrote its current version, which
 /// seals the row's hash: `verify_rows` finds nothing wrong, and the chain seals each
 /// row's newest version.
-pub async fn rows_are_sealed<S: Store>(store: &S) {
+pub async fn rows_are_sealed<S: Backend>(store: &S) {
     generations_and_approvals(store).await;
     compare_and_set(store).await;
     let all: Vec<_> = store

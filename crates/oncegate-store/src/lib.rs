@@ -4,8 +4,18 @@
 //! atomic compare-and-set of (intent record, approval, audit event). Every decision is
 //! made by `oncegate_core::decide`; a lost race re-reads and re-decides. The SQLite
 //! backend is the embedded default; PostgreSQL joins behind the same traits and the
-//! same [`conformance`] suite. [`Gate`] is the in-process engine a Rust agent runtime
-//! (and the gateway) drives.
+//! same [`conformance`] suite. [`open`] turns a store URL into a [`Store`] (the one
+//! place a backend is chosen); the engine (`oncegate-engine`) and everything above it
+//! hold a `Store` and never name a backend type.
+//!
+//! Who seals the audit chain: the backend, inside the transaction of each commit. The
+//! engine hands over an [`AuditEvent`]; the backend reads the head of the event's shard,
+//! links the new record to it (hash of its predecessor, next sequence number), seals it
+//! (SHA-256, or HMAC-SHA256 under the chain key) and writes it with the rows it
+//! explains. A backend must read the head from the store inside that transaction, not
+//! from memory it kept: another writer (another replica on a shared database) may have
+//! appended since. SQLite has one writer per file, so it may cache heads in its writer
+//! task; a shared backend locks the shard's head row (`SELECT ... FOR UPDATE`) instead.
 
 use std::future::Future;
 use std::path::Path;
@@ -17,17 +27,15 @@ use oncegate_core::intent::{Approval, ApprovalState, IntentRecord, IntentState};
 use oncegate_core::key::IntentKey;
 
 pub mod audit_check;
-pub mod clock;
 pub mod conformance;
-pub mod gate;
 pub mod memory;
-pub mod process;
+mod open;
 pub mod sqlite;
 
-pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
-pub use gate::{Attempt, Call, Executor, Gate, GateError, IntentHandle, LateAnswer};
 pub use memory::MemoryStore;
-pub use process::Process;
+pub use open::{
+    Location, SUPPORTED_SCHEMES, Store, location, open, open_registry_store, registry_location,
+};
 pub use sqlite::{OpenMode, SqliteStore, StoreOptions};
 
 /// Everything that can go wrong in a store, in one enum.
@@ -54,7 +62,7 @@ pub enum StoreError {
     AlreadyExists(String),
     /// The URL names no supported backend.
     #[error(
-        "unsupported store URL `{0}`: use sqlite://PATH (PostgreSQL arrives with the replicas issue)"
+        "unsupported store URL `{0}`: use sqlite://PATH (a file path, relative to the config file's directory or absolute)"
     )]
     UnsupportedUrl(String),
 }
@@ -224,9 +232,10 @@ pub trait StoreWrite: Send + Sync {
     ) -> impl Future<Output = Result<ClientKeyBinding, StoreError>> + Send;
 }
 
-/// A full store.
-pub trait Store: StoreRead + StoreWrite + Clone + 'static {}
-impl<T: StoreRead + StoreWrite + Clone + 'static> Store for T {}
+/// A backend: both halves, cheap to clone (clones share the store). [`Store`] is the
+/// run-time choice among them.
+pub trait Backend: StoreRead + StoreWrite + Clone + 'static {}
+impl<T: StoreRead + StoreWrite + Clone + 'static> Backend for T {}
 
 /// The file-system side of config loading: policy files and the system tz database.
 struct FsEnv;
@@ -273,17 +282,4 @@ pub fn chain_key_from_env(
                 "`[audit] chain_key_env` names `{name}`, which is not set (or empty): set it to the audit chain key, or remove the setting"
             ))
         })
-}
-
-/// Resolves a `sqlite://` URL relative to the config file's directory.
-pub fn resolve_sqlite_path(url: &str, config_dir: &Path) -> Option<std::path::PathBuf> {
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))?;
-    let path = Path::new(rest);
-    Some(if path.is_absolute() {
-        path.to_owned()
-    } else {
-        config_dir.join(path)
-    })
 }

@@ -17,7 +17,7 @@ pub async fn init(args: ConfigArg) -> anyhow::Result<ExitCode> {
     let store = crate::open_store_with(&registry, OpenMode::Create).await?;
     crate::emit(&format!(
         "initialised a new oncegate store at {} (store id {})\n",
-        store.path().display(),
+        store.describe(),
         store.store_id()
     ));
     store.close().await;
@@ -30,7 +30,7 @@ pub async fn migrate(args: ConfigArg) -> anyhow::Result<ExitCode> {
     let store = crate::open_store_with(&registry, OpenMode::Existing).await?;
     crate::emit(&format!(
         "the store at {} (store id {}) is migrated to this version's schema\n",
-        store.path().display(),
+        store.describe(),
         store.store_id()
     ));
     store.close().await;

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use oncegate_engine::{Gate, SystemClock};
 use oncegate_gateway::server::{AppState, http_client, serve};
-use oncegate_store::{Gate, SystemClock};
 
 use crate::ConfigArg;
 

@@ -160,13 +160,13 @@ fn audit_verify_and_intents_read_the_store() {
     rt.block_on(async {
         let registry = oncegate_store::load_registry(&config).unwrap();
         let gate =
-            oncegate_store::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
+            oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
                 .await
                 .unwrap();
         for order in ["A-1", "A-2", "A-1"] {
             gate.invoke(
                 "planner",
-                oncegate_store::Call::new(
+                oncegate_engine::Call::new(
                     "charge_card",
                     serde_json::json!({"order_id": order, "amount": "9.99"}),
                 ),

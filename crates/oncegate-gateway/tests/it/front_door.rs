@@ -42,9 +42,10 @@ async fn gateway(dir: &Path, gateway_table: &str, capabilities: &str) -> String 
     install_crypto();
     let text = format!("{gateway_table}\n{PRINCIPALS}\n{capabilities}");
     let registry = registry_in(dir, &text);
-    let gate = oncegate_store::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
-        .await
-        .unwrap();
+    let gate =
+        oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
+            .await
+            .unwrap();
     let state = AppState::with_tokens(
         gate,
         http_client(),

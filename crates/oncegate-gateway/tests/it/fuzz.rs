@@ -100,7 +100,7 @@ fn harness() -> &'static Harness {
         let dir = tempfile::tempdir().unwrap();
         let registry = registry_in(dir.path(), REGISTRY);
         let router = runtime.block_on(async {
-            let gate = oncegate_store::Gate::open_with(
+            let gate = oncegate_engine::Gate::open_with(
                 registry,
                 oncegate_store::OpenMode::CreateIfMissing,
             )

@@ -58,9 +58,10 @@ url = "http://127.0.0.1:9/lookup"
 "#
     );
     let registry = registry_in(dir, &text);
-    let gate = oncegate_store::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
-        .await
-        .unwrap();
+    let gate =
+        oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
+            .await
+            .unwrap();
     let state = AppState::with_tokens(gate, http_client(), vec![("agent".into(), "tok".into())]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());

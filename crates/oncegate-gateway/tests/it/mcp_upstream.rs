@@ -9,7 +9,7 @@ use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_gateway::upstream::UpstreamExecutor;
 
 use crate::upstream::{intent, pay_executor};
-use oncegate_store::Executor;
+use oncegate_engine::Executor;
 use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,

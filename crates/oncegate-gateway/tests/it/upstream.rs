@@ -6,8 +6,8 @@ use axum::Router;
 use axum::http::{StatusCode, Uri};
 use axum::routing::{get, post};
 use oncegate_core::{EffectResult, ReconcileResult};
+use oncegate_engine::{Executor, IntentHandle};
 use oncegate_gateway::upstream::UpstreamExecutor;
-use oncegate_store::{Executor, IntentHandle};
 use serde_json::json;
 
 async fn provider() -> String {

@@ -15,9 +15,8 @@ use oncegate_core::audit::verify_shard;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalReason, IntentState, Outcome, Status};
 use oncegate_core::{EffectResult, IntentKey, ReconcileResult, Registry};
-use oncegate_store::{
-    Call, Executor, Gate, IntentFilter, IntentHandle, MemoryStore, Process, StoreRead, TokioClock,
-};
+use oncegate_engine::{Call, Executor, Gate, IntentHandle, Process, TokioClock};
+use oncegate_store::{IntentFilter, MemoryStore, StoreRead};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -499,7 +498,7 @@ impl Executor for SimExecutor {
 /// One running gateway: its gate and its process.
 #[derive(Clone)]
 struct Instance {
-    gate: Gate<MemoryStore>,
+    gate: Gate,
     process: Process,
 }
 
@@ -918,7 +917,7 @@ impl World {
 /// One pass of the gateway's background sweep (`oncegate_gateway::server::sweep`, which
 /// this crate cannot depend on): unknown intents and expired claims, oldest first,
 /// reconciled and recorded, never executed.
-async fn sweep_pass(gate: &Gate<MemoryStore>, executor: &Arc<SimExecutor>) {
+async fn sweep_pass(gate: &Gate, executor: &Arc<SimExecutor>) {
     for state in [IntentState::Unknown, IntentState::InFlight] {
         let Ok(list) = gate
             .store()

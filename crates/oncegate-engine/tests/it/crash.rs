@@ -11,7 +11,8 @@ use jiff::{SignedDuration, Timestamp};
 use oncegate_core::codes::Code;
 use oncegate_core::intent::{IntentState, Status};
 use oncegate_core::{EffectResult, ReconcileResult};
-use oncegate_store::{Call, Executor, IntentHandle, ManualClock, StoreRead, SystemClock};
+use oncegate_engine::{Call, Executor, IntentHandle, ManualClock, SystemClock};
+use oncegate_store::StoreRead;
 use serde_json::json;
 
 use crate::{Scratch, gate_in};
@@ -132,7 +133,7 @@ async fn killed_between_effect_and_record_reads_unknown() {
 }
 
 fn clock_now(clock: &ManualClock) -> Timestamp {
-    use oncegate_store::Clock;
+    use oncegate_engine::Clock;
     clock.now()
 }
 

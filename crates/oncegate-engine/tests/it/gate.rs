@@ -10,7 +10,8 @@ use oncegate_core::audit::verify_shard;
 use oncegate_core::codes::Code;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalState, IntentState, Status};
-use oncegate_store::{Call, Executor, GateError, IntentHandle, StoreRead, SystemClock};
+use oncegate_engine::{Call, Executor, GateError, IntentHandle, SystemClock};
+use oncegate_store::StoreRead;
 use serde_json::json;
 
 use crate::Scratch;
@@ -434,7 +435,7 @@ impl Executor for LateApplied {
         unreachable!("the gate executes through execute_attempt")
     }
 
-    async fn execute_attempt(&self, _: IntentHandle) -> oncegate_store::Attempt {
+    async fn execute_attempt(&self, _: IntentHandle) -> oncegate_engine::Attempt {
         self.running.store(true, Ordering::SeqCst);
         let late = async {
             EffectResult::Applied {
@@ -442,11 +443,11 @@ impl Executor for LateApplied {
                 result: json!({"id": "fx_late"}),
             }
         };
-        oncegate_store::Attempt {
+        oncegate_engine::Attempt {
             result: EffectResult::Unknown {
                 message: "timed out".into(),
             },
-            late: Some(oncegate_store::LateAnswer {
+            late: Some(oncegate_engine::LateAnswer {
                 answer: Box::pin(late),
                 hold: None,
             }),
@@ -556,11 +557,11 @@ async fn a_killed_process_aborts_the_gates_effect_tasks() {
     let scratch = Scratch::new();
     let registry = oncegate_store::load_registry(&scratch.config()).unwrap();
     let store = oncegate_store::MemoryStore::new();
-    let process = oncegate_store::Process::new();
-    let gate = oncegate_store::Gate::with_store(
+    let process = oncegate_engine::Process::new();
+    let gate = oncegate_engine::Gate::with_store(
         registry,
         store.clone(),
-        Arc::new(oncegate_store::TokioClock::starting_at(
+        Arc::new(oncegate_engine::TokioClock::starting_at(
             jiff::Timestamp::from_second(1_800_000_000).unwrap(),
         )),
     )

@@ -15,7 +15,7 @@
 //! tokio's own sockets, which turmoil cannot intercept, so it would have bought a second
 //! network layer and a dependency without putting more of the real code under test.
 //! `madsim` replaces tokio wholesale, which the SQLite writer and rmcp do not support.
-//! A crash is the abort of every task of one gateway instance (`oncegate_store::Process`,
+//! A crash is the abort of every task of one gateway instance (`oncegate_engine::Process`,
 //! the one hook the `Gate` has for this), which reaches the same await points SIGKILL
 //! does; the store and the provider's own tasks survive it, as they would.
 //!

@@ -6,9 +6,9 @@
 //! A Rust agent runtime uses it directly:
 //!
 //! ```no_run
-//! # async fn demo(registry: oncegate_core::Registry) -> Result<(), oncegate_store::GateError> {
+//! # async fn demo(registry: oncegate_core::Registry) -> Result<(), oncegate_engine::GateError> {
 //! use oncegate_core::EffectResult;
-//! use oncegate_store::{Call, Gate};
+//! use oncegate_engine::{Call, Gate};
 //!
 //! let gate = Gate::open(registry).await?;
 //! let call = Call::new("charge_card", serde_json::json!({"order_id": "A-1", "amount": "12.50"}));
@@ -35,16 +35,16 @@ use oncegate_core::decide::{
     self, Action, CallRequest, Choice, Decision, EffectResult, ReconcileResult, decide_approval,
 };
 use oncegate_core::intent::{IntentRecord, Outcome, Reason, Status};
-use oncegate_core::key::{CallScope, IntentKey, KeyError, derive};
+use oncegate_core::key::{CallScope, DerivedKey, IntentKey, KeyError, derive};
 use oncegate_core::policy::PolicyVerdict;
 use oncegate_core::{Registry, intent};
 use rand::Rng;
 use serde_json::Value;
 
+use oncegate_store::{Commit, OpenMode, Store, StoreError, StoreRead, StoreWrite};
+
 use crate::clock::{Clock, SystemClock};
 use crate::process::Process;
-use crate::sqlite::{OpenMode, SqliteStore, StoreOptions};
-use crate::{Commit, Store, StoreError, chain_key_from_env, resolve_sqlite_path};
 
 /// How many lost races one call tolerates before giving up with `OG-0015`.
 const MAX_RACES: usize = 256;
@@ -60,6 +60,10 @@ pub struct Call {
     pub run_id: Option<String>,
     /// The orchestrator's step id.
     pub step_id: Option<String>,
+    /// A coded orchestrator's own idempotency key (`Idempotency-Key`): bound to the
+    /// intent it first names, for this principal and capability. Required by
+    /// capabilities with `require_client_key`.
+    pub client_key: Option<String>,
 }
 
 impl Call {
@@ -70,7 +74,14 @@ impl Call {
             arguments,
             run_id: None,
             step_id: None,
+            client_key: None,
         }
+    }
+
+    /// Sets the client's own idempotency key.
+    pub fn client_key(mut self, key: impl Into<String>) -> Self {
+        self.client_key = Some(key.into());
+        self
     }
 
     /// Sets the run id.
@@ -225,6 +236,15 @@ pub enum GateError {
     /// No such intent.
     #[error("unknown intent `{0}`")]
     UnknownIntent(String),
+    /// The capability requires a client idempotency key and the call has none.
+    #[error("{0}")]
+    ClientKeyMissing(String),
+    /// The client key was first used for another intent.
+    #[error("{0}")]
+    ClientKeyReused(String),
+    /// The principal's read rate cap (`gateway.read_rate_per_second`) is used up.
+    #[error("{0}")]
+    RateLimited(String),
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -239,15 +259,18 @@ impl GateError {
             GateError::InvalidArguments(_) | GateError::Inadmissible(_) => Code::InvalidArguments,
             GateError::Limit(e) => e.code(),
             GateError::UnknownApproval(_) | GateError::UnknownIntent(_) => Code::NotFound,
+            GateError::ClientKeyMissing(_) => Code::ClientKeyMissing,
+            GateError::ClientKeyReused(_) => Code::ClientKeyReused,
+            GateError::RateLimited(_) => Code::RateLimited,
             GateError::Store(e) => e.code(),
         }
     }
 }
 
 /// The engine.
-pub struct Gate<S: Store = SqliteStore> {
+pub struct Gate {
     registry: Arc<Registry>,
-    store: S,
+    store: Store,
     clock: Arc<dyn Clock>,
     owner: String,
     /// Kill switches by target (`capability:NAME`, `agent:NAME`) with their reason.
@@ -257,6 +280,8 @@ pub struct Gate<S: Store = SqliteStore> {
     skip_policies: bool,
     /// Recent replays per intent, for the replay-storm alert.
     replays: Arc<std::sync::Mutex<ReplayStorms>>,
+    /// Read rate cap: a token bucket per principal, (tokens, last refill).
+    read_buckets: Arc<std::sync::Mutex<HashMap<String, (f64, jiff::Timestamp)>>>,
     /// The simulated process whose kill aborts this gate's effect tasks (`None`:
     /// plain `tokio::spawn`, the production case). See [`Process`].
     process: Option<Process>,
@@ -297,7 +322,7 @@ impl ReplayStorms {
     }
 }
 
-impl<S: Store> Clone for Gate<S> {
+impl Clone for Gate {
     fn clone(&self) -> Self {
         Self {
             registry: self.registry.clone(),
@@ -307,12 +332,13 @@ impl<S: Store> Clone for Gate<S> {
             kill_switches: self.kill_switches.clone(),
             skip_policies: self.skip_policies,
             replays: self.replays.clone(),
+            read_buckets: self.read_buckets.clone(),
             process: self.process.clone(),
         }
     }
 }
 
-impl Gate<SqliteStore> {
+impl Gate {
     /// Opens the existing store the registry names (relative SQLite paths resolve
     /// against the config file's directory); a missing or empty store is refused.
     pub async fn open(registry: Registry) -> Result<Self, GateError> {
@@ -322,17 +348,7 @@ impl Gate<SqliteStore> {
     /// Opens the registry's store as `mode` says (`CreateIfMissing` for scratch
     /// stores), with the audit chain key from `[audit] chain_key_env`.
     pub async fn open_with(registry: Registry, mode: OpenMode) -> Result<Self, GateError> {
-        let dir = registry
-            .source
-            .parent()
-            .map(ToOwned::to_owned)
-            .unwrap_or_default();
-        let path = resolve_sqlite_path(&registry.store_url, &dir)
-            .ok_or_else(|| StoreError::UnsupportedUrl(registry.store_url.clone()))?;
-        let options = StoreOptions {
-            chain_key: chain_key_from_env(&registry)?,
-        };
-        let store = SqliteStore::open_with(&path, mode, options).await?;
+        let store = oncegate_store::open_registry_store(&registry, mode).await?;
         Ok(Self::with_store(registry, store, Arc::new(SystemClock)))
     }
 }
@@ -390,18 +406,19 @@ fn contention(key: &IntentKey) -> Outcome {
     }
 }
 
-impl<S: Store> Gate<S> {
+impl Gate {
     /// A gate over any store, with an injected clock.
-    pub fn with_store(registry: Registry, store: S, clock: Arc<dyn Clock>) -> Self {
+    pub fn with_store(registry: Registry, store: impl Into<Store>, clock: Arc<dyn Clock>) -> Self {
         let owner = format!("pid{}-{}", std::process::id(), random_hex(4));
         Self {
             registry: Arc::new(registry),
-            store,
+            store: store.into(),
             clock,
             owner,
             kill_switches: Arc::default(),
             skip_policies: false,
             replays: Arc::default(),
+            read_buckets: Arc::default(),
             process: None,
         }
     }
@@ -498,6 +515,60 @@ impl<S: Store> Gate<S> {
             .map(|r| format!("switched off by an admin: {r}"))
     }
 
+    /// A token bucket per principal for read capabilities (reads claim nothing, so this
+    /// is what keeps a looping agent from hammering the upstream). Timed by the gate's
+    /// clock.
+    fn take_read_token(&self, principal: &str) -> Result<(), GateError> {
+        let rate = f64::from(self.registry.gateway.read_rate_per_second);
+        let now = self.clock.now();
+        let mut buckets = self.read_buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, last) = buckets.entry(principal.to_owned()).or_insert((rate, now));
+        let elapsed = now.duration_since(*last).as_secs_f64().max(0.0);
+        *tokens = (*tokens + elapsed * rate).min(rate);
+        *last = now;
+        if *tokens < 1.0 {
+            return Err(GateError::RateLimited(format!(
+                "more than {rate} reads per second"
+            )));
+        }
+        *tokens -= 1.0;
+        Ok(())
+    }
+
+    /// A coded orchestrator's own key names exactly one intent for this principal and
+    /// capability: the first one it was sent with.
+    async fn bind_client_key(
+        &self,
+        principal: &str,
+        cap: &Capability,
+        call: &Call,
+        derived: &DerivedKey,
+        now: jiff::Timestamp,
+    ) -> Result<(), GateError> {
+        let Some(client_key) = call.client_key.as_deref() else {
+            return Err(GateError::ClientKeyMissing(format!(
+                "capability {} requires an Idempotency-Key header",
+                call.capability
+            )));
+        };
+        let binding = oncegate_store::ClientKeyBinding {
+            principal: principal.to_owned(),
+            capability: cap.name.clone(),
+            client_key: client_key.to_owned(),
+            intent_key: derived.key.clone(),
+            args_digest: derived.args_digest.clone(),
+            created_at: now,
+        };
+        let held = self.store.bind_client_key(binding).await?;
+        if held.intent_key != derived.key {
+            return Err(GateError::ClientKeyReused(format!(
+                "this Idempotency-Key was first used for intent {} with other significant arguments",
+                held.intent_key
+            )));
+        }
+        Ok(())
+    }
+
     /// Resolves an unknown (or lease-expired) intent nobody is waiting for, from the
     /// upstream's record. Executes nothing. Used by the gateway's background sweep.
     pub async fn sweep_one<E: Executor>(
@@ -529,13 +600,37 @@ impl<S: Store> Gate<S> {
         Ok(Some(d.outcome))
     }
 
+    /// The intent key a call derives to now (the gate's clock), with its explanation;
+    /// decides and writes nothing (`POST /v1/keys/derive`, `oncegate keys derive`).
+    pub fn derive_key(&self, principal: &str, call: &Call) -> Result<DerivedKey, GateError> {
+        let cap = self.capability(&call.capability)?;
+        let scope = CallScope {
+            run_id: call.run_id.as_deref(),
+            step_id: call.step_id.as_deref(),
+        };
+        Ok(derive(
+            &self.registry.gateway.tenant,
+            principal,
+            &cap,
+            &call.arguments,
+            &scope,
+            self.clock.now(),
+            &self.registry.gateway.time_zone,
+        )?)
+    }
+
+    /// The gate's clock (everything it decides is timed by it).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// The registry.
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
 
     /// The store.
-    pub fn store(&self) -> &S {
+    pub fn store(&self) -> &Store {
         &self.store
     }
 
@@ -580,6 +675,9 @@ impl<S: Store> Gate<S> {
                 who.role.as_str()
             )));
         }
+        if cap.category == oncegate_core::Category::Read {
+            self.take_read_token(principal)?;
+        }
         // Before anything is parsed further: a record must stay readable and replays small.
         oncegate_core::limits::check_arguments(&call.arguments, &self.registry.gateway.limits)?;
         let now = self.clock.now();
@@ -622,6 +720,12 @@ impl<S: Store> Gate<S> {
                 step_id: call.step_id.clone(),
             })
             .map_err(GateError::Inadmissible)?;
+        if call.client_key.is_some() || cap.require_client_key {
+            // After every check that refuses the call (binding is a durable write), and
+            // with the key derived above at the same `now`.
+            self.bind_client_key(principal, &cap, &call, &derived, now)
+                .await?;
+        }
 
         for _ in 0..MAX_RACES {
             let now = self.clock.now();

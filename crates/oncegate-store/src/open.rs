@@ -1,0 +1,277 @@
+//! [`open`]: the one place a store URL becomes a backend, and [`Store`], the backend
+//! chosen at run time.
+//!
+//! `Store` is an enum over the backends rather than a `dyn` trait object: the traits
+//! return `impl Future` (no boxing on the hot path), which makes them not object-safe,
+//! and an enum keeps static dispatch with one `match` per operation. A new backend
+//! (PostgreSQL, the replicas issue) is one more variant, one more arm in each method
+//! and one more scheme in [`open`]; nothing above this crate names a backend type.
+
+use std::path::{Path, PathBuf};
+
+use oncegate_core::Registry;
+use oncegate_core::audit::{AuditRecord, ChainKey, StoredRow};
+use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
+use oncegate_core::key::IntentKey;
+
+use crate::memory::MemoryStore;
+use crate::sqlite::{OpenMode, SqliteStore, StoreOptions};
+use crate::{
+    ClientKeyBinding, Commit, IntentFilter, Listing, StoreError, StoreRead, StoreWrite,
+    chain_key_from_env,
+};
+
+/// The URL schemes [`open`] understands, as users write them.
+pub const SUPPORTED_SCHEMES: &[&str] = &["sqlite://PATH"];
+
+/// A store of any backend. Clones share the same store.
+#[derive(Clone)]
+pub enum Store {
+    /// The embedded SQLite backend (`sqlite://PATH`).
+    Sqlite(SqliteStore),
+    /// The in-memory backend: tests and the simulation only (it forgets everything when
+    /// the process ends, so no URL opens it).
+    Memory(MemoryStore),
+}
+
+impl From<SqliteStore> for Store {
+    fn from(s: SqliteStore) -> Self {
+        Store::Sqlite(s)
+    }
+}
+
+impl From<MemoryStore> for Store {
+    fn from(s: MemoryStore) -> Self {
+        Store::Memory(s)
+    }
+}
+
+/// Opens the store a URL names. Relative paths resolve against `base_dir` (the config
+/// file's directory). `mode` says whether a missing store is created
+/// ([`OpenMode`]); serving never creates one.
+pub async fn open(
+    url: &str,
+    base_dir: &Path,
+    mode: OpenMode,
+    options: StoreOptions,
+) -> Result<Store, StoreError> {
+    match location(url, base_dir)? {
+        Location::Sqlite(path) => Ok(Store::Sqlite(
+            SqliteStore::open_with(&path, mode, options).await?,
+        )),
+    }
+}
+
+/// Opens the store a registry names (`[store] url`, relative to the config file's
+/// directory), sealing with the chain key `[audit] chain_key_env` names.
+pub async fn open_registry_store(registry: &Registry, mode: OpenMode) -> Result<Store, StoreError> {
+    let options = StoreOptions {
+        chain_key: chain_key_from_env(registry)?,
+    };
+    open(&registry.store_url, &registry_dir(registry), mode, options).await
+}
+
+/// Where the registry's store URL points (see [`location`]).
+pub fn registry_location(registry: &Registry) -> Result<Location, StoreError> {
+    location(&registry.store_url, &registry_dir(registry))
+}
+
+fn registry_dir(registry: &Registry) -> PathBuf {
+    registry
+        .source
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_default()
+}
+
+/// Where a URL points, without opening anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// A SQLite database file.
+    Sqlite(PathBuf),
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Sqlite(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// Parses a store URL (relative paths against `base_dir`); an unknown scheme is
+/// [`StoreError::UnsupportedUrl`], naming the supported ones.
+pub fn location(url: &str, base_dir: &Path) -> Result<Location, StoreError> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .filter(|rest| !rest.is_empty())
+        .ok_or_else(|| StoreError::UnsupportedUrl(url.to_owned()))?;
+    let path = Path::new(rest);
+    Ok(Location::Sqlite(if path.is_absolute() {
+        path.to_owned()
+    } else {
+        base_dir.join(path)
+    }))
+}
+
+impl Store {
+    /// The store's identity, written once when its schema was created (`memory` for
+    /// the in-memory backend).
+    pub fn store_id(&self) -> &str {
+        match self {
+            Store::Sqlite(s) => s.store_id(),
+            Store::Memory(_) => "memory",
+        }
+    }
+
+    /// The chain key this store seals with, if any.
+    pub fn chain_key(&self) -> Option<&ChainKey> {
+        match self {
+            Store::Sqlite(s) => s.chain_key(),
+            Store::Memory(_) => None,
+        }
+    }
+
+    /// Where the store lives, for people (a SQLite store's file path).
+    pub fn describe(&self) -> String {
+        match self {
+            Store::Sqlite(s) => s.path().display().to_string(),
+            Store::Memory(_) => "memory".into(),
+        }
+    }
+
+    /// The database file, for a backend that has one (state kept beside it, such as MCP
+    /// sessions today, goes there).
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Store::Sqlite(s) => Some(s.path()),
+            Store::Memory(_) => None,
+        }
+    }
+
+    /// Releases the backend's connections (a clone still held keeps working where the
+    /// backend allows).
+    pub async fn close(&self) {
+        match self {
+            Store::Sqlite(s) => s.close().await,
+            Store::Memory(_) => {}
+        }
+    }
+}
+
+impl StoreRead for Store {
+    async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.load(key).await,
+            Store::Memory(s) => s.load(key).await,
+        }
+    }
+
+    async fn load_generation(
+        &self,
+        key: &IntentKey,
+        generation: u32,
+    ) -> Result<Option<IntentRecord>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.load_generation(key, generation).await,
+            Store::Memory(s) => s.load_generation(key, generation).await,
+        }
+    }
+
+    async fn find_other_run(
+        &self,
+        cross_key: &IntentKey,
+        run_id: Option<&str>,
+    ) -> Result<Option<IntentRecord>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.find_other_run(cross_key, run_id).await,
+            Store::Memory(s) => s.find_other_run(cross_key, run_id).await,
+        }
+    }
+
+    async fn list_intents(
+        &self,
+        filter: &IntentFilter,
+    ) -> Result<Listing<IntentRecord>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.list_intents(filter).await,
+            Store::Memory(s) => s.list_intents(filter).await,
+        }
+    }
+
+    async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.approval(id).await,
+            Store::Memory(s) => s.approval(id).await,
+        }
+    }
+
+    async fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+    ) -> Result<Listing<Approval>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.list_approvals(state).await,
+            Store::Memory(s) => s.list_approvals(state).await,
+        }
+    }
+
+    async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.stored_rows().await,
+            Store::Memory(s) => s.stored_rows().await,
+        }
+    }
+
+    async fn audit_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, AuditRecord)>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.audit_after(after, limit).await,
+            Store::Memory(s) => s.audit_after(after, limit).await,
+        }
+    }
+
+    async fn audit_shard(&self, shard: u32) -> Result<Vec<AuditRecord>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.audit_shard(shard).await,
+            Store::Memory(s) => s.audit_shard(shard).await,
+        }
+    }
+
+    async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.audit_shards().await,
+            Store::Memory(s) => s.audit_shards().await,
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.ping().await,
+            Store::Memory(s) => s.ping().await,
+        }
+    }
+}
+
+impl StoreWrite for Store {
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.commit(commit).await,
+            Store::Memory(s) => s.commit(commit).await,
+        }
+    }
+
+    async fn bind_client_key(
+        &self,
+        binding: ClientKeyBinding,
+    ) -> Result<ClientKeyBinding, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.bind_client_key(binding).await,
+            Store::Memory(s) => s.bind_client_key(binding).await,
+        }
+    }
+}
