@@ -10,7 +10,7 @@
 //!   `BEGIN IMMEDIATE; INSERT ×n; COMMIT` with n = 1 and n = 32.
 //!
 //! Throughput is reported in elements per second: claims (claim + record) for the gate,
-//! rows for the floor. Run with `cargo bench -p oncegate-store --bench claims`.
+//! rows for the floor. Run with `cargo bench -p oncegate-engine --bench claims`.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;

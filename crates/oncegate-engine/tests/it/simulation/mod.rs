@@ -197,7 +197,7 @@ fn late_commits() -> bool {
 /// The command that replays one seed exactly.
 fn replay_command(seed: u64) -> String {
     format!(
-        "ONCEGATE_SIM_SEED={seed} cargo nextest run -p oncegate-store -E 'test(simulation_explores_seeded_schedules)' --no-capture"
+        "ONCEGATE_SIM_SEED={seed} cargo test -p oncegate-engine --test it simulation_explores_seeded_schedules -- --nocapture"
     )
 }
 
