@@ -223,6 +223,14 @@ pub trait StoreRead: Send + Sync {
 pub trait StoreWrite: Send + Sync {
     /// Applies one commit atomically, or returns [`StoreError::Conflict`] having changed
     /// nothing.
+    ///
+    /// The backend seals the audit chain here: inside the commit's transaction it reads
+    /// the head of the event's shard (`AuditEvent::shard`) from the store, links and
+    /// seals the new record after it (`oncegate_core::audit::seal_with`), writes it with
+    /// the rows and their row seals, and moves the head. A backend shared by several
+    /// writers must take the head under a row lock in that same transaction, so that a
+    /// record another replica appended is the one it links to; only a backend that is
+    /// the file's single writer (SQLite's writer task) may keep heads in memory.
     fn commit(&self, commit: Commit) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Binds a client key to an intent unless it is already bound; returns the binding
     /// that holds (the first one).
