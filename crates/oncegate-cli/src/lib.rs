@@ -1,4 +1,8 @@
 //! The `oncegate` command line: parse into plain data, then build runtime objects.
+//!
+//! `cmd` holds one module per subcommand (its arguments and its printing); `demo` (a
+//! sandbox and gateways driven as processes) and `verify` (the Gate against a simulated
+//! upstream) are the machinery behind the two red-team subcommands.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,6 +12,8 @@ use clap::{Parser, Subcommand};
 use oncegate_core::Registry;
 
 mod cmd;
+mod demo;
+mod verify;
 
 /// oncegate: one intent, at most one effect.
 #[derive(Debug, Parser)]

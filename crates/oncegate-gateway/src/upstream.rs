@@ -639,7 +639,7 @@ impl UpstreamExecutor {
     /// for `intent` (empty: nowhere). It renders the body the way [`Executor::execute`]
     /// does, so an `argument` key that a non-object body or a `GET` (no body) would
     /// silently drop is found (`oncegate verify`'s check of a `keyed` capability).
-    pub(crate) fn key_placement(&self, intent: &IntentHandle) -> Result<Vec<String>, String> {
+    pub fn key_placement(&self, intent: &IntentHandle) -> Result<Vec<String>, String> {
         let up = self
             .cap
             .upstream

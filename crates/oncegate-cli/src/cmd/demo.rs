@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use oncegate_gateway::demo::{Row, SCENARIOS, World};
+
+use crate::demo::{Row, SCENARIOS, World};
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {

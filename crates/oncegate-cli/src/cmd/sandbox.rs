@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use oncegate_gateway::sandbox::{Resource, SandboxConfig, serve};
+use oncegate_sandbox::{Resource, SandboxConfig, serve};
 
 #[derive(Debug, clap::Args)]
 pub struct SandboxArgs {

@@ -38,7 +38,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         Some(p) => p,
         None => bail!("the config declares no agent: pass --principal"),
     };
-    let reports = oncegate_gateway::verify::verify(&registry, &principal)
+    let reports = crate::verify::verify(&registry, &principal)
         .await
         .map_err(anyhow::Error::msg)?;
     let failed = reports.iter().filter(|r| !r.ok()).count();

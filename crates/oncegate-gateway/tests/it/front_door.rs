@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use axum::http::{HeaderName, HeaderValue};
-use oncegate_gateway::sandbox::{self, SandboxConfig};
 use oncegate_gateway::server::{AppState, app, http_client, install_crypto};
+use oncegate_sandbox::{self as sandbox, SandboxConfig};
 use reqwest::header::HeaderMap;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig, ProtocolVersion,

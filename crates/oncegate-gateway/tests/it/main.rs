@@ -5,5 +5,4 @@ mod fuzz;
 mod mcp_surface;
 mod mcp_upstream;
 mod openapi;
-mod sandbox;
 mod upstream;

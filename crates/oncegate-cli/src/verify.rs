@@ -690,8 +690,8 @@ async fn late_commit(
         let keys = locked(&up.keys).clone();
         let handle = locked(&up.last).clone();
         let placement = match (&cap.upstream, handle) {
-            (Some(_), Some(h)) => crate::upstream::UpstreamExecutor::new(
-                crate::server::http_client(),
+            (Some(_), Some(h)) => oncegate_gateway::upstream::UpstreamExecutor::new(
+                oncegate_gateway::server::http_client(),
                 Arc::new(cap.clone()),
             )
             .key_placement(&h),

@@ -13,14 +13,14 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncegate_engine::{Gate, SystemClock};
-use oncegate_store::{OpenMode, StoreOptions};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::sandbox::{SandboxConfig, serve as serve_sandbox};
-use crate::server::{AppState, http_client, serve as serve_gateway};
+use oncegate_engine::{Gate, SystemClock};
+use oncegate_gateway::server::{AppState, http_client, serve as serve_gateway};
+use oncegate_sandbox::{SandboxConfig, serve as serve_sandbox};
+use oncegate_store::{OpenMode, StoreOptions};
 
 const API_KEY: &str = "sk_demo";
 /// The principals' demo tokens.
@@ -141,7 +141,7 @@ impl World {
         tokio::spawn(serve_sandbox(
             sandbox_listener,
             SandboxConfig {
-                ignore_idempotency_key: vec![crate::sandbox::Resource::Emails],
+                ignore_idempotency_key: vec![oncegate_sandbox::Resource::Emails],
                 api_key: Some(API_KEY.into()),
             },
         ));

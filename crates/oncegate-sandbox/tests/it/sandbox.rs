@@ -7,7 +7,7 @@ mod mcp;
 use std::time::Duration;
 
 use axum::{body::Body, http::Request};
-use oncegate_gateway::sandbox::{self, Resource, SandboxConfig};
+use oncegate_sandbox::{self as sandbox, Resource, SandboxConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tower::ServiceExt;

@@ -14,6 +14,9 @@
 //! made it, and a queued fault breaks the next create of its resource on either.
 //!
 //! Both surfaces are documented on [`router`].
+//!
+//! It depends on no other oncegate crate and shares no code with the gateway: the
+//! gateway knows it only over the wire, as it would a real provider.
 
 mod conn;
 mod faults;

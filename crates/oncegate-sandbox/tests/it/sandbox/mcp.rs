@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use oncegate_gateway::sandbox::{Resource, SandboxConfig};
+use oncegate_sandbox::{Resource, SandboxConfig};
 use reqwest::StatusCode;
 use rmcp::{
     ClientLifecycleMode, ClientServiceExt,
@@ -42,7 +42,8 @@ async fn try_connect(
     lifecycle: ClientLifecycleMode,
     api_key: Option<&str>,
 ) -> Result<Client, ClientInitializeError> {
-    oncegate_gateway::server::install_crypto();
+    // reqwest is built without a default crypto provider; any test may be first.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // rmcp's own reqwest client has no connect timeout; a real caller brings its own.
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
