@@ -1,0 +1,445 @@
+//! Building the validated registry from the raw TOML shapes: the store, the audit key,
+//! the gateway settings and limits, the principals and the policy files, plus the
+//! `Builder` helpers every part uses (located errors and warnings, durations,
+//! templates, bodies).
+//!
+//! Each capability is built in `capability`, its upstream call and reconciliation read in
+//! `upstream`. Every problem is collected, not returned at the first one, so one run of
+//! `check-config` shows them all.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use jiff::SignedDuration;
+use jiff::tz::TimeZone;
+use serde_json::Value;
+
+use super::locate::{Locator, Seg, help_for_serde};
+use super::raw::{RawConfig, RawGateway};
+use super::{
+    BodyTemplate, Capability, ConfigEnv, ConfigError, ConfigErrors, ConfigWarning, DEFAULT_LISTEN,
+    DEFAULT_STORE_URL, GatewaySettings, PrincipalConfig, Registry,
+};
+use crate::policy::PolicyEngine;
+use crate::template::Template;
+
+mod capability;
+mod upstream;
+
+const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_secs(10);
+
+fn parse_duration(text: &str) -> Result<SignedDuration, String> {
+    let d: SignedDuration = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("`{text}` is not a duration ({e})"))?;
+    if d.is_negative() {
+        return Err(format!("`{text}` is negative"));
+    }
+    Ok(d)
+}
+
+const DURATION_HELP: &str = "write durations like \"30s\", \"10m\", \"24h\" or \"1h 30m\"";
+
+impl Registry {
+    /// Parses and validates a config. `file` is used in messages and to resolve relative
+    /// policy paths.
+    pub fn parse(file: &Path, text: &str, env: &dyn ConfigEnv) -> Result<Registry, ConfigErrors> {
+        let loc = Locator::new(file, text);
+        let raw: RawConfig = match toml::from_str(text) {
+            Ok(raw) => raw,
+            Err(e) => {
+                let offset = e.span().map_or(0, |s| s.start);
+                let (line, column) = loc.line_col(offset);
+                let message = e.message().to_owned();
+                return Err(ConfigErrors(vec![ConfigError {
+                    file: file.to_owned(),
+                    line,
+                    column,
+                    field: loc.path_at(offset),
+                    help: help_for_serde(&message),
+                    message,
+                }]));
+            }
+        };
+        Builder {
+            loc: &loc,
+            env,
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        }
+        .build(raw)
+    }
+}
+
+struct Builder<'a> {
+    loc: &'a Locator<'a>,
+    env: &'a dyn ConfigEnv,
+    errors: Vec<ConfigError>,
+    warnings: Vec<ConfigWarning>,
+}
+
+fn k(s: &str) -> Seg {
+    Seg::Key(s.to_owned())
+}
+
+impl Builder<'_> {
+    fn err(&mut self, path: &[Seg], message: impl Into<String>, help: Option<&str>) {
+        let e = self.loc.error(path, message, help);
+        self.errors.push(e);
+    }
+
+    fn warn(&mut self, path: &[Seg], message: impl Into<String>) {
+        let e = self.loc.error(path, message, None);
+        self.warnings.push(ConfigWarning {
+            location: format!("{}:{}", e.file.display(), e.line),
+            field: e.field,
+            message: e.message,
+        });
+    }
+
+    fn duration(
+        &mut self,
+        path: &[Seg],
+        text: Option<&str>,
+        default: SignedDuration,
+    ) -> SignedDuration {
+        match text.map(parse_duration) {
+            None => default,
+            Some(Ok(d)) => d,
+            Some(Err(msg)) => {
+                self.err(path, msg, Some(DURATION_HELP));
+                default
+            }
+        }
+    }
+
+    fn template(&mut self, path: &[Seg], text: &str) -> Template {
+        match Template::parse(text) {
+            Ok(t) => t,
+            Err(msg) => {
+                self.err(path, msg, None);
+                Template::parse("").expect("the empty template parses")
+            }
+        }
+    }
+
+    fn body(&mut self, path: &mut Vec<Seg>, value: &toml::Value) -> BodyTemplate {
+        match value {
+            toml::Value::String(s) => BodyTemplate::Text(self.template(path, s)),
+            toml::Value::Table(t) => {
+                let mut out = BTreeMap::new();
+                for (key, v) in t {
+                    path.push(Seg::Key(key.clone()));
+                    out.insert(key.clone(), self.body(path, v));
+                    path.pop();
+                }
+                BodyTemplate::Object(out)
+            }
+            toml::Value::Array(items) => {
+                let mut out = Vec::new();
+                for (i, v) in items.iter().enumerate() {
+                    path.push(Seg::Index(i));
+                    out.push(self.body(path, v));
+                    path.pop();
+                }
+                BodyTemplate::Array(out)
+            }
+            toml::Value::Integer(i) => BodyTemplate::Literal(Value::from(*i)),
+            toml::Value::Float(f) => BodyTemplate::Literal(Value::from(*f)),
+            toml::Value::Boolean(b) => BodyTemplate::Literal(Value::Bool(*b)),
+            toml::Value::Datetime(d) => BodyTemplate::Literal(Value::String(d.to_string())),
+        }
+    }
+
+    fn build(mut self, raw: RawConfig) -> Result<Registry, ConfigErrors> {
+        let gateway = self.gateway(raw.gateway);
+        let audit_chain_key_env = raw.audit.and_then(|a| a.chain_key_env);
+        if let Some(name) = &audit_chain_key_env
+            && (name.is_empty() || name.contains('='))
+        {
+            self.err(
+                &[k("audit"), k("chain_key_env")],
+                format!("`{name}` is not an environment variable name"),
+                Some("name the variable that holds the secret, e.g. ONCEGATE_AUDIT_KEY"),
+            );
+        }
+        let store_url = raw
+            .store
+            .and_then(|s| s.url)
+            .unwrap_or_else(|| DEFAULT_STORE_URL.to_owned());
+        if !(store_url.starts_with("sqlite:")
+            || store_url.starts_with("postgres://")
+            || store_url.starts_with("postgresql://"))
+        {
+            self.err(
+                &[k("store"), k("url")],
+                format!("`{store_url}` is not a store URL"),
+                Some("use sqlite://PATH (embedded) or postgres://USER@HOST/DB"),
+            );
+        }
+
+        let mut principals = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (i, p) in raw.principals.into_iter().enumerate() {
+            let path = [k("principals"), Seg::Index(i)];
+            if !seen.insert(p.name.clone()) {
+                self.err(
+                    &[path[0].clone(), path[1].clone(), k("name")],
+                    format!("principal `{}` is declared twice", p.name),
+                    None,
+                );
+            }
+            let valid_env = !p.token_env.is_empty()
+                && p.token_env
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid_env {
+                self.err(&[path[0].clone(), path[1].clone(), k("token_env")], format!("`{}` is not an environment variable name", p.token_env), Some("name the variable that holds the token, e.g. token_env = \"ONCEGATE_TOKEN_PLANNER\""));
+            }
+            principals.push(PrincipalConfig {
+                name: p.name,
+                role: p.role,
+                token_env: p.token_env,
+            });
+        }
+        if principals.is_empty() {
+            self.warn(
+                &[k("principals")],
+                "no principals are declared: nobody can call the gateway",
+            );
+        }
+
+        let mut capabilities = Vec::new();
+        let mut by_name = HashMap::new();
+        let mut policy_refs: Vec<(usize, String)> = Vec::new();
+        for (i, rc) in raw.capabilities.into_iter().enumerate() {
+            let base = vec![k("capabilities"), Seg::Index(i)];
+            if by_name
+                .insert(rc.name.clone(), capabilities.len())
+                .is_some()
+            {
+                self.err(
+                    &[base.clone(), vec![k("name")]].concat(),
+                    format!("capability `{}` is declared twice", rc.name),
+                    None,
+                );
+            }
+            if let Some(p) = &rc.policy {
+                policy_refs.push((capabilities.len(), p.clone()));
+            }
+            let cap = self.capability(&base, rc);
+            capabilities.push(cap);
+        }
+
+        // Policies: one engine per referenced file, validated against the schema of the
+        // capabilities that reference it.
+        let mut files: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (idx, file) in policy_refs {
+            files.entry(file).or_default().push(idx);
+        }
+        let dir = self
+            .loc
+            .file
+            .parent()
+            .map(Path::to_owned)
+            .unwrap_or_default();
+        for (file, users) in files {
+            let path = vec![k("capabilities"), Seg::Index(users[0]), k("policy")];
+            let text = match self.env.read_file(&dir.join(&file)) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.err(
+                        &path,
+                        format!(
+                            "cannot read policy file `{}`: {e}",
+                            dir.join(&file).display()
+                        ),
+                        Some("paths are relative to the config file"),
+                    );
+                    continue;
+                }
+            };
+            let caps: Vec<&Capability> = users.iter().map(|&i| &capabilities[i]).collect();
+            match PolicyEngine::new(&text, &caps) {
+                Ok(engine) => {
+                    let engine = Arc::new(engine);
+                    for &i in &users {
+                        capabilities[i].policy = Some(engine.clone());
+                    }
+                }
+                Err(msg) => self.err(&path, format!("{file}: {msg}"), Some("context attributes are the capability's significant arguments (dots become `_`; money is a Long in minor units plus `<name>_currency`) and `business_ref`")),
+            }
+        }
+
+        if !self.errors.is_empty() {
+            return Err(ConfigErrors(self.errors));
+        }
+        Ok(Registry {
+            source: self.loc.file.to_owned(),
+            gateway,
+            store_url,
+            audit_chain_key_env,
+            principals,
+            capabilities: capabilities.into_iter().map(Arc::new).collect(),
+            by_name,
+            warnings: self.warnings,
+        })
+    }
+
+    fn gateway(&mut self, raw: Option<RawGateway>) -> GatewaySettings {
+        let raw = raw.unwrap_or(RawGateway {
+            tenant: None,
+            time_zone: None,
+            listen: None,
+            read_rate_per_second: None,
+            alert_webhook: None,
+            mcp_allowed_hosts: None,
+            mcp_allowed_origins: None,
+            max_argument_bytes: None,
+            max_argument_depth: None,
+            max_answer_bytes: None,
+            max_answer_depth: None,
+        });
+        let limits = self.limits(&raw);
+        let tenant = raw.tenant.unwrap_or_else(|| "default".to_owned());
+        let tz_name = raw.time_zone.unwrap_or_else(|| "UTC".to_owned());
+        let time_zone = match self.env.time_zone(&tz_name) {
+            Some(tz) => tz,
+            None => {
+                self.err(
+                    &[k("gateway"), k("time_zone")],
+                    format!("`{tz_name}` is not a known time zone"),
+                    Some("use an IANA name such as \"UTC\" or \"Europe/Paris\""),
+                );
+                TimeZone::UTC
+            }
+        };
+        let listen_text = raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+        let listen: SocketAddr = match listen_text.parse() {
+            Ok(addr) => addr,
+            Err(_) => {
+                self.err(
+                    &[k("gateway"), k("listen")],
+                    format!("`{listen_text}` is not an address"),
+                    Some("write HOST:PORT, e.g. \"127.0.0.1:7878\""),
+                );
+                DEFAULT_LISTEN
+                    .parse()
+                    .expect("the default listen address parses")
+            }
+        };
+        let read_rate_per_second = raw.read_rate_per_second.unwrap_or(50);
+        if read_rate_per_second == 0 {
+            self.err(
+                &[k("gateway"), k("read_rate_per_second")],
+                "a read rate of 0 refuses every read",
+                Some("use at least 1 (default 50)"),
+            );
+        }
+        let alert_webhook = raw.alert_webhook.map(|url| {
+            if !(url.starts_with("http://")
+                || url.starts_with("https://")
+                || url.starts_with("{env."))
+            {
+                self.err(
+                    &[k("gateway"), k("alert_webhook")],
+                    format!("`{url}` is not an http(s) URL"),
+                    Some("e.g. \"https://hooks.example.com/oncegate\" or \"{env.ALERT_WEBHOOK}\""),
+                );
+            }
+            self.template(&[k("gateway"), k("alert_webhook")], &url)
+        });
+        let mcp_allowed_hosts = match raw.mcp_allowed_hosts {
+            Some(hosts) => {
+                if hosts.is_empty() || hosts.iter().any(|h| h.trim().is_empty() || h.contains('/'))
+                {
+                    self.err(
+                        &[k("gateway"), k("mcp_allowed_hosts")],
+                        "list at least one allowed host, each a hostname or host:port (an empty list would turn the Host check off)",
+                        Some("e.g. [\"gateway.internal\", \"gateway.internal:7878\"]"),
+                    );
+                }
+                hosts
+            }
+            None => {
+                if !listen.ip().is_loopback() {
+                    self.warn(
+                        &[k("gateway"), k("listen")],
+                        "the gateway listens beyond loopback but /mcp accepts only loopback Host headers; set gateway.mcp_allowed_hosts",
+                    );
+                }
+                vec!["localhost".into(), "127.0.0.1".into(), "::1".into()]
+            }
+        };
+        let mcp_allowed_origins = raw.mcp_allowed_origins.unwrap_or_default();
+        if mcp_allowed_origins
+            .iter()
+            .any(|o| o != "null" && !o.contains("://"))
+        {
+            self.err(
+                &[k("gateway"), k("mcp_allowed_origins")],
+                "an allowed origin names its scheme",
+                Some("e.g. [\"https://console.example.com:443\", \"http://localhost:*\"]"),
+            );
+        }
+        GatewaySettings {
+            tenant,
+            time_zone,
+            time_zone_name: tz_name,
+            listen,
+            read_rate_per_second,
+            alert_webhook,
+            mcp_allowed_hosts,
+            mcp_allowed_origins,
+            limits,
+        }
+    }
+
+    fn limits(&mut self, raw: &RawGateway) -> crate::limits::Limits {
+        use crate::limits::{Limits, MAX_CONFIGURABLE_DEPTH};
+        let defaults = Limits::default();
+        // Arguments arrive inside a request body, which is refused over 256 KiB anyway.
+        const BODY_LIMIT: usize = 256 * 1024;
+        let mut field = |name: &str, value: Option<usize>, default: usize, max: usize| {
+            let v = value.unwrap_or(default);
+            if v == 0 || v > max {
+                self.err(
+                    &[k("gateway"), k(name)],
+                    format!("{name} = {v} is out of range"),
+                    Some(&format!("use 1 to {max} (default {default})")),
+                );
+                return default;
+            }
+            v
+        };
+        Limits {
+            max_argument_bytes: field(
+                "max_argument_bytes",
+                raw.max_argument_bytes,
+                defaults.max_argument_bytes,
+                BODY_LIMIT,
+            ),
+            max_argument_depth: field(
+                "max_argument_depth",
+                raw.max_argument_depth,
+                defaults.max_argument_depth,
+                MAX_CONFIGURABLE_DEPTH,
+            ),
+            max_answer_bytes: field(
+                "max_answer_bytes",
+                raw.max_answer_bytes,
+                defaults.max_answer_bytes,
+                64 * 1024 * 1024,
+            ),
+            max_answer_depth: field(
+                "max_answer_depth",
+                raw.max_answer_depth,
+                defaults.max_answer_depth,
+                MAX_CONFIGURABLE_DEPTH,
+            ),
+        }
+    }
+}

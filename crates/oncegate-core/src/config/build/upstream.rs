@@ -1,0 +1,225 @@
+//! Building a capability's upstream call and its reconciliation read ("did this intent
+//! already take effect?"): templates, timeouts, how the key reaches the provider, and the
+//! fields that apply to one wire (HTTP or MCP) only.
+
+use std::collections::BTreeMap;
+
+use super::{Builder, DEFAULT_TIMEOUT, DURATION_HELP, k};
+use crate::config::locate::Seg;
+use crate::config::raw::{RawReconcile, RawUpstream};
+use crate::config::{
+    Category, KeyThreading, Pattern, Reconcile, ToolErrors, Upstream, UpstreamKind,
+};
+use crate::template::Template;
+
+impl Builder<'_> {
+    pub(super) fn upstream(
+        &mut self,
+        base: &[Seg],
+        category: Category,
+        raw: RawUpstream,
+    ) -> Upstream {
+        let at = |rest: &[&str]| -> Vec<Seg> {
+            [base, &rest.iter().map(|s| k(s)).collect::<Vec<_>>()].concat()
+        };
+        let url = self.template(&at(&["url"]), &raw.url);
+        let timeout = self.duration(&at(&["timeout"]), raw.timeout.as_deref(), DEFAULT_TIMEOUT);
+        if timeout.is_zero() {
+            self.err(
+                &at(&["timeout"]),
+                "a zero timeout makes every call unknown",
+                Some(DURATION_HELP),
+            );
+        }
+        let headers = self.headers(base, raw.headers);
+        let body = raw.body.as_ref().map(|b| {
+            let mut p = at(&["body"]);
+            self.body(&mut p, b)
+        });
+        let default_threading = match raw.kind {
+            UpstreamKind::Http => KeyThreading::Header,
+            UpstreamKind::Mcp => KeyThreading::Meta,
+        };
+        let idempotency = raw.idempotency.unwrap_or(if raw.idempotency_arg.is_some() {
+            KeyThreading::Argument
+        } else {
+            default_threading
+        });
+        match (raw.kind, idempotency) {
+            (UpstreamKind::Http, KeyThreading::Meta) => self.err(&at(&["idempotency"]), "HTTP upstreams have no _meta", Some("use \"header\" or \"argument\"")),
+            (UpstreamKind::Mcp, KeyThreading::Header) => self.err(&at(&["idempotency"]), "MCP tools take the key in _meta or an argument", Some("use \"meta\" or \"argument\"")),
+            (_, KeyThreading::Argument) if raw.idempotency_arg.is_none() => self.err(&at(&["idempotency_arg"]), "idempotency = \"argument\" needs idempotency_arg", Some("name the argument that carries the key, e.g. idempotency_arg = \"idempotency_key\"")),
+            _ => {}
+        }
+        if raw.kind == UpstreamKind::Mcp && raw.tool.is_none() {
+            self.err(
+                &at(&["tool"]),
+                "an MCP upstream needs the tool to call",
+                Some("tool = \"charge\""),
+            );
+        }
+        if raw.kind == UpstreamKind::Http && raw.tool.is_some() {
+            self.err(&at(&["tool"]), "`tool` applies to MCP upstreams only", None);
+        }
+        if raw.kind == UpstreamKind::Mcp && body.is_none() && raw.idempotency_arg.is_none() {
+            self.warn(
+                &at(&["body"]),
+                "the agent's arguments reach this MCP tool unmapped: if the tool takes its own idempotency-key argument, name it in idempotency_arg, or the model's value reaches the tool",
+            );
+        }
+        if raw.kind == UpstreamKind::Http && raw.tool_errors.is_some() {
+            self.err(
+                &at(&["tool_errors"]),
+                "`tool_errors` applies to MCP upstreams only",
+                None,
+            );
+        }
+        let rejected = raw.rejected.as_deref().and_then(|source| {
+            if raw.kind == UpstreamKind::Http {
+                self.err(
+                    &at(&["rejected"]),
+                    "`rejected` applies to MCP upstreams only (an HTTP 4xx is already a definite failure)",
+                    None,
+                );
+                return None;
+            }
+            if raw.tool_errors == Some(ToolErrors::Failed) {
+                self.err(
+                    &at(&["rejected"]),
+                    "with tool_errors = \"failed\" every tool error is already a failure",
+                    Some("drop `rejected`, or drop tool_errors to treat only matching errors as refusals"),
+                );
+                return None;
+            }
+            match Pattern::new(source) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    self.err(
+                        &at(&["rejected"]),
+                        format!("`{source}` is not a regular expression: {e}"),
+                        Some("a Rust regex searched anywhere in the tool error's text, e.g. \"^(card declined|invalid amount)\""),
+                    );
+                    None
+                }
+            }
+        });
+        self.check_pointer(&at(&["effect_ref"]), raw.effect_ref.as_deref());
+        let method = raw
+            .method
+            .unwrap_or_else(|| "POST".to_owned())
+            .to_ascii_uppercase();
+        if !["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&method.as_str()) {
+            self.err(
+                &at(&["method"]),
+                format!("`{method}` is not a supported method"),
+                Some("GET, POST, PUT, PATCH or DELETE"),
+            );
+        }
+        let _ = category;
+        Upstream {
+            kind: raw.kind,
+            url,
+            method,
+            timeout,
+            headers,
+            body,
+            effect_ref: raw.effect_ref,
+            idempotency,
+            idempotency_header: raw
+                .idempotency_header
+                .unwrap_or_else(|| "Idempotency-Key".to_owned()),
+            idempotency_arg: raw.idempotency_arg,
+            tool: raw.tool,
+            tool_errors: raw.tool_errors.unwrap_or_default(),
+            rejected,
+        }
+    }
+
+    pub(super) fn reconcile(
+        &mut self,
+        base: &[Seg],
+        upstream: Option<&Upstream>,
+        raw: RawReconcile,
+    ) -> Reconcile {
+        let at = |rest: &[&str]| -> Vec<Seg> {
+            [base, &rest.iter().map(|s| k(s)).collect::<Vec<_>>()].concat()
+        };
+        let url = match (&raw.url, upstream) {
+            (Some(u), _) => self.template(&at(&["url"]), u),
+            (None, Some(up)) if raw.kind == UpstreamKind::Mcp => up.url.clone(),
+            (None, _) => {
+                self.err(
+                    &at(&["url"]),
+                    "a reconciliation read needs a url",
+                    Some("e.g. url = \"{env.PROVIDER_URL}/charges?idempotency_key={key}\""),
+                );
+                Template::parse("").expect("the empty template parses")
+            }
+        };
+        if raw.kind == UpstreamKind::Mcp && raw.tool.is_none() {
+            self.err(
+                &at(&["tool"]),
+                "an MCP reconciliation needs the read-only tool to call",
+                None,
+            );
+        }
+        if raw.kind == UpstreamKind::Mcp && raw.found.is_none() {
+            // HTTP has 404 for "absent"; a tool result has no status to read.
+            self.err(
+                &at(&["found"]),
+                "an MCP reconciliation needs `found`: a tool answers absence in its result, not with a status",
+                Some("found = \"/found\" (a JSON pointer to a boolean in the tool's structuredContent)"),
+            );
+        }
+        self.check_pointer(&at(&["found"]), raw.found.as_deref());
+        self.check_pointer(&at(&["result"]), raw.result.as_deref());
+        self.check_pointer(&at(&["effect_ref"]), raw.effect_ref.as_deref());
+        let timeout = self.duration(&at(&["timeout"]), raw.timeout.as_deref(), DEFAULT_TIMEOUT);
+        let headers = self.headers(base, raw.headers);
+        let arguments = raw.arguments.as_ref().map(|b| {
+            let mut p = at(&["arguments"]);
+            self.body(&mut p, b)
+        });
+        Reconcile {
+            kind: raw.kind,
+            url,
+            method: raw
+                .method
+                .unwrap_or_else(|| "GET".to_owned())
+                .to_ascii_uppercase(),
+            timeout,
+            headers,
+            found: raw.found,
+            effect_ref: raw.effect_ref,
+            result: raw.result,
+            tool: raw.tool,
+            arguments,
+        }
+    }
+
+    fn headers(
+        &mut self,
+        base: &[Seg],
+        raw: BTreeMap<String, String>,
+    ) -> BTreeMap<String, Template> {
+        raw.into_iter()
+            .map(|(name, value)| {
+                let t = self.template(
+                    &[base, &[k("headers"), Seg::Key(name.clone())]].concat(),
+                    &value,
+                );
+                (name, t)
+            })
+            .collect()
+    }
+
+    fn check_pointer(&mut self, path: &[Seg], pointer: Option<&str>) {
+        if let Some(p) = pointer
+            && !p.is_empty()
+            && !p.starts_with('/')
+        {
+            let help = "JSON pointers start with `/`, e.g. \"/id\" or \"/charge/id\"";
+            self.err(path, format!("`{p}` is not a JSON pointer"), Some(help));
+        }
+    }
+}

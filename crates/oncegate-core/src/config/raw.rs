@@ -1,0 +1,159 @@
+//! The raw TOML shapes serde reads, before any validation.
+//!
+//! Every table refuses unknown fields (`deny_unknown_fields`), so a misspelt control is an
+//! error, never silently off. `build` turns these shapes into the validated model.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::{
+    AfterWindow, Category, CrossRun, KeyPrincipal, KeyThreading, OnUnknown, Role, Scope,
+    ToolErrors, UpstreamKind,
+};
+use crate::normalise::MoneyUnit;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) gateway: Option<RawGateway>,
+    pub(super) store: Option<RawStore>,
+    pub(super) audit: Option<RawAudit>,
+    #[serde(default)]
+    pub(super) principals: Vec<RawPrincipal>,
+    #[serde(default)]
+    pub(super) capabilities: Vec<RawCapability>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGateway {
+    pub(super) tenant: Option<String>,
+    pub(super) time_zone: Option<String>,
+    pub(super) listen: Option<String>,
+    pub(super) read_rate_per_second: Option<u32>,
+    pub(super) alert_webhook: Option<String>,
+    pub(super) mcp_allowed_hosts: Option<Vec<String>>,
+    pub(super) mcp_allowed_origins: Option<Vec<String>>,
+    pub(super) max_argument_bytes: Option<usize>,
+    pub(super) max_argument_depth: Option<usize>,
+    pub(super) max_answer_bytes: Option<usize>,
+    pub(super) max_answer_depth: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    pub(super) url: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAudit {
+    pub(super) chain_key_env: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPrincipal {
+    pub(super) name: String,
+    pub(super) role: Role,
+    pub(super) token_env: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCapability {
+    pub(super) name: String,
+    pub(super) description: Option<String>,
+    pub(super) category: Category,
+    pub(super) key_principal: Option<KeyPrincipal>,
+    pub(super) replay_window: Option<String>,
+    pub(super) attempt_ceiling: Option<u32>,
+    pub(super) lease: Option<String>,
+    pub(super) settle_horizon: Option<String>,
+    pub(super) approval_ttl: Option<String>,
+    pub(super) on_unknown: Option<OnUnknown>,
+    pub(super) cross_run: Option<CrossRun>,
+    pub(super) after_window: Option<AfterWindow>,
+    pub(super) dry_run: Option<bool>,
+    pub(super) require_client_key: Option<bool>,
+    pub(super) policy: Option<String>,
+    pub(super) key: Option<RawKey>,
+    pub(super) upstream: Option<RawUpstream>,
+    pub(super) reconcile: Option<RawReconcile>,
+    pub(super) input_schema: Option<toml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKey {
+    pub(super) business_ref: Option<String>,
+    pub(super) scope: Option<Scope>,
+    #[serde(default)]
+    pub(super) significant: Vec<RawSignificant>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum NormKind {
+    Money,
+    Email,
+    Text,
+    Integer,
+    Decimal,
+    Enum,
+    Set,
+    Id,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSignificant {
+    pub(super) arg: String,
+    #[serde(rename = "type")]
+    pub(super) kind: NormKind,
+    pub(super) optional: Option<bool>,
+    pub(super) currency_arg: Option<String>,
+    pub(super) default_currency: Option<String>,
+    pub(super) unit: Option<MoneyUnit>,
+    pub(super) allow_negative: Option<bool>,
+    pub(super) case_fold: Option<bool>,
+    pub(super) width_fold: Option<bool>,
+    pub(super) values: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUpstream {
+    pub(super) kind: UpstreamKind,
+    pub(super) url: String,
+    pub(super) method: Option<String>,
+    pub(super) timeout: Option<String>,
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, String>,
+    pub(super) body: Option<toml::Value>,
+    pub(super) effect_ref: Option<String>,
+    pub(super) idempotency: Option<KeyThreading>,
+    pub(super) idempotency_header: Option<String>,
+    pub(super) idempotency_arg: Option<String>,
+    pub(super) tool: Option<String>,
+    pub(super) tool_errors: Option<ToolErrors>,
+    pub(super) rejected: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReconcile {
+    pub(super) kind: UpstreamKind,
+    pub(super) url: Option<String>,
+    pub(super) method: Option<String>,
+    pub(super) timeout: Option<String>,
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, String>,
+    pub(super) found: Option<String>,
+    pub(super) effect_ref: Option<String>,
+    pub(super) result: Option<String>,
+    pub(super) tool: Option<String>,
+    pub(super) arguments: Option<toml::Value>,
+}

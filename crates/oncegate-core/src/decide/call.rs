@@ -1,0 +1,537 @@
+//! A call arrives: decide whether it executes, replays, waits, reconciles, needs an
+//! approval or is refused, and what the intent record becomes (a new generation when a
+//! settled intent may run again).
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use super::reconcile::dedupe_is_proof;
+use super::{
+    Action, CallRequest, Decision, claim, event, new_approval, outcome_of, settle_refusal,
+    standing_outcome,
+};
+use crate::audit::AuditKind;
+use crate::codes::Code;
+use crate::config::{AfterWindow, Capability, Category, CrossRun, OnUnknown};
+use crate::intent::{
+    Alert, Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState, Outcome, Reason,
+    Status,
+};
+use crate::policy::PolicyVerdict;
+
+/// Decides one call.
+pub fn decide(
+    existing: Option<&IntentRecord>,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    verdict: &PolicyVerdict,
+    now: Timestamp,
+) -> Decision {
+    // A decision that writes no intent: the answer, and the audit event that explains it
+    // (committed for `Respond`, dropped for `Replay`).
+    let unwritten = |action: Action, outcome: Outcome, detail: Value| {
+        let event = event(
+            AuditKind::Call,
+            now,
+            req.principal,
+            existing,
+            None,
+            &outcome,
+            &cap.name,
+            req.run_id,
+            detail,
+        );
+        Decision {
+            action,
+            record: None,
+            approval: None,
+            outcome,
+            event,
+        }
+    };
+    let respond_only = |status: Status, reason: Reason, generation: u32, detail: Value| {
+        let outcome = no_record_outcome(req, generation, status, Some(reason));
+        unwritten(Action::Respond, outcome, detail)
+    };
+
+    if let Some(why) = req.kill_switch {
+        // A kill switch stops executions, not the truth: a repeat of an intent that
+        // already settled still replays what happened (an agent that lost the result
+        // must not read "refused" for a charge that went through).
+        if existing.is_some_and(|r| matches!(r.state, IntentState::Applied | IntentState::Failed)) {
+            let unkilled = CallRequest {
+                kill_switch: None,
+                ..req.clone()
+            };
+            let mut d = decide(existing, &unkilled, cap, verdict, now);
+            if d.action == Action::Replay && d.outcome.status == Status::Replayed {
+                if let Value::Object(detail) = &mut d.event.detail {
+                    detail.insert("kill_switch".into(), Value::String(why.to_owned()));
+                }
+                return d;
+            }
+        }
+        return respond_only(
+            Status::Refused,
+            Reason::new(Code::KillSwitch, why),
+            existing.map_or(1, |r| r.generation),
+            json!({}),
+        );
+    }
+    if cap.category == Category::Read {
+        let mut outcome = no_record_outcome(req, 0, Status::Applied, None);
+        outcome.key = None;
+        let event = event(
+            AuditKind::Call,
+            now,
+            req.principal,
+            None,
+            None,
+            &outcome,
+            &cap.name,
+            req.run_id,
+            json!({"pass_through": true}),
+        );
+        return Decision {
+            action: Action::PassThrough,
+            record: None,
+            approval: None,
+            outcome,
+            event,
+        };
+    }
+
+    let Some(current) = existing else {
+        return new_generation(None, req, cap, verdict, now, 1, None);
+    };
+
+    let mut record = current.clone();
+    record.updated_at = now;
+    let mut alerts = Vec::new();
+    if let (Some(first), Some(this)) = (current.run_id.as_deref(), req.run_id)
+        && first != this
+    {
+        alerts.push(Alert::CrossRun {
+            first_run: Some(first.to_owned()),
+            this_run: Some(this.to_owned()),
+        });
+    }
+
+    let finish = |action: Action,
+                  record: IntentRecord,
+                  approval: Option<Approval>,
+                  mut outcome: Outcome,
+                  alerts: Vec<Alert>| {
+        outcome.alerts = alerts;
+        let detail = json!({"alerts": outcome.alerts, "approval_id": outcome.approval_id});
+        let event = event(
+            AuditKind::Call,
+            now,
+            req.principal,
+            existing,
+            Some(&record),
+            &outcome,
+            &cap.name,
+            req.run_id,
+            detail,
+        );
+        Decision {
+            action,
+            record: Some(record),
+            approval,
+            outcome,
+            event,
+        }
+    };
+    // Answers straight from the stored record: a replay, or a poll of an intent that is
+    // in flight, held or decided. Nothing is written and no attempt is counted.
+    let replay = |status: Status, reason: Option<Reason>, alerts: Vec<Alert>| {
+        let mut outcome = outcome_of(current, status, reason);
+        outcome.alerts = alerts;
+        let detail = json!({"alerts": outcome.alerts, "replay": true});
+        unwritten(Action::Replay, outcome, detail)
+    };
+    // A refusal that changes nothing stored: audited, but the intent is not rewritten.
+    let refuse = |mut outcome: Outcome, alerts: Vec<Alert>| {
+        outcome.alerts = alerts;
+        let detail = json!({"alerts": outcome.alerts});
+        unwritten(Action::Respond, outcome, detail)
+    };
+
+    let window_open = now < current.settled_at.unwrap_or(current.created_at) + cap.replay_window;
+    match current.state {
+        IntentState::InFlight => {
+            let live = current.lease.as_ref().is_some_and(|l| now < l.expires_at);
+            if live {
+                let standing = standing_outcome(current);
+                return replay(standing.status, standing.reason, alerts);
+            }
+            // The holder died or stalled past its lease: the effect may have happened,
+            // and its request counts as ended when the lease did.
+            record.attempt_ended_at = record.lease.take().map(|l| l.expires_at);
+            record.state = IntentState::Unknown;
+            record.error = Some(Reason::new(
+                Code::UpstreamUnknown,
+                "the attempt's lease expired before its outcome was recorded",
+            ));
+            unknown_path(record, true, req, cap, now, alerts, &finish, &refuse)
+        }
+        IntentState::Unknown => {
+            unknown_path(record, false, req, cap, now, alerts, &finish, &refuse)
+        }
+        IntentState::Applied | IntentState::Failed if window_open => {
+            // Always the truth, whatever the breaker or the attempt count say: an agent
+            // that lost the result must read the effect reference, not "refused".
+            replay(Status::Replayed, None, alerts)
+        }
+        IntentState::NotApplied if window_open => {
+            // Confirmed absent: execute again with the same key, and with the arguments
+            // of the call that asks now (its significant arguments are the same; a
+            // corrected free-text argument is what the caller means today), unless the
+            // provider dedupes on the key.
+            if let Some(refused) = over_ceiling(&mut record, cap, &mut alerts) {
+                return finish(Action::Respond, record, None, refused, alerts);
+            }
+            // Not for a provider that dedupes on the key: it compares a repeated key's
+            // body with the first one and would refuse a changed one.
+            if !dedupe_is_proof(cap) {
+                record.arguments = req.arguments.clone();
+            }
+            claim(&mut record, req.owner, cap, now);
+            let outcome = standing_outcome(&record);
+            finish(Action::Execute, record, None, outcome, alerts)
+        }
+        IntentState::Denied if window_open => replay(Status::Denied, None, alerts),
+        IntentState::PendingApproval => match req.approval {
+            Some(ap) if ap.state == ApprovalState::Pending && now >= ap.expires_at => {
+                let mut ap = ap.clone();
+                ap.state = ApprovalState::Expired;
+                settle_refusal(&mut record, ap.reason, now);
+                record.error = Some(Reason::new(
+                    Code::ApprovalExpired,
+                    "nobody decided the approval in time",
+                ));
+                let outcome = standing_outcome(&record);
+                finish(Action::Respond, record, Some(ap), outcome, alerts)
+            }
+            _ => replay(Status::PendingApproval, None, alerts),
+        },
+        IntentState::Applied
+        | IntentState::Failed
+        | IntentState::NotApplied
+        | IntentState::Denied => {
+            // Outside the replay window: a new intent, through the full policy path.
+            let reason = (cap.after_window == AfterWindow::RequireApproval)
+                .then_some(ApprovalReason::OutsideWindow);
+            let mut d = new_generation(
+                existing,
+                req,
+                cap,
+                verdict,
+                now,
+                current.generation + 1,
+                reason,
+            );
+            d.outcome.alerts.extend(alerts);
+            d
+        }
+    }
+}
+
+/// The attempt ceiling, checked before an execution or a reconciliation read starts
+/// (replays and polls never reach it). `Some(refusal)` when the breaker is (or just
+/// got) tripped; the caller writes the record only when it just tripped.
+fn over_ceiling(
+    record: &mut IntentRecord,
+    cap: &Capability,
+    alerts: &mut Vec<Alert>,
+) -> Option<Outcome> {
+    if record.breaker_tripped {
+        let reason = Reason::new(
+            Code::AttemptCeiling,
+            "the attempt ceiling for this intent was reached; an admin must reset its breaker",
+        );
+        return Some(outcome_of(record, Status::Refused, Some(reason)));
+    }
+    let ceiling = cap.attempt_ceiling?;
+    if record.attempts < ceiling {
+        return None;
+    }
+    record.breaker_tripped = true;
+    alerts.push(Alert::BreakerTripped { ceiling });
+    let reason = Reason::new(
+        Code::AttemptCeiling,
+        format!(
+            "attempt ceiling of {ceiling} executions and reconciliations reached; the breaker is tripped until an admin resets it"
+        ),
+    );
+    Some(outcome_of(record, Status::Refused, Some(reason)))
+}
+
+type Finish<'f> =
+    dyn Fn(Action, IntentRecord, Option<Approval>, Outcome, Vec<Alert>) -> Decision + 'f;
+type Refuse<'f> = dyn Fn(Outcome, Vec<Alert>) -> Decision + 'f;
+
+/// A repeat of an unknown intent. `changed`: the record already differs from the stored
+/// one (a lease that expired just became unknown), so a refusal still writes it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "private step of decide(), every input explicit"
+)]
+fn unknown_path(
+    mut record: IntentRecord,
+    changed: bool,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    now: Timestamp,
+    mut alerts: Vec<Alert>,
+    finish: &Finish<'_>,
+    refuse_unchanged: &Refuse<'_>,
+) -> Decision {
+    if matches!(cap.on_unknown, OnUnknown::Reconcile | OnUnknown::Retry) {
+        let was_tripped = record.breaker_tripped;
+        if let Some(refused) = over_ceiling(&mut record, cap, &mut alerts) {
+            if was_tripped && !changed {
+                return refuse_unchanged(refused, alerts);
+            }
+            return finish(Action::Respond, record, None, refused, alerts);
+        }
+    }
+    match cap.on_unknown {
+        OnUnknown::Reconcile => {
+            // The read counts against the ceiling like an execution: an agent that
+            // ignores "do not re-issue" cannot make oncegate hammer the upstream forever.
+            record.attempts += 1;
+            let outcome = outcome_of(
+                &record,
+                Status::Unknown,
+                Some(Reason::new(
+                    Code::UpstreamUnknown,
+                    "outcome not yet known; oncegate is reconciling; do not re-issue",
+                )),
+            );
+            finish(Action::Reconcile, record, None, outcome, alerts)
+        }
+        OnUnknown::Retry => {
+            claim(&mut record, req.owner, cap, now);
+            let outcome = standing_outcome(&record);
+            finish(Action::Execute, record, None, outcome, alerts)
+        }
+        OnUnknown::Escalate => {
+            let ap = new_approval(
+                req.new_approval_id,
+                &record,
+                cap,
+                ApprovalReason::UnknownFirstAttempt,
+                ApprovalReason::UnknownFirstAttempt.explain().to_owned(),
+                now,
+            );
+            record.state = IntentState::PendingApproval;
+            record.approval_id = Some(ap.id.clone());
+            let outcome = outcome_of(&record, Status::PendingApproval, None);
+            finish(Action::Respond, record, Some(ap), outcome, alerts)
+        }
+        OnUnknown::Refuse => {
+            let reason = Reason::new(
+                Code::UnknownRefused,
+                "an earlier attempt's outcome is unknown and this capability refuses repeats; an operator must resolve it",
+            );
+            let outcome = outcome_of(&record, Status::Refused, Some(reason));
+            if changed {
+                finish(Action::Respond, record, None, outcome, alerts)
+            } else {
+                refuse_unchanged(outcome, alerts)
+            }
+        }
+    }
+}
+
+fn new_generation(
+    previous: Option<&IntentRecord>,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    verdict: &PolicyVerdict,
+    now: Timestamp,
+    generation: u32,
+    forced: Option<ApprovalReason>,
+) -> Decision {
+    let respond_without_record =
+        |status: Status, reason: Option<Reason>, alerts: Vec<Alert>, detail: Value| {
+            let mut outcome = no_record_outcome(req, generation, status, reason);
+            outcome.alerts = alerts;
+            let event = event(
+                AuditKind::Call,
+                now,
+                req.principal,
+                previous,
+                None,
+                &outcome,
+                &cap.name,
+                req.run_id,
+                detail,
+            );
+            Decision {
+                action: Action::Respond,
+                record: None,
+                approval: None,
+                outcome,
+                event,
+            }
+        };
+
+    let mut alerts = Vec::new();
+    let mut forced = forced;
+    if generation == 1
+        && let Some(other) = req.other_run
+    {
+        alerts.push(Alert::CrossRun {
+            first_run: other.run_id.clone(),
+            this_run: req.run_id.map(str::to_owned),
+        });
+        match cap.cross_run {
+            CrossRun::Allow => {}
+            CrossRun::RequireApproval => forced = forced.or(Some(ApprovalReason::CrossRun)),
+            CrossRun::Refuse => {
+                let reason = Reason::new(
+                    Code::CrossRunRefused,
+                    format!(
+                        "the same intent was already issued by run {:?}",
+                        other.run_id
+                    ),
+                );
+                let detail = json!({"alerts": alerts});
+                return respond_without_record(Status::Refused, Some(reason), alerts, detail);
+            }
+        }
+    }
+
+    let mut record = fresh_record(req, cap, generation, now);
+    let (reason, detail) = match verdict {
+        PolicyVerdict::Deny { reason } => {
+            return respond_without_record(
+                Status::Denied,
+                Some(Reason::new(Code::PolicyDenied, reason.clone())),
+                alerts,
+                json!({"policy": reason}),
+            );
+        }
+        PolicyVerdict::DryRun => {
+            return respond_without_record(
+                Status::DryRun,
+                None,
+                alerts,
+                json!({"dry_run": "policy"}),
+            );
+        }
+        _ if cap.dry_run => {
+            return respond_without_record(
+                Status::DryRun,
+                None,
+                alerts,
+                json!({"dry_run": "capability"}),
+            );
+        }
+        PolicyVerdict::RequireApproval { policies } => (
+            Some(ApprovalReason::Policy),
+            format!(
+                "{} (policies: {})",
+                ApprovalReason::Policy.explain(),
+                policies.join(", ")
+            ),
+        ),
+        PolicyVerdict::Allow => (
+            forced,
+            forced.map(|r| r.explain().to_owned()).unwrap_or_default(),
+        ),
+    };
+
+    let (action, approval, status) = match reason {
+        Some(reason) => {
+            let ap = new_approval(req.new_approval_id, &record, cap, reason, detail, now);
+            record.state = IntentState::PendingApproval;
+            record.approval_id = Some(ap.id.clone());
+            (Action::Respond, Some(ap), Status::PendingApproval)
+        }
+        None => {
+            claim(&mut record, req.owner, cap, now);
+            (Action::Execute, None, Status::InFlight)
+        }
+    };
+    let mut outcome = outcome_of(&record, status, None);
+    outcome.alerts = alerts;
+    let detail = json!({"alerts": outcome.alerts, "approval_id": outcome.approval_id, "previous_generation": previous.map(|p| p.generation)});
+    let event = event(
+        AuditKind::Call,
+        now,
+        req.principal,
+        previous,
+        Some(&record),
+        &outcome,
+        &cap.name,
+        req.run_id,
+        detail,
+    );
+    Decision {
+        action,
+        record: Some(record),
+        approval,
+        outcome,
+        event,
+    }
+}
+
+fn no_record_outcome(
+    req: &CallRequest<'_>,
+    generation: u32,
+    status: Status,
+    reason: Option<Reason>,
+) -> Outcome {
+    Outcome {
+        status,
+        key: Some(req.derived.key.clone()),
+        generation,
+        attempt: 1,
+        state: None,
+        effect_ref: None,
+        result: None,
+        approval_id: None,
+        reason,
+        alerts: Vec::new(),
+    }
+}
+
+fn fresh_record(
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    generation: u32,
+    now: Timestamp,
+) -> IntentRecord {
+    IntentRecord {
+        key: req.derived.key.clone(),
+        generation,
+        capability: cap.name.clone(),
+        tenant: req.tenant.to_owned(),
+        principal: req.principal.to_owned(),
+        run_id: req.run_id.map(str::to_owned),
+        step_id: req.step_id.map(str::to_owned),
+        business_ref: req.derived.business_ref.clone(),
+        cross_key: req.derived.cross_key.clone(),
+        args_digest: req.derived.args_digest.clone(),
+        normalised: Value::Object(req.derived.normalised.clone()),
+        arguments: req.arguments.clone(),
+        state: IntentState::InFlight,
+        attempts: 0,
+        executions: 0,
+        lease: None,
+        effect_ref: None,
+        result: None,
+        error: None,
+        approval_id: None,
+        breaker_tripped: false,
+        settled_at: None,
+        attempt_ended_at: None,
+        created_at: now,
+        updated_at: now,
+        version: 0,
+    }
+}

@@ -1,0 +1,119 @@
+//! An execution's answer is recorded (applied, failed, unknown or never sent), fenced by
+//! the execution number the claim carried: a superseded execution's failure or timeout
+//! changes nothing, while an effect that did happen is recorded whatever came meanwhile.
+
+use jiff::Timestamp;
+use serde_json::json;
+
+use super::{Action, Decision, EffectResult, event, outcome_of, settle_applied, standing_outcome};
+use crate::audit::AuditKind;
+use crate::codes::Code;
+use crate::config::Capability;
+use crate::intent::{IntentRecord, IntentState, Reason, Status};
+
+/// Records what the upstream said. `record` is the intent as currently stored.
+pub fn record_effect(
+    record: &IntentRecord,
+    result: EffectResult,
+    cap: &Capability,
+    actor: &str,
+    now: Timestamp,
+) -> Decision {
+    record_claim_effect(record, record.executions, result, cap, actor, now)
+}
+
+/// Records what the upstream said about execution number `execution` of this intent
+/// (the claim's `executions` when it was made).
+pub fn record_claim_effect(
+    record: &IntentRecord,
+    execution: u32,
+    result: EffectResult,
+    cap: &Capability,
+    actor: &str,
+    now: Timestamp,
+) -> Decision {
+    let mut next = record.clone();
+    next.lease = None;
+    next.updated_at = now;
+    let status = match &result {
+        EffectResult::Applied { effect_ref, result } => {
+            settle_applied(&mut next, effect_ref.clone(), result.clone(), now);
+            Status::Applied
+        }
+        EffectResult::Failed { result, message } => {
+            next.state = IntentState::Failed;
+            next.settled_at = Some(now);
+            next.result = Some(result.clone());
+            next.error = Some(Reason::new(Code::UpstreamRejected, message.clone()));
+            Status::Failed
+        }
+        EffectResult::Unknown { message } => {
+            next.state = IntentState::Unknown;
+            // The settle horizon runs from here: the upstream may still carry out the
+            // request it got (a late answer of the same attempt moves it later).
+            next.attempt_ended_at = Some(now);
+            next.error = Some(Reason::new(
+                Code::UpstreamUnknown,
+                format!(
+                    "{message}; the effect may have happened: do not re-issue, oncegate reconciles"
+                ),
+            ));
+            Status::Unknown
+        }
+        EffectResult::NotSent { message } => {
+            next.state = IntentState::NotApplied;
+            next.error = Some(Reason::new(
+                Code::UpstreamRejected,
+                format!("{message}; nothing was sent, a repeat executes it with the same key"),
+            ));
+            Status::Failed
+        }
+    };
+    // An effect that did happen is the truth whatever happened meanwhile. Anything else
+    // may only settle the claim it belongs to: `executions` is the fencing token, so a
+    // late timeout from an attempt whose lease expired cannot overwrite a newer claim.
+    let current_claim = execution == record.executions
+        && matches!(record.state, IntentState::InFlight | IntentState::Unknown);
+    let overwrite = current_claim
+        || matches!(result, EffectResult::Applied { .. }) && record.state != IntentState::Applied;
+    if !overwrite {
+        let outcome = standing_outcome(record);
+        let event = event(
+            AuditKind::Effect,
+            now,
+            actor,
+            Some(record),
+            None,
+            &outcome,
+            &cap.name,
+            record.run_id.as_deref(),
+            json!({"late_result": format!("{result:?}")}),
+        );
+        return Decision {
+            action: Action::Respond,
+            record: None,
+            approval: None,
+            outcome,
+            event,
+        };
+    }
+    let outcome = outcome_of(&next, status, None);
+    let event = event(
+        AuditKind::Effect,
+        now,
+        actor,
+        Some(record),
+        Some(&next),
+        &outcome,
+        &cap.name,
+        record.run_id.as_deref(),
+        json!({"effect_ref": next.effect_ref}),
+    );
+    Decision {
+        action: Action::Respond,
+        record: Some(next),
+        approval: None,
+        outcome,
+        event,
+    }
+}

@@ -1,0 +1,313 @@
+//! The decision state machine: pure functions of (stored state, request, capability,
+//! policy verdict, now).
+//!
+//! This file holds the types every transition shares and the steps several of them take
+//! (claiming, auditing, settling). The transitions are split by concern: `call` (a call
+//! arrives: execute, replay, wait, reconcile or refuse), `effect` (an execution's answer
+//! is recorded, fenced by its execution number), `reconcile` (a reconciliation read's
+//! answer, for a waiting repeat or the sweep) and `approval` (a human approves, denies or
+//! resets a breaker).
+//!
+//! Stores only load and compare-and-set; everything that decides what happens is here,
+//! so every backend behaves the same and every transition is testable without I/O. A
+//! shell that loses a compare-and-set race re-reads and calls these functions again.
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+use crate::audit::{AuditEvent, AuditKind};
+use crate::codes::Code;
+use crate::config::Capability;
+use crate::intent::{
+    Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState, Lease, Outcome, Reason,
+    Status,
+};
+use crate::key::DerivedKey;
+
+mod approval;
+mod call;
+mod effect;
+mod reconcile;
+
+pub use approval::{decide_approval, reset_breaker};
+pub use call::decide;
+pub use effect::{record_claim_effect, record_effect};
+pub use reconcile::{absence_unproven, after_reconcile, after_sweep, dedupe_is_proof};
+
+/// One call, with everything the shell loaded for it.
+#[derive(Clone, Debug)]
+pub struct CallRequest<'a> {
+    /// The authenticated principal.
+    pub principal: &'a str,
+    /// The tenant.
+    pub tenant: &'a str,
+    /// The derived key.
+    pub derived: &'a DerivedKey,
+    /// The call's arguments as sent.
+    pub arguments: &'a Value,
+    /// The orchestrator's run id.
+    pub run_id: Option<&'a str>,
+    /// The orchestrator's step id.
+    pub step_id: Option<&'a str>,
+    /// Who will hold the lease if this call claims.
+    pub owner: &'a str,
+    /// The approval referenced by the existing record, if any.
+    pub approval: Option<&'a Approval>,
+    /// A live intent with the same cross-run key from another run, if any.
+    pub other_run: Option<&'a IntentRecord>,
+    /// Set when an admin switched off the capability or the agent.
+    pub kill_switch: Option<&'a str>,
+    /// The id to use if this call creates an approval (ids are random; decide is not).
+    pub new_approval_id: &'a str,
+}
+
+/// What the shell must do after committing the decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Answer with the outcome.
+    Respond,
+    /// Answer from the stored record (a replay, a poll of an in-flight or held intent):
+    /// nothing to write, not even the audit event, so a storm of repeats costs no
+    /// durable write and never counts against the attempt ceiling.
+    Replay,
+    /// Run the effect with the record's upstream key, then call [`record_effect`].
+    Execute,
+    /// Run the reconciliation read, then call [`after_reconcile`].
+    Reconcile,
+    /// A read: call the upstream, claim nothing.
+    PassThrough,
+}
+
+/// A decision: what to write (atomically, with the audit event) and what to do next.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    /// The next step.
+    pub action: Action,
+    /// The record to compare-and-set (`None`: no intent state changes).
+    pub record: Option<IntentRecord>,
+    /// An approval to insert or update.
+    pub approval: Option<Approval>,
+    /// The answer (provisional `in_flight`/`unknown` for Execute and Reconcile).
+    pub outcome: Outcome,
+    /// The audit event, appended in the same transaction.
+    pub event: AuditEvent,
+}
+
+/// What the upstream said about one execution.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EffectResult {
+    /// 2xx: it happened.
+    Applied {
+        /// The effect reference.
+        effect_ref: Option<String>,
+        /// The upstream's answer.
+        result: Value,
+    },
+    /// 4xx: definite no, nothing happened.
+    Failed {
+        /// The upstream's answer.
+        result: Value,
+        /// Why.
+        message: String,
+    },
+    /// Timeout, reset after send, 5xx: it may have happened.
+    Unknown {
+        /// Why.
+        message: String,
+    },
+    /// Proof that nothing left (connection refused, DNS, TLS), or 429.
+    NotSent {
+        /// Why.
+        message: String,
+    },
+}
+
+/// What a reconciliation read said.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReconcileResult {
+    /// The upstream has the effect.
+    Found {
+        /// Its reference.
+        effect_ref: Option<String>,
+        /// The upstream's record of it.
+        result: Value,
+    },
+    /// The upstream confirms there is no such effect.
+    NotFound,
+    /// No answer either way (no reconciler, read failed).
+    Undecidable {
+        /// Why.
+        message: String,
+    },
+}
+
+/// An approver's choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Execute the held intent.
+    Approve,
+    /// Do not.
+    Deny,
+}
+
+/// The result of a human's decision on an approval.
+#[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "built once per human click; boxing buys nothing"
+)]
+pub enum ApprovalDecision {
+    /// Write these and act.
+    Decided {
+        /// Execute (approved) or Respond.
+        action: Action,
+        /// The updated intent.
+        record: Option<IntentRecord>,
+        /// The updated approval.
+        approval: Option<Approval>,
+        /// The answer to the approver.
+        outcome: Outcome,
+        /// The audit event.
+        event: AuditEvent,
+    },
+    /// The request is refused without any write (wrong role, self-approval, conflict).
+    Rejected(Reason),
+}
+
+/// Builds the outcome a record implies.
+pub fn outcome_of(record: &IntentRecord, status: Status, reason: Option<Reason>) -> Outcome {
+    Outcome {
+        status,
+        key: Some(record.key.clone()),
+        generation: record.generation,
+        attempt: record.attempts,
+        state: Some(record.state),
+        effect_ref: record.effect_ref.clone(),
+        result: record.result.clone(),
+        approval_id: record.approval_id.clone(),
+        reason: reason.or_else(|| record.error.clone()),
+        alerts: Vec::new(),
+    }
+}
+
+/// The outcome a repeat gets for a record as it stands (used for replays and for
+/// answering a second approver).
+pub fn standing_outcome(record: &IntentRecord) -> Outcome {
+    let status = match record.state {
+        IntentState::Applied | IntentState::Failed => Status::Replayed,
+        IntentState::InFlight => Status::InFlight,
+        IntentState::Unknown => Status::Unknown,
+        IntentState::NotApplied => Status::Failed,
+        IntentState::PendingApproval => Status::PendingApproval,
+        IntentState::Denied => Status::Denied,
+    };
+    let reason = match record.state {
+        IntentState::InFlight => Some(Reason::new(
+            Code::InFlight,
+            "another attempt holds the claim; poll, do not re-issue",
+        )),
+        _ => None,
+    };
+    outcome_of(record, status, reason)
+}
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "private constructor of one flat audit record"
+)]
+fn event(
+    kind: AuditKind,
+    now: Timestamp,
+    actor: &str,
+    before: Option<&IntentRecord>,
+    after: Option<&IntentRecord>,
+    outcome: &Outcome,
+    capability: &str,
+    run_id: Option<&str>,
+    detail: Value,
+) -> AuditEvent {
+    AuditEvent {
+        at: now,
+        kind,
+        key: outcome.key.clone(),
+        generation: outcome.generation,
+        capability: Some(capability.to_owned()),
+        actor: actor.to_owned(),
+        run_id: run_id.map(str::to_owned),
+        from: before.map(|r| r.state),
+        to: after.map(|r| r.state).or(before.map(|r| r.state)),
+        status: Some(outcome.status),
+        code: outcome.reason.as_ref().map(|r| r.code),
+        detail,
+    }
+}
+
+/// Starts an execution. Executions (and reconciliation reads, see [`decide`]) are what
+/// the attempt ceiling counts.
+fn claim(record: &mut IntentRecord, owner: &str, cap: &Capability, now: Timestamp) {
+    record.attempts += 1;
+    record.state = IntentState::InFlight;
+    record.lease = Some(Lease {
+        owner: owner.to_owned(),
+        expires_at: now + cap.lease,
+    });
+    record.executions += 1;
+    record.error = None;
+    // A new attempt: its request has not ended yet.
+    record.attempt_ended_at = None;
+    record.updated_at = now;
+}
+
+fn new_approval(
+    id: &str,
+    record: &IntentRecord,
+    cap: &Capability,
+    reason: ApprovalReason,
+    detail: String,
+    now: Timestamp,
+) -> Approval {
+    Approval {
+        id: id.to_owned(),
+        key: record.key.clone(),
+        generation: record.generation,
+        capability: cap.name.clone(),
+        principal: record.principal.clone(),
+        args_digest: record.args_digest.clone(),
+        policy_hash: cap.policy_hash().to_owned(),
+        reason,
+        detail,
+        state: ApprovalState::Pending,
+        decided_by: None,
+        decided_at: None,
+        created_at: now,
+        expires_at: now + cap.approval_ttl,
+        version: 0,
+    }
+}
+
+/// A held intent whose approval was denied, expired or voided. An intent held because
+/// its first attempt's status is unknown stays `unknown`: the effect may have happened,
+/// so it keeps being reconciled (and never silently becomes a new intent after the
+/// window). Anything else is denied for this generation.
+fn settle_refusal(record: &mut IntentRecord, reason: ApprovalReason, now: Timestamp) {
+    if reason == ApprovalReason::UnknownFirstAttempt {
+        record.state = IntentState::Unknown;
+    } else {
+        record.state = IntentState::Denied;
+        record.settled_at = Some(now);
+    }
+}
+
+/// The effect happened: record it, with its reference and the provider's answer.
+fn settle_applied(
+    record: &mut IntentRecord,
+    effect_ref: Option<String>,
+    result: Value,
+    now: Timestamp,
+) {
+    record.state = IntentState::Applied;
+    record.settled_at = Some(now);
+    record.effect_ref = effect_ref;
+    record.result = Some(result);
+    record.error = None;
+}
