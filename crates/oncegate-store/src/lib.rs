@@ -23,12 +23,14 @@ pub mod gate;
 pub mod memory;
 pub mod process;
 pub mod sqlite;
+pub mod storage;
 
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use gate::{Attempt, Call, Executor, Gate, GateError, IntentHandle, LateAnswer};
 pub use memory::MemoryStore;
 pub use process::Process;
 pub use sqlite::{OpenMode, SqliteStore, StoreOptions};
+pub use storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, LeaseV1, ReasonV1};
 
 /// Everything that can go wrong in a store, in one enum.
 #[derive(Debug, thiserror::Error)]

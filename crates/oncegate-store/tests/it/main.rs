@@ -5,6 +5,7 @@ mod crash;
 mod gate;
 mod integrity;
 mod simulation;
+mod storage;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
