@@ -29,6 +29,10 @@ use crate::codes::Code;
 use crate::intent::{IntentState, Status};
 use crate::key::{IntentKey, canonical_json, digest};
 
+mod encoding;
+
+pub use encoding::EventV1;
+
 /// Number of audit shards. Changing it re-shards only new records; verification walks
 /// whatever shards exist.
 pub const AUDIT_SHARDS: u32 = 16;
@@ -52,7 +56,8 @@ pub enum AuditKind {
     Admin,
 }
 
-/// One decision, before it is chained.
+/// One decision, before it is chained. A domain type, free to change: the chain hashes
+/// (and stores keep) its frozen form [`EventV1`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AuditEvent {
     /// When (the injected clock).
@@ -150,11 +155,6 @@ impl std::fmt::Debug for ChainKey {
 /// How a keyed record's hash is spelled: `hmac-sha256:` then the hex MAC.
 pub const KEYED_PREFIX: &str = "hmac-sha256:";
 
-fn material(shard: u32, seq: u64, prev_hash: &str, event: &AuditEvent) -> Value {
-    let body = serde_json::to_value(event).expect("audit events serialise");
-    json!({"shard": shard, "seq": seq.to_string(), "prev": prev_hash, "event": body})
-}
-
 fn hash_of(
     shard: u32,
     seq: u64,
@@ -162,7 +162,8 @@ fn hash_of(
     event: &AuditEvent,
     key: Option<&ChainKey>,
 ) -> String {
-    let material = material(shard, seq, prev_hash, event);
+    // The event's frozen V1 form, never its domain serde: see `encoding`.
+    let material = encoding::hash_input_v1(shard, seq, prev_hash, event);
     match key {
         None => digest(&material),
         Some(key) => format!("{KEYED_PREFIX}{}", mac_hex(key, &material)),
@@ -385,6 +386,10 @@ pub const ROW_INTENT: &str = "row_intent";
 pub const ROW_APPROVAL: &str = "row_approval";
 
 /// What an audit event says about a row written in its transaction.
+///
+/// A storage form, not a domain type: it is written into the event's `detail`, so its
+/// field names are part of the hashed bytes and of the SQLite queries that find a row's
+/// seal (`$.detail.row_intent.key`). It changes only with a new event version.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RowSeal {
     /// The intent key (intent rows) or the approval id (approval rows).

@@ -31,12 +31,14 @@ pub mod conformance;
 pub mod memory;
 mod open;
 pub mod sqlite;
+pub mod storage;
 
 pub use memory::MemoryStore;
 pub use open::{
     Location, SUPPORTED_SCHEMES, Store, location, open, open_registry_store, registry_location,
 };
 pub use sqlite::{OpenMode, SqliteStore, StoreOptions};
+pub use storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, LeaseV1, ReasonV1};
 
 /// Everything that can go wrong in a store, in one enum.
 #[derive(Debug, thiserror::Error)]

@@ -16,6 +16,9 @@
 //! after fsync and before the reply. Nothing here reads a clock or the operating
 //! system's randomness: under tokio's paused clock a run is reproducible from its seed.
 //!
+//! Rows and audit records are held in their storage forms ([`crate::storage`]), and
+//! their seals hash those forms, exactly as `sqlite.rs` stores and seals them.
+//!
 //! It is not durable across process restarts of the real program, only across
 //! simulated ones (the simulation keeps the store and restarts the gate on it).
 
@@ -32,6 +35,7 @@ use oncegate_core::key::IntentKey;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 use crate::{ClientKeyBinding, Commit, IntentFilter, Listing, StoreError, StoreRead, StoreWrite};
 
 /// The in-memory store. Cheap to clone; clones share the data (one "database").
@@ -51,11 +55,11 @@ struct Inner {
 #[derive(Default)]
 struct Data {
     /// (key, generation) -> record as stored (version already advanced).
-    intents: BTreeMap<(String, u32), IntentRecord>,
-    approvals: BTreeMap<String, Approval>,
+    intents: BTreeMap<(String, u32), IntentRowV1>,
+    approvals: BTreeMap<String, ApprovalRowV1>,
     /// The global audit order: (position, record). Positions start at 1, like SQLite's
     /// rowid.
-    audit: Vec<(i64, AuditRecord)>,
+    audit: Vec<(i64, AuditRowV1)>,
     heads: BTreeMap<u32, ChainHead>,
     client_keys: BTreeMap<(String, String, String), ClientKeyBinding>,
     /// Each row's seal: the audit record that wrote its current version, (shard, seq),
@@ -153,25 +157,17 @@ impl Data {
         // Every row written names the audit record that writes it, and that record
         // carries the row's hash (the same seals as `sqlite.rs`).
         let mut event = commit.event;
-        let intent = commit.record.map(|mut record| {
-            record.version += 1;
-            let seal = row_seal_of(
-                &record,
-                record.key.as_str(),
-                record.generation,
-                record.version,
-            );
-            (record, seal)
+        let intent = commit.record.map(|record| {
+            let mut row = IntentRowV1::from(&record);
+            row.version += 1;
+            let seal = row_seal_of(row.to_body(), &row.key, row.generation, row.version);
+            (row, seal)
         });
-        let approval = commit.approval.map(|mut approval| {
-            approval.version += 1;
-            let seal = row_seal_of(
-                &approval,
-                &approval.id,
-                approval.generation,
-                approval.version,
-            );
-            (approval, seal)
+        let approval = commit.approval.map(|approval| {
+            let mut row = ApprovalRowV1::from(&approval);
+            row.version += 1;
+            let seal = row_seal_of(row.to_body(), &row.id, row.generation, row.version);
+            (row, seal)
         });
         add_row_seals(
             &mut event,
@@ -191,7 +187,7 @@ impl Data {
                 (link, seal.hash),
             );
             self.intents
-                .insert(id_key(&record.key, record.generation), record);
+                .insert((record.key.clone(), record.generation), record);
         }
         if let Some((approval, seal)) = approval {
             self.seals
@@ -207,19 +203,18 @@ impl Data {
             },
         );
         let position = self.audit.last().map_or(1, |(p, _)| p + 1);
-        self.audit.push((position, sealed));
+        self.audit.push((position, AuditRowV1::from(sealed)));
         Ok(())
     }
 }
 
-/// The seal of a row as stored (its version already advanced).
-fn row_seal_of<T: serde::Serialize>(row: &T, key: &str, generation: u32, version: u64) -> RowSeal {
-    let value = serde_json::to_value(row).expect("stored rows serialise");
+/// The seal of a row's stored body (its version already advanced).
+fn row_seal_of(body: serde_json::Value, key: &str, generation: u32, version: u64) -> RowSeal {
     RowSeal {
         key: key.to_owned(),
         generation,
         version,
-        hash: row_hash(&value),
+        hash: row_hash(&body),
     }
 }
 
@@ -230,7 +225,7 @@ impl StoreRead for MemoryStore {
             .intents
             .range((key.as_str().to_owned(), 0)..=(key.as_str().to_owned(), u32::MAX))
             .next_back()
-            .map(|(_, r)| r.clone()))
+            .map(|(_, r)| r.clone().into()))
     }
 
     async fn load_generation(
@@ -239,7 +234,11 @@ impl StoreRead for MemoryStore {
         generation: u32,
     ) -> Result<Option<IntentRecord>, StoreError> {
         let data = self.reach().await?;
-        Ok(data.intents.get(&id_key(key, generation)).cloned())
+        Ok(data
+            .intents
+            .get(&id_key(key, generation))
+            .cloned()
+            .map(Into::into))
     }
 
     async fn find_other_run(
@@ -253,7 +252,7 @@ impl StoreRead for MemoryStore {
         Ok(data
             .intents
             .values()
-            .filter(|r| r.cross_key.as_ref() == Some(cross_key))
+            .filter(|r| r.cross_key.as_deref() == Some(cross_key.as_str()))
             .filter(|r| r.run_id.as_deref() != run_id)
             .filter(|r| {
                 !matches!(
@@ -262,7 +261,8 @@ impl StoreRead for MemoryStore {
                 )
             })
             .max_by_key(|r| r.updated_at)
-            .cloned())
+            .cloned()
+            .map(Into::into))
     }
 
     async fn list_intents(
@@ -271,7 +271,7 @@ impl StoreRead for MemoryStore {
     ) -> Result<Listing<IntentRecord>, StoreError> {
         let data = self.reach().await?;
         let limit = if filter.limit == 0 { 100 } else { filter.limit } as usize;
-        let mut rows: Vec<&IntentRecord> = data
+        let mut rows: Vec<&IntentRowV1> = data
             .intents
             .values()
             .filter(|r| filter.state.is_none_or(|s| r.state == s))
@@ -291,14 +291,18 @@ impl StoreRead for MemoryStore {
         }
         // Rows in memory are always readable: nothing can edit them behind the store.
         Ok(Listing {
-            items: rows.into_iter().take(limit).cloned().collect(),
+            items: rows
+                .into_iter()
+                .take(limit)
+                .map(|r| r.clone().into())
+                .collect(),
             unreadable: Vec::new(),
         })
     }
 
     async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
         let data = self.reach().await?;
-        Ok(data.approvals.get(id).cloned())
+        Ok(data.approvals.get(id).cloned().map(Into::into))
     }
 
     async fn list_approvals(
@@ -310,7 +314,7 @@ impl StoreRead for MemoryStore {
             .approvals
             .values()
             .filter(|a| state.is_none_or(|s| a.state == s))
-            .cloned()
+            .map(|a| a.clone().into())
             .collect();
         rows.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         Ok(Listing {
@@ -335,15 +339,13 @@ impl StoreRead for MemoryStore {
         let mut out: Vec<StoredRow> = data
             .intents
             .values()
-            .map(|r| {
-                let value = serde_json::to_value(r).expect("stored rows serialise");
-                row(RowKind::Intent, r.key.as_str(), r.generation, value)
-            })
+            .map(|r| row(RowKind::Intent, &r.key, r.generation, r.to_body()))
             .collect();
-        out.extend(data.approvals.values().map(|a| {
-            let value = serde_json::to_value(a).expect("stored rows serialise");
-            row(RowKind::Approval, &a.id, 0, value)
-        }));
+        out.extend(
+            data.approvals
+                .values()
+                .map(|a| row(RowKind::Approval, &a.id, 0, a.to_body())),
+        );
         Ok(out)
     }
 
@@ -358,7 +360,7 @@ impl StoreRead for MemoryStore {
             .iter()
             .filter(|(p, _)| *p > after)
             .take(limit as usize)
-            .cloned()
+            .map(|(p, r)| (*p, r.clone().into()))
             .collect())
     }
 
@@ -368,7 +370,7 @@ impl StoreRead for MemoryStore {
             .audit
             .iter()
             .filter(|(_, r)| r.shard == shard)
-            .map(|(_, r)| r.clone())
+            .map(|(_, r)| r.clone().into())
             .collect();
         records.sort_by_key(|r| r.seq);
         Ok(records)

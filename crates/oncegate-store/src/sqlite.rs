@@ -21,6 +21,9 @@
 //! hash of its body, which that record's event also seals (`detail.row_intent` /
 //! `detail.row_approval`). Loads, and the writer before it replaces a row, check both;
 //! a load that finds no row where the chain says one was written refuses too.
+//!
+//! Bodies are written and read through the storage forms of [`crate::storage`], never
+//! the domain types' own serde.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -41,6 +44,7 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 use crate::{
     ClientKeyBinding, Commit, IntentFilter, Listing, StoreError, StoreRead, StoreWrite,
     UnreadableRow,
@@ -470,13 +474,13 @@ async fn append_audit(
         .cloned()
         .unwrap_or_else(ChainHead::genesis);
     let sealed = seal_with(event, &head, key);
-    let body = serde_json::to_string(&sealed.event).map_err(corrupt)?;
+    let row = AuditRowV1::from(sealed.clone());
     sqlx::query("INSERT INTO audit (shard, seq, prev_hash, hash, body) VALUES (?, ?, ?, ?, ?)")
-        .bind(i64::from(sealed.shard))
-        .bind(sealed.seq as i64)
-        .bind(&sealed.prev_hash)
-        .bind(&sealed.hash)
-        .bind(body)
+        .bind(i64::from(row.shard))
+        .bind(row.seq as i64)
+        .bind(&row.prev_hash)
+        .bind(&row.hash)
+        .bind(row.body_text())
         .execute(&mut *conn)
         .await
         .map_err(unavailable)?;
@@ -719,11 +723,11 @@ async fn apply_one(
     let mut event = commit.event.clone();
     let mut intent_row = None;
     if let Some(record) = &commit.record {
-        let mut stored = record.clone();
+        let mut stored = IntentRowV1::from(record);
         stored.version = record.version + 1;
-        let value = serde_json::to_value(&stored).map_err(corrupt)?;
+        let value = stored.to_body();
         let seal = RowSeal {
-            key: stored.key.as_str().to_owned(),
+            key: stored.key.clone(),
             generation: stored.generation,
             version: stored.version,
             hash: row_hash(&value),
@@ -733,10 +737,10 @@ async fn apply_one(
         // deleted row into a fresh, sealed version.
         let what = format!("intent {} generation {}", stored.key, stored.generation);
         if record.version == 0 {
-            if newest_intent_seal(conn, stored.key.as_str(), stored.generation)
+            if newest_intent_seal(conn, &stored.key, stored.generation)
                 .await?
                 .is_some()
-                && fetch_intent(conn, stored.key.as_str(), stored.generation)
+                && fetch_intent(conn, &stored.key, stored.generation)
                     .await?
                     .is_none()
             {
@@ -745,8 +749,7 @@ async fn apply_one(
                     "the audit chain wrote this row and it is gone (deleted row)",
                 ));
             }
-        } else if let Some(current) =
-            fetch_intent(conn, stored.key.as_str(), stored.generation).await?
+        } else if let Some(current) = fetch_intent(conn, &stored.key, stored.generation).await?
             && current.version == i64::try_from(record.version).unwrap_or(-1)
         {
             check_row(conn, RowKind::Intent, &current, key).await?;
@@ -755,9 +758,9 @@ async fn apply_one(
     }
     let mut approval_row = None;
     if let Some(approval) = &commit.approval {
-        let mut stored = approval.clone();
+        let mut stored = ApprovalRowV1::from(approval);
         stored.version = approval.version + 1;
-        let value = serde_json::to_value(&stored).map_err(corrupt)?;
+        let value = stored.to_body();
         let seal = RowSeal {
             key: stored.id.clone(),
             generation: stored.generation,
@@ -807,11 +810,11 @@ async fn apply_one(
                  WHERE key = ?1 AND generation = ?2 AND version = ?10 - 1",
             )
         }
-        .bind(stored.key.as_str())
+        .bind(&stored.key)
         .bind(i64::from(stored.generation))
         .bind(&stored.capability)
         .bind(stored.state.as_str())
-        .bind(stored.cross_key.as_ref().map(IntentKey::as_str))
+        .bind(stored.cross_key.as_deref())
         .bind(stored.run_id.as_deref())
         .bind(stored.business_ref.as_deref())
         .bind(stored.breaker_tripped)
@@ -843,7 +846,7 @@ async fn apply_one(
             )
         }
         .bind(&stored.id)
-        .bind(stored.key.as_str())
+        .bind(&stored.key)
         .bind(i64::from(stored.generation))
         .bind(stored.state.as_str())
         .bind(millis(stored.created_at))
@@ -1040,18 +1043,16 @@ async fn check_row(
     Ok(value)
 }
 
-fn decode<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, StoreError> {
-    serde_json::from_str(body).map_err(corrupt)
-}
-
 fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError> {
-    Ok(AuditRecord {
-        shard: row.get::<i64, _>("shard") as u32,
-        seq: row.get::<i64, _>("seq") as u64,
-        prev_hash: row.get("prev_hash"),
-        hash: row.get("hash"),
-        event: decode(row.get::<&str, _>("body"))?,
-    })
+    AuditRowV1::from_columns(
+        row.get::<i64, _>("shard") as u32,
+        row.get::<i64, _>("seq") as u64,
+        row.get("prev_hash"),
+        row.get("hash"),
+        row.get::<&str, _>("body"),
+    )
+    .map(AuditRecord::from)
+    .map_err(corrupt)
 }
 
 impl SqliteStore {
@@ -1062,7 +1063,7 @@ impl SqliteStore {
         row: RowData,
     ) -> Result<IntentRecord, StoreError> {
         let value = check_row(conn, RowKind::Intent, &row, self.chain_key()).await?;
-        serde_json::from_value(value).map_err(|e| {
+        IntentRowV1::from_body(value).map(Into::into).map_err(|e| {
             StoreError::Corrupt(format!(
                 "intent {} generation {}: {e}",
                 row.id, row.generation
@@ -1075,9 +1076,10 @@ impl SqliteStore {
     }
 }
 
-/// Decodes a listed row, checking only that its body matches its seal (no audit read
-/// per row: loads do the full check before anything is decided on a row).
-fn listed<T: serde::de::DeserializeOwned>(row: &RowData) -> Result<T, String> {
+/// Decodes a listed row in its storage form `R`, checking only that its body matches its
+/// seal (no audit read per row: loads do the full check before anything is decided on a
+/// row).
+fn listed<R: serde::de::DeserializeOwned + Into<T>, T>(row: &RowData) -> Result<T, String> {
     let (value, hash) =
         body_hash(&row.body).map_err(|e| format!("the stored body is not readable: {e}"))?;
     if row.row_hash.as_deref() != Some(hash.as_str()) {
@@ -1086,7 +1088,9 @@ fn listed<T: serde::de::DeserializeOwned>(row: &RowData) -> Result<T, String> {
                 .into(),
         );
     }
-    serde_json::from_value(value).map_err(|e| format!("the stored body does not decode: {e}"))
+    serde_json::from_value::<R>(value)
+        .map(Into::into)
+        .map_err(|e| format!("the stored body does not decode: {e}"))
 }
 
 impl StoreRead for SqliteStore {
@@ -1192,7 +1196,7 @@ impl StoreRead for SqliteStore {
         let mut listing = Listing::default();
         for r in &rows {
             let row = row_data(r, RowKind::Intent);
-            match listed(&row) {
+            match listed::<IntentRowV1, _>(&row) {
                 Ok(record) => listing.items.push(record),
                 Err(problem) => {
                     tracing::warn!(key = %row.id, generation = row.generation, %problem, "an intent row cannot be listed");
@@ -1213,8 +1217,8 @@ impl StoreRead for SqliteStore {
         let result = match fetch_approval(&mut tx, id).await? {
             Some(row) => {
                 match check_row(&mut tx, RowKind::Approval, &row, self.chain_key()).await {
-                    Ok(value) => serde_json::from_value(value)
-                        .map(Some)
+                    Ok(value) => ApprovalRowV1::from_body(value)
+                        .map(|a| Some(a.into()))
                         .map_err(|e| StoreError::Corrupt(format!("approval {id}: {e}"))),
                     Err(e) => Err(e),
                 }
@@ -1245,7 +1249,7 @@ impl StoreRead for SqliteStore {
         let mut listing = Listing::default();
         for r in &rows {
             let row = row_data(r, RowKind::Approval);
-            match listed(&row) {
+            match listed::<ApprovalRowV1, _>(&row) {
                 Ok(a) => listing.items.push(a),
                 Err(problem) => {
                     tracing::warn!(approval = %row.id, %problem, "an approval row cannot be listed");

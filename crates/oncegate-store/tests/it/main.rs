@@ -3,3 +3,4 @@
 mod conformance;
 mod integrity;
 mod open;
+mod storage;

@@ -1,0 +1,215 @@
+//! The audit chain's own encoding of an event: what a record's hash covers, and what a
+//! store keeps as an audit row's body.
+//!
+//! [`AuditEvent`] is the domain type: the engine builds it, the API and the CLI show
+//! it, and it is free to change. [`EventV1`] is the frozen form the chain hashes. Its
+//! field names, their order and their spellings are those the chain has always hashed,
+//! so records sealed before this module existed keep verifying.
+//!
+//! The rule: `EventV1` changes only with a new version. A different hashed form is a
+//! new `EventV2` (and a store migration), and verification must then know which form
+//! sealed each record, so that every record ever sealed still verifies. Renaming or
+//! adding a field of [`AuditEvent`] changes only the conversions below.
+//!
+//! Nested enums ([`AuditKind`], [`IntentState`], [`Status`], [`Code`]) keep their domain
+//! serde spellings here rather than a copy of their own: each is a closed set of
+//! snake_case words (or `OG-` codes) that are also the API's and the database columns'
+//! spelling. A change to any of them is caught by the `variant_spellings` snapshot
+//! below, which pins every variant's spelling; such a change needs an `EventV2`.
+//! The row seals inside `detail` ([`RowSeal`](super::RowSeal)) are pinned by the same
+//! rule through the stored-bytes snapshots of `oncegate-store`.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{AuditEvent, AuditKind};
+use crate::codes::Code;
+use crate::intent::{IntentState, Status};
+use crate::key::IntentKey;
+
+/// Version 1 of the hashed (and stored) form of an audit event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventV1 {
+    /// When (the injected clock), RFC 3339 as jiff writes it.
+    pub at: Timestamp,
+    /// What kind of decision.
+    pub kind: AuditKind,
+    /// The intent key, lowercase hex.
+    pub key: Option<String>,
+    /// Its generation.
+    pub generation: u32,
+    /// The capability.
+    pub capability: Option<String>,
+    /// Who acted.
+    pub actor: String,
+    /// The run.
+    pub run_id: Option<String>,
+    /// State before.
+    pub from: Option<IntentState>,
+    /// State after.
+    pub to: Option<IntentState>,
+    /// What the caller was told.
+    pub status: Option<Status>,
+    /// The stable code, if any.
+    pub code: Option<Code>,
+    /// Everything else, row seals included.
+    pub detail: Value,
+}
+
+impl From<AuditEvent> for EventV1 {
+    fn from(e: AuditEvent) -> Self {
+        Self {
+            at: e.at,
+            kind: e.kind,
+            key: e.key.map(|k| k.as_str().to_owned()),
+            generation: e.generation,
+            capability: e.capability,
+            actor: e.actor,
+            run_id: e.run_id,
+            from: e.from,
+            to: e.to,
+            status: e.status,
+            code: e.code,
+            detail: e.detail,
+        }
+    }
+}
+
+impl From<&AuditEvent> for EventV1 {
+    fn from(e: &AuditEvent) -> Self {
+        Self::from(e.clone())
+    }
+}
+
+impl From<EventV1> for AuditEvent {
+    fn from(e: EventV1) -> Self {
+        Self {
+            at: e.at,
+            kind: e.kind,
+            key: e.key.map(IntentKey::from_hex),
+            generation: e.generation,
+            capability: e.capability,
+            actor: e.actor,
+            run_id: e.run_id,
+            from: e.from,
+            to: e.to,
+            status: e.status,
+            code: e.code,
+            detail: e.detail,
+        }
+    }
+}
+
+/// What a record's hash (or HMAC) is computed over, before canonical JSON: the shard,
+/// the sequence number as a string, the previous hash and the event in its V1 form.
+pub(crate) fn hash_input_v1(shard: u32, seq: u64, prev_hash: &str, event: &AuditEvent) -> Value {
+    let body = serde_json::to_value(EventV1::from(event)).expect("audit events serialise");
+    json!({"shard": shard, "seq": seq.to_string(), "prev": prev_hash, "event": body})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{ChainHead, RowSeal, add_row_seals, seal};
+    use crate::key::{canonical_json, digest};
+
+    fn sample() -> AuditEvent {
+        let mut event = AuditEvent {
+            at: Timestamp::from_second(1_700_000_000).unwrap(),
+            kind: AuditKind::Effect,
+            key: Some(IntentKey::from_hex("cd".repeat(32))),
+            generation: 2,
+            capability: Some("charge_card".into()),
+            actor: "planner".into(),
+            run_id: Some("run-7".into()),
+            from: Some(IntentState::InFlight),
+            to: Some(IntentState::Unknown),
+            status: Some(Status::Unknown),
+            code: Some(Code::StoreUnavailable),
+            detail: json!({"effect_ref": "ch_1"}),
+        };
+        add_row_seals(
+            &mut event,
+            Some(RowSeal {
+                key: "cd".repeat(32),
+                generation: 2,
+                version: 3,
+                hash: "ef".repeat(32),
+            }),
+            None,
+        );
+        event
+    }
+
+    /// The exact bytes hashed for a sample record, and the hash: a rename in
+    /// `AuditEvent` (or any change to `EventV1`) fails here before it reaches a chain.
+    #[test]
+    fn hash_input_and_hash_v1() {
+        let record = seal(sample(), &ChainHead::genesis());
+        let input = hash_input_v1(record.shard, record.seq, &record.prev_hash, &record.event);
+        assert_eq!(
+            digest(&input),
+            record.hash,
+            "the hash covers exactly this input"
+        );
+        insta::assert_snapshot!(format!(
+            "hash input: {}\nhash: {}",
+            canonical_json(&input),
+            record.hash
+        ));
+    }
+
+    #[test]
+    fn v1_round_trips_the_domain_event() {
+        let event = sample();
+        assert_eq!(AuditEvent::from(EventV1::from(&event)), event);
+    }
+
+    /// Every spelling a V1 event can carry for its enums.
+    #[test]
+    fn variant_spellings() {
+        let kinds = [
+            AuditKind::Call,
+            AuditKind::Effect,
+            AuditKind::Reconcile,
+            AuditKind::Approval,
+            AuditKind::Admin,
+        ];
+        let states = [
+            IntentState::InFlight,
+            IntentState::Applied,
+            IntentState::Failed,
+            IntentState::Unknown,
+            IntentState::NotApplied,
+            IntentState::PendingApproval,
+            IntentState::Denied,
+        ];
+        let statuses = [
+            Status::Applied,
+            Status::Replayed,
+            Status::InFlight,
+            Status::Unknown,
+            Status::PendingApproval,
+            Status::Denied,
+            Status::Refused,
+            Status::DryRun,
+            Status::Failed,
+        ];
+        let spell = |values: Vec<Value>| {
+            values
+                .iter()
+                .map(|v| v.as_str().expect("a string spelling"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let out = [
+            format!("kinds: {}", spell(kinds.map(|k| json!(k)).to_vec())),
+            format!("states: {}", spell(states.map(|s| json!(s)).to_vec())),
+            format!("statuses: {}", spell(statuses.map(|s| json!(s)).to_vec())),
+            format!("codes: {}", spell(Code::ALL.map(|c| json!(c)).to_vec())),
+        ]
+        .join("\n");
+        insta::assert_snapshot!(out);
+    }
+}
