@@ -2,11 +2,50 @@
 //!
 //! `sandbox` is a simulated payment/messaging/ledger provider with fault injection (a
 //! real server process in tests, the demo and benchmarks).
+//!
+//! Module map, top to bottom: a module imports only modules below it (no circles).
+//!
+//! ```text
+//! server         the public face (re-exports only): AppState, app, serve, sweep, ...
+//! serve          hyper accept loop, header read timeout, graceful drain
+//! router         app(state) -> Router: the routes, /mcp, body limit, JSON rejections
+//! openapi        the OpenAPI document from the route handlers
+//! routes/        JSON API handlers by resource: calls (and keys), intents, approvals,
+//!                audit, admin, ops (health, readiness, metrics)
+//! mcp/           /mcp: auth (middleware), surface (rmcp handler), schema, sessions
+//! sweep          the reconciliation loop (executors from the front door)
+//! front          the one front door: capability lookup, executor, the engine in its
+//!                own task, alerts and metrics after (POST /v1/calls, tools/call, approvals)
+//! alerts         alert webhook template rendering and delivery
+//! state          AppState, Principal, tokens and authentication, MAX_BODY_BYTES
+//! headers        bearer token and structural id headers
+//! error          ApiError: the one error-to-wire table (HTTP and MCP forms)
+//! wire           Envelope: the one outcome wire type (JSON envelope, MCP _meta + line)
+//! upstream/      executors: HTTP, MCP (upstream::mcp), the shared reqwest client
+//! tool_result    reading stored MCP tool results (shared by upstream::mcp and wire)
+//! inflight       detached tasks shutdown waits for
+//! ```
+//!
+//! `probe`, `demo`, `verify` and `sandbox` stand beside this tree (they use `server` and
+//! `upstream`; nothing in it uses them).
 
+pub mod alerts;
 pub mod demo;
+pub mod error;
+pub mod front;
+pub mod headers;
+pub mod inflight;
 pub mod mcp;
+pub mod openapi;
 pub mod probe;
+pub mod router;
+pub mod routes;
 pub mod sandbox;
+pub mod serve;
 pub mod server;
+pub mod state;
+pub mod sweep;
+pub mod tool_result;
 pub mod upstream;
 pub mod verify;
+pub mod wire;
