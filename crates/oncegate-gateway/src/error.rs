@@ -44,9 +44,9 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    /// A server fault (already logged here, once).
-    pub fn internal(message: String) -> Self {
-        tracing::error!(error = %message, "internal error");
+    /// A server fault: `detail` is logged here, once; the client reads only `message`.
+    pub fn internal(message: String, detail: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %detail, "{message}");
         ApiError::Internal(message)
     }
 
@@ -174,5 +174,59 @@ impl From<oncegate_store::StoreError> for ApiError {
             }
             _ => ApiError::Store(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unauthenticated_forbidden_and_internal_have_their_own_status_and_code() {
+        let table = [
+            (ApiError::Unauthenticated, 401, Code::Unauthenticated),
+            (ApiError::Forbidden("no".into()), 403, Code::Forbidden),
+            (ApiError::NotFound("none".into()), 404, Code::NotFound),
+            (ApiError::Store("down".into()), 503, Code::StoreUnavailable),
+            (
+                ApiError::Internal("the call task failed".into()),
+                500,
+                Code::Internal,
+            ),
+            (
+                ApiError::Gate(GateError::RateLimited("slow".into())),
+                429,
+                Code::RateLimited,
+            ),
+            (
+                ApiError::Gate(GateError::ClientKeyReused("other".into())),
+                422,
+                Code::ClientKeyReused,
+            ),
+        ];
+        for (error, status, code) in table {
+            let (s, c, _) = error.parts();
+            assert_eq!((s.as_u16(), c), (status, code), "{error:?}");
+        }
+        let r = ApiError::Unauthenticated.into_response();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert!(r.headers().contains_key(header::WWW_AUTHENTICATE));
+        let r = ApiError::Forbidden("no".into()).into_response();
+        assert!(!r.headers().contains_key(header::WWW_AUTHENTICATE));
+    }
+
+    #[test]
+    fn on_mcp_a_failed_task_is_an_internal_tool_error_and_an_unknown_tool_a_jsonrpc_error() {
+        let result = ApiError::Internal("the call task failed".into())
+            .into_mcp()
+            .unwrap();
+        assert_eq!(result.is_error, Some(true));
+        let meta = &result.meta.as_ref().unwrap()[OUTCOME_META_KEY];
+        assert_eq!(meta["code"], "OG-0055", "{meta}");
+        assert_eq!(meta["status"], "refused", "{meta}");
+        let error = ApiError::Gate(GateError::UnknownCapability("nope".into()))
+            .into_mcp()
+            .unwrap_err();
+        assert_eq!(error.message, "unknown tool `nope`");
     }
 }

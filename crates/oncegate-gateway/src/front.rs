@@ -108,7 +108,7 @@ impl Door {
             outcome
         });
         task.await
-            .map_err(|e| ApiError::internal(format!("the {what} task failed: {e}")))?
+            .map_err(|e| ApiError::internal(format!("the {what} task failed"), &e))?
             .map_err(ApiError::Gate)
     }
 }

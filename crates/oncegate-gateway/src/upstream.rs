@@ -30,6 +30,7 @@ use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_engine::{Attempt, Executor, IntentHandle, LateAnswer};
 use serde_json::{Map, Value, json};
 
+use self::client::reqwest_error_text;
 use crate::inflight::InFlight;
 
 /// Why a template could not be rendered (nothing was sent).
@@ -347,45 +348,6 @@ impl UpstreamExecutor {
             req = req.json(&body);
         }
         Ok(req)
-    }
-}
-
-struct ErrorText {
-    connect: bool,
-    builder: bool,
-    timeout: bool,
-    text: String,
-}
-
-fn reqwest_error_text(e: &reqwest::Error) -> ErrorText {
-    let (connect, builder, timeout) = (e.is_connect(), e.is_builder(), e.is_timeout());
-    let mut text = String::new();
-    let mut source: Option<&dyn std::error::Error> = Some(e);
-    // The error chain without reqwest's own "for url (...)" wrapper.
-    while let Some(err) = source {
-        if !std::ptr::addr_eq(err, e as &dyn std::error::Error) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&err.to_string());
-        }
-        source = err.source();
-    }
-    if text.is_empty() {
-        text = if connect {
-            "connection failed"
-        } else if builder {
-            "the request could not be built"
-        } else {
-            "transport error"
-        }
-        .to_owned();
-    }
-    ErrorText {
-        connect,
-        builder,
-        timeout,
-        text,
     }
 }
 

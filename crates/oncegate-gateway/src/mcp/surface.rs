@@ -12,15 +12,15 @@ use oncegate_core::intent::{IntentState, Outcome, Status};
 use oncegate_engine::Call;
 use rmcp::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    ErrorData as McpError, Implementation, JsonObject, ListToolsResult, MetaObject,
-    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData as McpError,
+    Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ResultType,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
-use super::{RUN_ID_META_KEY, STEP_ID_META_KEY};
 use super::schema::{annotations, derived_schema, strip_property};
+use super::{RUN_ID_META_KEY, STEP_ID_META_KEY};
 use crate::error::ApiError;
 use crate::front::Door;
 use crate::headers::{header_string, invalid_header};
@@ -305,9 +305,8 @@ impl ServerHandler for McpSurface {
         _request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let principal = principal(&ctx).map_err(|_| {
-            McpError::internal_error("the request was not authenticated", None)
-        })?;
+        let principal = principal(&ctx)
+            .map_err(|_| McpError::internal_error("the request was not authenticated", None))?;
         let mut tools = Vec::new();
         for cap in self.callable(&principal) {
             tools.push(self.tool(&cap).await);

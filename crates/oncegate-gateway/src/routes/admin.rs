@@ -71,6 +71,9 @@ pub(crate) async fn kill_switch(
         .killed
         .then(|| body.reason.unwrap_or_else(|| format!("by {}", p.name)));
     tracing::warn!(target = %target, killed = body.killed, by = %p.name, "kill switch");
-    state.gate().set_kill_switch(&p.name, &target, reason).await?;
+    state
+        .gate()
+        .set_kill_switch(&p.name, &target, reason)
+        .await?;
     Ok(Json(json!({"kill_switches": state.gate().kill_switches()})).into_response())
 }

@@ -33,7 +33,6 @@ pub struct CallBody {
     pub arguments: Value,
 }
 
-
 #[utoipa::path(post, path = "/v1/calls", tag = "calls", request_body = CallBody, params(("Oncegate-Run-Id" = Option<String>, Header, description = "the orchestrator's run id"), ("Oncegate-Step-Id" = Option<String>, Header, description = "the orchestrator's step id"), ("Idempotency-Key" = Option<String>, Header, description = "a coded orchestrator's own stable key")), responses((status = 200, description = "applied, replayed, dry_run or failed", body = Envelope), (status = 202, description = "in_flight, unknown or pending_approval", body = Envelope), (status = 403, description = "denied", body = Envelope), (status = 409, description = "refused, or the Idempotency-Key's first request is in flight", body = Envelope), (status = 429, description = "attempt ceiling or read rate cap", body = Envelope), (status = 503, description = "store unavailable (fail closed)", body = Envelope), (status = 400, description = "malformed request"), (status = 401, description = "missing or wrong token"), (status = 422, description = "arguments do not normalise, or Idempotency-Key reused")), security(("bearer" = [])))]
 pub(crate) async fn post_call(
     State(state): State<AppState>,

@@ -30,6 +30,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientLifecycleMode, ClientServiceExt};
 
+use super::client::reqwest_error_text;
 use crate::inflight::InFlight;
 pub use crate::tool_result::{all_text, as_tool_result, first_text, record_of, structured};
 
@@ -173,7 +174,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
         let part = match err.downcast_ref::<reqwest::Error>() {
-            Some(r) => super::reqwest_error_text(r).text,
+            Some(r) => reqwest_error_text(r).text,
             None => err.to_string(),
         };
         if !text.contains(&part) {
