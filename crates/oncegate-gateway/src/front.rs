@@ -131,3 +131,64 @@ fn record_decision(o: &Outcome, capability: &str) {
         metrics::counter!("oncegate_duplicates_prevented_total", "capability" => capability.to_owned()).increment(1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use oncegate_core::codes::Code;
+    use oncegate_core::config::Role;
+
+    use super::*;
+
+    const REGISTRY: &str = r#"
+[store]
+url = "sqlite://gw.db"
+
+[[principals]]
+name = "agent"
+role = "agent"
+token_env = "UNUSED_TOKEN_AGENT"
+
+[[capabilities]]
+name = "charge"
+category = "keyed"
+key = { business_ref = "order_id" }
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:9/v1/charges"
+"#;
+
+    #[tokio::test]
+    async fn a_call_task_that_panics_is_an_internal_error_never_a_store_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c.toml"), REGISTRY).unwrap();
+        let registry = oncegate_store::load_registry(&dir.path().join("c.toml")).unwrap();
+        let gate = Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
+            .await
+            .unwrap();
+        let state = AppState::with_tokens(gate, crate::upstream::client::http_client(), vec![]);
+        assert!(matches!(
+            Door::open(&state, "nope"),
+            Err(ApiError::Gate(GateError::UnknownCapability(_)))
+        ));
+        let principal = Principal {
+            name: "agent".into(),
+            role: Role::Agent,
+        };
+        let door = Door::open(&state, "charge").unwrap();
+        let error = door
+            .spawn(&principal, "call", |_, _| async { panic!("secret detail") })
+            .await
+            .unwrap_err();
+        let (status, code, message) = error.parts();
+        assert_eq!((status.as_u16(), code), (500, Code::Internal), "{message}");
+        assert!(
+            !message.contains("secret"),
+            "internals stay in the log: {message}"
+        );
+        // The task's in-flight registration ended with it.
+        assert_eq!(state.inflight().drain(Duration::ZERO).await, 0);
+    }
+}
