@@ -103,11 +103,17 @@ pub enum Code {
     /// The arguments nest deeper than `gateway.max_argument_depth`.
     #[serde(rename = "OG-0053")]
     ArgumentsTooDeep,
+    /// No bearer token, or one no principal holds (HTTP 401).
+    #[serde(rename = "OG-0054")]
+    Unauthenticated,
+    /// The gateway failed itself (a call task panicked or was cancelled): HTTP 500.
+    #[serde(rename = "OG-0055")]
+    Internal,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 29] = [
+    pub const ALL: [Code; 31] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -137,6 +143,8 @@ impl Code {
         Code::AmbiguousAuthorization,
         Code::ArgumentsTooLarge,
         Code::ArgumentsTooDeep,
+        Code::Unauthenticated,
+        Code::Internal,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -171,6 +179,8 @@ impl Code {
             Code::AmbiguousAuthorization => "OG-0051",
             Code::ArgumentsTooLarge => "OG-0052",
             Code::ArgumentsTooDeep => "OG-0053",
+            Code::Unauthenticated => "OG-0054",
+            Code::Internal => "OG-0055",
         }
     }
 }

@@ -1,6 +1,46 @@
 //! oncegate-gateway: the only crate that knows wire formats.
+//!
+//! Module map, top to bottom: a module imports only modules below it (no circles).
+//!
+//! ```text
+//! server         the public face (re-exports only): AppState, app, serve, sweep, ...
+//! serve          hyper accept loop, header read timeout, graceful drain
+//! router         app(state) -> Router: the routes, /mcp, body limit, JSON rejections
+//! openapi        the OpenAPI document from the route handlers
+//! routes/        JSON API handlers by resource: calls (and keys), intents, approvals,
+//!                audit, admin, ops (health, readiness, metrics)
+//! mcp/           /mcp: auth (middleware), surface (rmcp handler), schema, sessions
+//! sweep          the reconciliation loop (executors from the front door)
+//! front          the one front door: capability lookup, executor, the engine in its
+//!                own task, alerts and metrics after (POST /v1/calls, tools/call, approvals)
+//! alerts         alert webhook template rendering and delivery
+//! state          AppState, Principal, tokens and authentication, MAX_BODY_BYTES
+//! headers        bearer token and structural id headers
+//! error          ApiError: the one error-to-wire table (HTTP and MCP forms)
+//! wire           Envelope: the one outcome wire type (JSON envelope, MCP _meta + line)
+//! upstream/      executors: HTTP, MCP (upstream::mcp), the shared reqwest client
+//! tool_result    reading stored MCP tool results (shared by upstream::mcp and wire)
+//! inflight       detached tasks shutdown waits for
+//! ```
+//!
+//! `probe` stands beside this tree (it uses `upstream`; nothing in it uses `probe`). The
+//! simulated provider is its own crate (oncegate-sandbox), reached only over the wire;
+//! `oncegate demo` and `oncegate verify` live in the CLI.
 
+pub mod alerts;
+pub mod error;
+mod front;
+mod headers;
+pub mod inflight;
 pub mod mcp;
+mod openapi;
 pub mod probe;
+mod router;
+mod routes;
+pub mod serve;
 pub mod server;
+pub mod state;
+pub mod sweep;
+pub mod tool_result;
 pub mod upstream;
+pub mod wire;

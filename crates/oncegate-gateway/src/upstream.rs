@@ -16,6 +16,7 @@
 //! answer over `gateway.max_answer_bytes` / `max_answer_depth` is never stored whole: it
 //! is read as a stream, hashed, and stored as its SHA-256, length and a short preview.
 
+pub mod client;
 pub mod mcp;
 
 use std::sync::Arc;
@@ -28,6 +29,9 @@ use oncegate_core::template::{Part, Source, Template};
 use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_engine::{Attempt, Executor, IntentHandle, LateAnswer};
 use serde_json::{Map, Value, json};
+
+use self::client::reqwest_error_text;
+use crate::inflight::InFlight;
 
 /// Why a template could not be rendered (nothing was sent).
 #[derive(Debug, thiserror::Error)]
@@ -272,7 +276,7 @@ pub struct UpstreamExecutor {
     client: reqwest::Client,
     cap: Arc<Capability>,
     /// Where a call left running past its timeout registers, so shutdown waits for it.
-    inflight: Option<crate::server::InFlight>,
+    inflight: Option<InFlight>,
     /// Where an effect's MCP call is listed until it has really ended.
     running: Option<mcp::RunningCalls>,
     /// What an answer may be before only its summary is stored.
@@ -298,7 +302,7 @@ impl UpstreamExecutor {
     }
 
     /// Registers MCP calls left running past their timeout with `inflight`.
-    pub fn with_inflight(mut self, inflight: crate::server::InFlight) -> Self {
+    pub fn with_inflight(mut self, inflight: InFlight) -> Self {
         self.inflight = Some(inflight);
         self
     }
@@ -344,45 +348,6 @@ impl UpstreamExecutor {
             req = req.json(&body);
         }
         Ok(req)
-    }
-}
-
-struct ErrorText {
-    connect: bool,
-    builder: bool,
-    timeout: bool,
-    text: String,
-}
-
-fn reqwest_error_text(e: &reqwest::Error) -> ErrorText {
-    let (connect, builder, timeout) = (e.is_connect(), e.is_builder(), e.is_timeout());
-    let mut text = String::new();
-    let mut source: Option<&dyn std::error::Error> = Some(e);
-    // The error chain without reqwest's own "for url (...)" wrapper.
-    while let Some(err) = source {
-        if !std::ptr::addr_eq(err, e as &dyn std::error::Error) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&err.to_string());
-        }
-        source = err.source();
-    }
-    if text.is_empty() {
-        text = if connect {
-            "connection failed"
-        } else if builder {
-            "the request could not be built"
-        } else {
-            "transport error"
-        }
-        .to_owned();
-    }
-    ErrorText {
-        connect,
-        builder,
-        timeout,
-        text,
     }
 }
 

@@ -29,7 +29,10 @@ use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientLifecycleMode, ClientServiceExt};
-use serde_json::{Value, json};
+
+use super::client::reqwest_error_text;
+use crate::inflight::InFlight;
+pub use crate::tool_result::{all_text, as_tool_result, first_text, record_of, structured};
 
 /// The `_meta` key an MCP upstream finds the intent key under.
 pub const IDEMPOTENCY_META_KEY: &str = "dev.oncegate/idempotency_key";
@@ -171,7 +174,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
         let part = match err.downcast_ref::<reqwest::Error>() {
-            Some(r) => super::reqwest_error_text(r).text,
+            Some(r) => reqwest_error_text(r).text,
             None => err.to_string(),
         };
         if !text.contains(&part) {
@@ -240,7 +243,7 @@ fn classify(e: ServiceError) -> CallEnd {
 pub async fn call_tool(
     client: reqwest::Client,
     call: ToolCall,
-    inflight: Option<&crate::server::InFlight>,
+    inflight: Option<&InFlight>,
     running: Option<RunningGuard>,
 ) -> (CallEnd, Option<LateEnd>) {
     let deadline = tokio::time::Instant::now() + call.timeout;
@@ -293,7 +296,7 @@ pub async fn call_tool(
             // server that never answers would hold the connection forever: after
             // LATE_ANSWER_LIMIT the request is given up (rmcp then cancels it upstream),
             // and that, too, is the attempt's end.
-            let guard = inflight.map(crate::server::InFlight::enter);
+            let guard = inflight.map(InFlight::enter);
             let (tx, rx) = tokio::sync::oneshot::channel();
             tokio::spawn(async move {
                 let _guard = guard;
@@ -339,55 +342,4 @@ pub async fn tool_schema(client: reqwest::Client, call: ToolCall) -> Result<Json
     tokio::time::timeout(call.timeout, fetch)
         .await
         .map_err(|_| "the upstream did not list its tools before the timeout".to_owned())?
-}
-
-/// The JSON a tool result is judged by: `structuredContent`, or the first text block
-/// parsed as JSON (servers that predate structured content).
-pub fn structured(result: &CallToolResult) -> Value {
-    if let Some(v) = &result.structured_content {
-        return v.clone();
-    }
-    result
-        .content
-        .iter()
-        .find_map(|c| c.as_text().map(|t| t.text.clone()))
-        .map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
-        .unwrap_or(Value::Null)
-}
-
-/// The provider's record inside a stored tool result (what [`structured`] reads); any
-/// other value as it is.
-pub fn record_of(stored: Value) -> Value {
-    match serde_json::from_value::<CallToolResult>(stored.clone()) {
-        Ok(r) if stored.get("content").is_some_and(Value::is_array) => structured(&r),
-        _ => stored,
-    }
-}
-
-/// The first text block of a result (for messages).
-pub fn first_text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .find_map(|c| c.as_text().map(|t| t.text.clone()))
-        .unwrap_or_default()
-}
-
-/// Every text block of a result, one per line (what a `rejected` pattern is matched
-/// against).
-pub fn all_text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// A stored record re-shaped as a tool result (for a reconciled effect).
-pub fn as_tool_result(record: &Value) -> Value {
-    json!({
-        "content": [{"type": "text", "text": record.to_string()}],
-        "structuredContent": record,
-    })
 }

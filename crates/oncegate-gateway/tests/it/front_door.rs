@@ -680,7 +680,14 @@ async fn the_bearer_scheme_is_case_insensitive_and_authorization_is_sent_once() 
             .await
             .unwrap();
         assert_eq!(r.status().as_u16(), 401, "{value}");
+        // Not authenticated is its own code, not Forbidden's (OG-0013).
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "OG-0054", "{value}: {body}");
     }
+    // Authenticated with the wrong role: 403 and Forbidden.
+    let (status, body) = get_json(&url, Some("tok")).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "OG-0013", "{body}");
     let two = with(bearer("adm"), "authorization", b"Bearer adm");
     let r = reqwest::Client::new()
         .get(&url)
@@ -721,6 +728,12 @@ async fn the_bearer_scheme_is_case_insensitive_and_authorization_is_sent_once() 
         "a lower-case scheme authenticates on /mcp: {text}"
     );
     assert!(text.contains("charge_plain"), "{text}");
+    // A wrong token at /mcp: the same 401, code and challenge as the JSON API.
+    let r = post(bearer("wrong")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert!(r.headers().contains_key("www-authenticate"), "{r:?}");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "OG-0054", "{body}");
 }
 
 #[tokio::test]

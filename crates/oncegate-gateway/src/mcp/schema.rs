@@ -1,0 +1,130 @@
+//! Tool descriptions from the registry: input schemas derived from the key recipe and
+//! the templates, and MCP annotations from the category (never from the upstream).
+
+use oncegate_core::config::{Capability, Category};
+use oncegate_core::normalise::Normaliser;
+use oncegate_core::template::Source;
+use rmcp::model::{JsonObject, ToolAnnotations};
+use serde_json::{Map, Value, json};
+
+/// What the category promises, as MCP hints (from the registry, never from upstream).
+pub(crate) fn annotations(cap: &Capability) -> ToolAnnotations {
+    let (read_only, destructive, idempotent) = match cap.category {
+        Category::Read => (true, false, true),
+        Category::IdempotentWrite => (false, true, true),
+        // The upstream dedupes the intent key, inside the replay window or not.
+        Category::Keyed => (false, true, true),
+        // oncegate replays repeats inside the window, but after it the provider, which
+        // cannot dedupe, would act again: not idempotent in MCP's sense.
+        Category::NonIdempotent => (false, true, false),
+    };
+    let mut a = ToolAnnotations::new()
+        .read_only(read_only)
+        .destructive(destructive)
+        .idempotent(idempotent);
+    a.open_world_hint = Some(true);
+    a
+}
+
+fn arg_schema(normaliser: &Normaliser) -> Value {
+    match normaliser {
+        Normaliser::Money { .. } => json!({
+            "type": ["string", "number", "object"],
+            "description": "an amount: \"12.50\", 12.5, \"USD 12.50\", {\"minor\": 1250} or {\"amount\": \"12.50\", \"currency\": \"USD\"}"
+        }),
+        Normaliser::Email => json!({"type": "string", "format": "email"}),
+        Normaliser::Text { .. } => json!({"type": "string"}),
+        Normaliser::Integer => json!({"type": ["integer", "string"]}),
+        Normaliser::Decimal => json!({"type": ["number", "string"]}),
+        Normaliser::Enum { values } => json!({"type": "string", "enum": values}),
+        Normaliser::Set => json!({"type": "array"}),
+        Normaliser::Id { .. } => json!({"type": ["string", "integer"]}),
+    }
+}
+
+/// A schema built from the key recipe and the templates: what the gateway reads.
+pub fn derived_schema(cap: &Capability) -> JsonObject {
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    let mut add = |root: &str, nested: bool, schema: Value, is_required: bool| {
+        if !properties.contains_key(root) {
+            let schema = if nested {
+                json!({"type": "object"})
+            } else {
+                schema
+            };
+            properties.insert(root.to_owned(), schema);
+        }
+        if is_required && !required.contains(&Value::from(root)) {
+            required.push(Value::from(root));
+        }
+    };
+    if let Some(path) = &cap.key.business_ref {
+        let nested = path.as_str().contains('.');
+        add(
+            path.root(),
+            nested,
+            json!({"type": ["string", "integer"], "description": "the business reference: one intent per value"}),
+            true,
+        );
+    }
+    for arg in &cap.key.significant {
+        let nested = arg.path.as_str().contains('.');
+        add(
+            arg.path.root(),
+            nested,
+            arg_schema(&arg.normaliser),
+            !arg.optional,
+        );
+        if let Normaliser::Money {
+            currency_arg: Some(c),
+            default_currency,
+            ..
+        } = &arg.normaliser
+        {
+            add(
+                c.root(),
+                c.as_str().contains('.'),
+                json!({"type": "string", "description": "ISO 4217 currency code"}),
+                default_currency.is_none() && !arg.optional,
+            );
+        }
+    }
+    // Arguments only passed through to the provider (a memo, a body): optional.
+    let mut templates = Vec::new();
+    if let Some(up) = &cap.upstream {
+        templates.push(&up.url);
+        if let Some(body) = &up.body {
+            body.templates(&mut templates);
+        }
+    }
+    for t in templates {
+        for part in t.parts() {
+            if let oncegate_core::template::Part::Placeholder(Source::Arg(path)) = part {
+                add(
+                    path.root(),
+                    path.as_str().contains('.'),
+                    json!({"description": "passed to the provider as given; not part of the intent"}),
+                    false,
+                );
+            }
+        }
+    }
+    let mut schema = Map::new();
+    schema.insert("type".into(), json!("object"));
+    schema.insert("properties".into(), Value::Object(properties));
+    if !required.is_empty() {
+        schema.insert("required".into(), Value::Array(required));
+    }
+    schema
+}
+
+/// Removes a property (and its `required` entry) from a schema.
+pub(crate) fn strip_property(schema: &mut JsonObject, name: &str) {
+    if let Some(Value::Object(props)) = schema.get_mut("properties") {
+        props.remove(name);
+    }
+    if let Some(Value::Array(required)) = schema.get_mut("required") {
+        required.retain(|r| r.as_str() != Some(name));
+    }
+}

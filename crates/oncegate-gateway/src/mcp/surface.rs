@@ -1,0 +1,327 @@
+//! The rmcp handler: `tools/list` (the capabilities a principal may call) and
+//! `tools/call`, which takes the front door like `POST /v1/calls` and answers the
+//! outcome's [`Envelope`] as a tool result: the model line first in `content`, the
+//! envelope's MCP rendering in `_meta`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use oncegate_core::codes::Code;
+use oncegate_core::config::{Capability, Role, UpstreamKind};
+use oncegate_core::intent::{IntentState, Outcome, Status};
+use oncegate_engine::Call;
+use rmcp::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData as McpError,
+    Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ResultType,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use serde_json::{Value, json};
+
+use super::schema::{annotations, derived_schema, strip_property};
+use super::{RUN_ID_META_KEY, STEP_ID_META_KEY};
+use crate::error::ApiError;
+use crate::front::Door;
+use crate::headers::{header_string, invalid_header};
+use crate::state::{AppState, Principal};
+use crate::upstream::UpstreamExecutor;
+use crate::wire::{Envelope, OUTCOME_META_KEY};
+
+/// An upstream tool's schema, or when reading it last failed.
+type SchemaRead = Result<Arc<JsonObject>, std::time::Instant>;
+
+/// The MCP server: one value per session (or per stateless request), sharing the state.
+#[derive(Clone)]
+pub struct McpSurface {
+    state: AppState,
+    /// Input schemas read from MCP upstreams' own tools/list, by capability (or when the
+    /// last read failed).
+    upstream_schemas: Arc<Mutex<HashMap<String, SchemaRead>>>,
+}
+
+impl McpSurface {
+    /// The surface over `state`.
+    pub fn new(state: AppState) -> Self {
+        Self {
+            state,
+            upstream_schemas: Arc::default(),
+        }
+    }
+}
+
+fn parts(ctx: &RequestContext<RoleServer>) -> Option<&axum::http::request::Parts> {
+    ctx.extensions.get::<axum::http::request::Parts>()
+}
+
+/// The principal the middleware authenticated.
+fn principal(ctx: &RequestContext<RoleServer>) -> Result<Principal, ApiError> {
+    parts(ctx)
+        .and_then(|p| p.extensions.get::<Principal>())
+        .cloned()
+        .ok_or(ApiError::Unauthenticated)
+}
+
+/// A run or step id: the request's `_meta` first, then the HTTP header; never arguments.
+/// Either must be a string of 1 to 255 visible ASCII characters (the header rule, so the
+/// same id reaches the same key by either path); anything else is invalid params, never
+/// dropped (a dropped id would collapse distinct steps onto one intent).
+fn structural_id(
+    request: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+    meta_key: &str,
+    header: &str,
+) -> Result<Option<String>, ApiError> {
+    let from_meta = request
+        .meta
+        .as_ref()
+        .and_then(|m| m.get(meta_key))
+        .or_else(|| ctx.meta.get(meta_key));
+    match from_meta {
+        Some(Value::String(s)) => {
+            let s = s.trim_matches([' ', '\t']);
+            oncegate_core::limits::check_id(&format!("`_meta[\"{meta_key}\"]`"), s)
+                .map_err(invalid_header)?;
+            return Ok(Some(s.to_owned()));
+        }
+        Some(Value::Null) | None => {}
+        Some(other) => {
+            return Err(invalid_header(format!(
+                "`_meta[\"{meta_key}\"]` must be a string, not {}",
+                match other {
+                    Value::Bool(_) => "a boolean",
+                    Value::Number(_) => "a number",
+                    Value::Array(_) => "an array",
+                    _ => "an object",
+                }
+            )));
+        }
+    }
+    match parts(ctx) {
+        Some(p) => header_string(&p.headers, header),
+        None => Ok(None),
+    }
+}
+
+impl McpSurface {
+    /// The capabilities this principal may call (approvers call none).
+    fn callable(&self, principal: &Principal) -> Vec<Arc<Capability>> {
+        if !matches!(principal.role, Role::Agent | Role::Admin) {
+            return Vec::new();
+        }
+        self.state
+            .gate()
+            .registry()
+            .capabilities()
+            .iter()
+            .filter(|c| (c.upstream.is_some() || c.dry_run) && !c.require_client_key)
+            .cloned()
+            .collect()
+    }
+
+    /// The input schema: the registry's, else an MCP upstream's own (when arguments pass
+    /// through unmapped; the key argument is the gateway's, so it is removed), else one
+    /// derived from the key recipe.
+    async fn input_schema(&self, cap: &Arc<Capability>) -> Arc<JsonObject> {
+        /// How long a failed read of an upstream's schema is not retried: `tools/list`
+        /// must not wait out an unreachable upstream's timeout on every call.
+        const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+        if let Some(Value::Object(s)) = &cap.input_schema {
+            return Arc::new(s.clone());
+        }
+        if let Some(up) = cap
+            .upstream
+            .as_ref()
+            .filter(|u| u.kind == UpstreamKind::Mcp && u.body.is_none())
+        {
+            let cached = self
+                .upstream_schemas
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&cap.name)
+                .cloned();
+            let fetched = match cached {
+                Some(Ok(schema)) => return schema,
+                Some(Err(failed)) if failed.elapsed() < RETRY_AFTER => None,
+                _ => Some(
+                    UpstreamExecutor::new(self.state.http(), cap.clone())
+                        .upstream_tool_schema(up)
+                        .await,
+                ),
+            };
+            if let Some(fetched) = fetched {
+                let entry = match fetched {
+                    Ok(mut schema) => {
+                        if let Some(arg) = &up.idempotency_arg {
+                            strip_property(&mut schema, arg);
+                        }
+                        Ok(Arc::new(schema))
+                    }
+                    Err(e) => {
+                        tracing::warn!(capability = %cap.name, error = %e, "could not read the MCP upstream's tool schema; showing the derived one");
+                        Err(std::time::Instant::now())
+                    }
+                };
+                self.upstream_schemas
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(cap.name.clone(), entry.clone());
+                if let Ok(schema) = entry {
+                    return schema;
+                }
+            }
+        }
+        Arc::new(derived_schema(cap))
+    }
+
+    async fn tool(&self, cap: &Arc<Capability>) -> Tool {
+        let description = cap
+            .description
+            .clone()
+            .unwrap_or_else(|| format!("{} (through oncegate)", cap.name));
+        let mut tool = Tool::new(cap.name.clone(), description, self.input_schema(cap).await)
+            .with_annotations(annotations(cap));
+        let mut meta = MetaObject::new();
+        meta.insert("dev.oncegate/category".into(), json!(cap.category));
+        tool.meta = Some(meta);
+        tool
+    }
+
+    /// One `tools/call`, through the front door. Every error goes through the one
+    /// table's MCP form ([`ApiError::into_mcp`]).
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        match self.decided(request, ctx).await {
+            Ok((outcome, cap)) => Ok(tool_result(&outcome, &cap)),
+            Err(e) => e.into_mcp(),
+        }
+    }
+
+    async fn decided(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(Outcome, Arc<Capability>), ApiError> {
+        let principal = principal(&ctx)?;
+        let name = request.name.to_string();
+        let door = Door::open(&self.state, &name)?;
+        let call = Call {
+            capability: name.clone(),
+            arguments: Value::Object(request.arguments.clone().unwrap_or_default()),
+            run_id: structural_id(&request, &ctx, RUN_ID_META_KEY, "oncegate-run-id")?,
+            step_id: structural_id(&request, &ctx, STEP_ID_META_KEY, "oncegate-step-id")?,
+            client_key: None,
+        };
+        if door.capability().require_client_key {
+            // A coded orchestrator's own key has no place in MCP: use /v1/calls.
+            return Err(ApiError::Coded(
+                axum::http::StatusCode::BAD_REQUEST,
+                Code::ClientKeyMissing,
+                format!(
+                    "{name} requires a client Idempotency-Key and is only callable on POST /v1/calls"
+                ),
+            ));
+        }
+        let cap = Arc::clone(door.capability());
+        let outcome = door.call(&principal, call).await?;
+        Ok((outcome, cap))
+    }
+}
+
+/// The answer to one decided call.
+pub fn tool_result(o: &Outcome, cap: &Capability) -> CallToolResult {
+    // Both renderings of the one wire type: its model line first in `content`, its MCP
+    // form in `_meta`.
+    let envelope = Envelope::from(o);
+    let line = ContentBlock::text(envelope.message.clone());
+    let upstream_is_mcp = cap
+        .upstream
+        .as_ref()
+        .is_some_and(|u| u.kind == UpstreamKind::Mcp);
+    // The upstream's own answer, as a tool result.
+    let upstream = o.result.as_ref().map(|r| {
+        let shaped = upstream_is_mcp && r.get("content").is_some_and(Value::is_array);
+        match shaped.then(|| serde_json::from_value::<CallToolResult>(r.clone())) {
+            Some(Ok(mut t)) => {
+                t.is_error = None;
+                // Stored results may predate 2026-07-28; rmcp clears this for older peers.
+                t.result_type = Some(ResultType::COMPLETE);
+                // The protocol's own keys describe the upstream's server, not oncegate.
+                if let Some(meta) = t.meta.as_mut() {
+                    meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
+                }
+                t
+            }
+            _ => {
+                let mut t = CallToolResult::success(vec![ContentBlock::text(r.to_string())]);
+                t.structured_content = r.is_object().then(|| r.clone());
+                t
+            }
+        }
+    });
+    let success = match o.status {
+        Status::Applied | Status::DryRun => true,
+        Status::Replayed => o.state != Some(IntentState::Failed),
+        _ => false,
+    };
+    let mut result = match (success, upstream) {
+        (true, Some(mut up)) => {
+            up.content.insert(0, line);
+            up
+        }
+        (true, None) => CallToolResult::success(vec![line]),
+        (false, up) => {
+            let mut content = vec![line];
+            // A definite refusal by the provider: show the model what it said.
+            if matches!(o.status, Status::Failed | Status::Replayed)
+                && let Some(up) = up
+            {
+                content.extend(up.content);
+            }
+            CallToolResult::error(content)
+        }
+    };
+    let mut meta = result.meta.take().unwrap_or_default();
+    meta.insert(OUTCOME_META_KEY.into(), envelope.mcp_meta());
+    result.meta = Some(meta);
+    result
+}
+
+impl ServerHandler for McpSurface {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("oncegate", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Every tool goes through oncegate: calling a tool twice for one intent has the effect of calling it once. \
+                 Read the first line of each result and follow it; a result that says \"do not call again\" means exactly that.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let principal = principal(&ctx)
+            .map_err(|_| McpError::internal_error("the request was not authenticated", None))?;
+        let mut tools = Vec::new();
+        for cap in self.callable(&principal) {
+            tools.push(self.tool(&cap).await);
+        }
+        Ok(ListToolsResult {
+            tools,
+            ..Default::default()
+        })
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.call(request, ctx).await.map(CallToolResponse::from)
+    }
+}

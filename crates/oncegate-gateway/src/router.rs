@@ -1,0 +1,84 @@
+//! The router: every route of the JSON API, `/mcp`, and the layers around them (body
+//! limit, request timeout, framework rejections as JSON errors).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use oncegate_core::codes::Code;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::openapi::openapi_json;
+use crate::routes::{admin, approvals, audit, calls, intents, ops};
+use crate::state::{AppState, MAX_BODY_BYTES};
+
+/// The router.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .merge(crate::mcp::router(state.clone()))
+        .route("/v1/openapi.json", get(openapi_json))
+        .route("/v1/calls", post(calls::post_call))
+        .route("/v1/intents", get(intents::list_intents))
+        .route("/v1/intents/{key}", get(intents::get_intent))
+        .route("/v1/approvals", get(approvals::list_approvals))
+        .route("/v1/approvals/{id}/approve", post(approvals::approve))
+        .route("/v1/approvals/{id}/deny", post(approvals::deny))
+        .route("/v1/keys/derive", post(calls::derive_key))
+        .route("/v1/audit/verify", get(audit::audit_verify))
+        .route("/v1/audit", get(audit::audit_export))
+        .route("/v1/admin/breakers/{key}/reset", post(admin::reset_breaker))
+        .route("/v1/admin/kill-switches/{target}", put(admin::kill_switch))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics_route))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(120),
+        ))
+        .layer(axum::middleware::map_response(json_errors))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+/// Turns the framework's plain-text rejections (413 body too large, 408 timeout, 405
+/// method) into the same JSON error shape, with a stable code, as every other error.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(b"application/json")
+                || v.as_bytes().starts_with(b"text/plain; version")
+        });
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        return response; // readyz answers in text on purpose
+    }
+    let bytes = axum::body::to_bytes(response.into_body(), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let message = String::from_utf8_lossy(&bytes).trim().to_owned();
+    let message = if message.is_empty() {
+        status.canonical_reason().unwrap_or("rejected").to_owned()
+    } else {
+        message
+    };
+    (
+        status,
+        Json(json!({"error": {"code": Code::RequestRejected, "message": message}})),
+    )
+        .into_response()
+}

@@ -1,0 +1,79 @@
+//! Admin controls: resetting an intent's tripped breaker and switching capabilities or
+//! agents off.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use oncegate_core::config::Role;
+use oncegate_core::key::IntentKey;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{json_body, require};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::wire::Envelope;
+
+#[utoipa::path(post, path = "/v1/admin/breakers/{key}/reset", tag = "admin", params(("key" = String, Path)), responses((status = 200, body = Envelope)), security(("bearer" = [])))]
+pub(crate) async fn reset_breaker(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin])?;
+    let outcome = state
+        .gate()
+        .reset_breaker(&p.name, &IntentKey::from_hex(key))
+        .await
+        .map_err(ApiError::Gate)?;
+    Ok(Json(Envelope::from(&outcome)).into_response())
+}
+
+/// `PUT /v1/admin/kill-switches/{target}` body.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KillBody {
+    /// `true` switches the capability off.
+    killed: bool,
+    /// Why (default: who switched it).
+    reason: Option<String>,
+}
+
+#[utoipa::path(put, path = "/v1/admin/kill-switches/{target}", tag = "admin", params(("target" = String, Path, description = "a capability name, or capability:NAME / agent:NAME")), request_body = KillBody, responses((status = 200, description = "the kill switches now on")), security(("bearer" = [])))]
+pub(crate) async fn kill_switch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(target): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin])?;
+    let body: KillBody = json_body(&body)?;
+    let target = if target.contains(':') {
+        target
+    } else {
+        format!("capability:{target}")
+    };
+    let registry = state.gate().registry();
+    let known = match target.split_once(':') {
+        Some(("capability", name)) => registry.capability(name).is_some(),
+        Some(("agent", name)) => registry.principal(name).is_some(),
+        _ => false,
+    };
+    if !known {
+        return Err(ApiError::NotFound(format!(
+            "`{target}` names no capability or principal (use NAME, capability:NAME or agent:NAME)"
+        )));
+    }
+    let reason = body
+        .killed
+        .then(|| body.reason.unwrap_or_else(|| format!("by {}", p.name)));
+    tracing::warn!(target = %target, killed = body.killed, by = %p.name, "kill switch");
+    state
+        .gate()
+        .set_kill_switch(&p.name, &target, reason)
+        .await?;
+    Ok(Json(json!({"kill_switches": state.gate().kill_switches()})).into_response())
+}

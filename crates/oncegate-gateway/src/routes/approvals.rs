@@ -1,0 +1,84 @@
+//! `GET /v1/approvals` and `POST /v1/approvals/{id}/{approve,deny}`: held calls and
+//! their human decision (approving executes the call once, through the front door).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use oncegate_core::config::Role;
+use oncegate_core::decide::Choice;
+use oncegate_core::intent::ApprovalState;
+use oncegate_store::StoreRead;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::calls::envelope_response;
+use super::{parse_state, require};
+use crate::error::ApiError;
+use crate::front::Door;
+use crate::state::AppState;
+use crate::wire::Envelope;
+
+/// `GET /v1/approvals` filter.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(crate) struct ApprovalQuery {
+    state: Option<String>,
+}
+
+#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalQuery), responses((status = 200, description = "{\"approvals\": [...]}")), security(("bearer" = [])))]
+pub(crate) async fn list_approvals(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<ApprovalQuery>,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin, Role::Approver])?;
+    let st = parse_state(
+        q.state.as_deref(),
+        ApprovalState::parse,
+        "an approval state",
+    )?;
+    let list = state.gate().store().list_approvals(st).await?;
+    Ok(Json(json!({"approvals": list.items, "unreadable": list.unreadable})).into_response())
+}
+
+/// Approves or denies through the front door: the decision runs in its own task.
+async fn decide_approval(
+    state: AppState,
+    headers: HeaderMap,
+    id: String,
+    choice: Choice,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin, Role::Approver])?;
+    let approval = state
+        .gate()
+        .store()
+        .approval(&id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no approval {id}")))?;
+    let door = Door::open(&state, &approval.capability)?;
+    let capability = Arc::clone(door.capability());
+    let outcome = door.decide(&p, id, choice).await?;
+    Ok(envelope_response(&outcome, &capability))
+}
+
+#[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals", params(("id" = String, Path)), responses((status = 200, description = "executed once; a repeat returns the first result", body = Envelope), (status = 403, description = "not an approver, or own call")), security(("bearer" = [])))]
+pub(crate) async fn approve(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    decide_approval(state, headers, id, Choice::Approve).await
+}
+
+#[utoipa::path(post, path = "/v1/approvals/{id}/deny", tag = "approvals", params(("id" = String, Path)), responses((status = 403, description = "denied (final for this generation)", body = Envelope)), security(("bearer" = [])))]
+pub(crate) async fn deny(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    decide_approval(state, headers, id, Choice::Deny).await
+}

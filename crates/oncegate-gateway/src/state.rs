@@ -1,0 +1,161 @@
+//! The server's shared state: the Gate, the principals' tokens, the upstream HTTP
+//! client, the metrics recorder and what is still running. Below the front door, the
+//! routes, the MCP surface, the sweep and the accept loop, which all hold an
+//! [`AppState`]; it knows no surface.
+
+use std::sync::{Arc, OnceLock};
+
+use axum::http::HeaderMap;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use oncegate_core::config::Role;
+use oncegate_engine::Gate;
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+use crate::headers::bearer_token;
+use crate::inflight::InFlight;
+use crate::upstream::mcp::RunningCalls;
+
+/// The largest request body accepted (both surfaces).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// A principal as authenticated.
+#[derive(Clone, Debug)]
+pub struct Principal {
+    /// The name in the registry.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+}
+
+/// Shared state of the server.
+#[derive(Clone)]
+pub struct AppState {
+    gate: Gate,
+    tokens: Arc<Vec<(Vec<u8>, Principal)>>,
+    http: reqwest::Client,
+    metrics: PrometheusHandle,
+    /// Calls and approvals whose effect may still be running (see [`InFlight`]).
+    inflight: InFlight,
+    /// Effects' MCP calls that have not ended yet (a timeout does not end them), so a
+    /// reconciliation never concludes absence while one may still take effect.
+    running: RunningCalls,
+    /// Cancelled at shutdown: ends MCP sessions and their open streams.
+    mcp_shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl AppState {
+    /// Builds the state: tokens are read from the environment variables the registry
+    /// names. A principal whose variable is unset cannot log in (and is reported).
+    pub fn new(gate: Gate, http: reqwest::Client) -> (Self, Vec<String>) {
+        let mut tokens = Vec::new();
+        let mut missing = Vec::new();
+        for p in &gate.registry().principals {
+            match std::env::var(&p.token_env) {
+                Ok(t) if !t.is_empty() => tokens.push((p.name.clone(), t)),
+                _ => missing.push(format!("{} (${})", p.name, p.token_env)),
+            }
+        }
+        (Self::with_tokens(gate, http, tokens), missing)
+    }
+
+    /// Builds the state with tokens given directly as (principal name, token), for an
+    /// embedded gateway (the demo). Names not in the registry are ignored.
+    pub fn with_tokens(gate: Gate, http: reqwest::Client, given: Vec<(String, String)>) -> Self {
+        // Two principals sharing a token would make the login ambiguous: nobody gets it.
+        let mut seen = std::collections::HashMap::new();
+        for (_, t) in &given {
+            *seen.entry(t.clone()).or_insert(0) += 1;
+        }
+        for (name, t) in &given {
+            if seen.get(t).copied().unwrap_or(0) > 1 {
+                tracing::error!(principal = %name, "this principal's token is shared with another principal; it cannot log in");
+            }
+        }
+        let tokens = given
+            .into_iter()
+            .filter(|(_, t)| seen.get(t).copied() == Some(1))
+            .filter(|(_, t)| !t.is_empty())
+            .filter_map(|(name, t)| {
+                let p = gate.registry().principal(&name)?;
+                Some((
+                    t.into_bytes(),
+                    Principal {
+                        name: p.name.clone(),
+                        role: p.role,
+                    },
+                ))
+            })
+            .collect();
+        Self {
+            gate,
+            tokens: Arc::new(tokens),
+            http,
+            metrics: metrics_handle(),
+            inflight: InFlight::default(),
+            running: RunningCalls::default(),
+            mcp_shutdown: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+
+    /// The gate.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// How many principals can log in.
+    pub fn principal_count(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The upstream HTTP client (shared connection pool).
+    pub(crate) fn http(&self) -> reqwest::Client {
+        self.http.clone()
+    }
+
+    /// The Prometheus recorder's handle.
+    pub(crate) fn metrics(&self) -> &PrometheusHandle {
+        &self.metrics
+    }
+
+    /// The detached tasks shutdown waits for.
+    pub(crate) fn inflight(&self) -> &InFlight {
+        &self.inflight
+    }
+
+    /// The effects' MCP calls still running.
+    pub(crate) fn running(&self) -> &RunningCalls {
+        &self.running
+    }
+
+    /// Cancelled when the server shuts down.
+    pub(crate) fn mcp_shutdown(&self) -> &tokio_util::sync::CancellationToken {
+        &self.mcp_shutdown
+    }
+
+    /// The principal whose token the request carries (401 otherwise).
+    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+        let token = bearer_token(headers)?;
+        // Compare against every token in constant time; do not stop at the first match.
+        let mut found = None;
+        for (candidate, principal) in self.tokens.iter() {
+            if bool::from(candidate.as_slice().ct_eq(token.as_bytes())) {
+                found = Some(principal.clone());
+            }
+        }
+        found.ok_or(ApiError::Unauthenticated)
+    }
+}
+
+fn metrics_handle() -> PrometheusHandle {
+    // The recorder is global to the process; tests build the app many times.
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}

@@ -1,0 +1,67 @@
+//! The one reqwest client every upstream call of a process shares (one connection pool),
+//! the rustls crypto provider it needs, and how its errors read (both executors).
+
+use std::time::Duration;
+
+/// A reqwest client for upstreams: rustls with ring, a connect timeout.
+pub fn http_client() -> reqwest::Client {
+    install_crypto();
+    reqwest::Client::builder()
+        // A redirect would re-send an effect elsewhere (or as a GET): never follow one.
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(5))
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build()
+        .expect("a client with these settings always builds")
+}
+
+/// Installs ring as rustls's crypto provider, once per process.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A transport error as the executors read it (never with the URL, which may carry
+/// credentials from the gateway's environment).
+pub(crate) struct ErrorText {
+    /// The connection failed: nothing was sent.
+    pub(crate) connect: bool,
+    /// The request could not be built: nothing was sent.
+    pub(crate) builder: bool,
+    /// The request timed out.
+    pub(crate) timeout: bool,
+    /// The error chain without reqwest's own "for url (...)" wrapper.
+    pub(crate) text: String,
+}
+
+/// Reads a reqwest error (shared by the HTTP and MCP executors).
+pub(crate) fn reqwest_error_text(e: &reqwest::Error) -> ErrorText {
+    let (connect, builder, timeout) = (e.is_connect(), e.is_builder(), e.is_timeout());
+    let mut text = String::new();
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    // The error chain without reqwest's own "for url (...)" wrapper.
+    while let Some(err) = source {
+        if !std::ptr::addr_eq(err, e as &dyn std::error::Error) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&err.to_string());
+        }
+        source = err.source();
+    }
+    if text.is_empty() {
+        text = if connect {
+            "connection failed"
+        } else if builder {
+            "the request could not be built"
+        } else {
+            "transport error"
+        }
+        .to_owned();
+    }
+    ErrorText {
+        connect,
+        builder,
+        timeout,
+        text,
+    }
+}
