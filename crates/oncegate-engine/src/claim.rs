@@ -137,6 +137,10 @@ pub enum Claimed {
 }
 
 /// Where a call stands once it is decided and committed.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per call, moved a few times; boxing buys nothing"
+)]
 pub(crate) enum Step {
     /// Answered.
     Settled(Outcome),

@@ -41,7 +41,9 @@ impl Gate {
 
     /// Invokes a capability with an executor that can also reconcile: claims it
     /// ([`Gate::claim_with`]), executes what was claimed in its own task and records
-    /// the result before answering.
+    /// the result before answering. The recording is lenient, unlike
+    /// [`Gate::complete`]'s: fenced by the execution number only, so a result (or an
+    /// MCP late answer) that arrives after the lease expired is still recorded.
     pub async fn invoke_with<E: Executor>(
         &self,
         principal: &str,
