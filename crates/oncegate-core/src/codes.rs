@@ -82,6 +82,11 @@ pub enum Code {
     /// own call is still running): the intent stays unknown.
     #[serde(rename = "OG-0023")]
     Settling,
+    /// A completion or heartbeat names a claim that no longer holds the intent (a newer
+    /// execution superseded it, its lease expired, or the intent was turned unknown or
+    /// settled otherwise since): nothing was recorded.
+    #[serde(rename = "OG-0024")]
+    StaleClaim,
     /// A stored intent or approval does not match the audit record that wrote it
     /// (edited, rolled back or deleted row): refused, never re-executed.
     #[serde(rename = "OG-0030")]
@@ -113,7 +118,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 31] = [
+    pub const ALL: [Code; 32] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -137,6 +142,7 @@ impl Code {
         Code::NotFound,
         Code::RequestRejected,
         Code::Settling,
+        Code::StaleClaim,
         Code::StoreIntegrity,
         Code::StoreNotInitialised,
         Code::InvalidHeader,
@@ -173,6 +179,7 @@ impl Code {
             Code::NotFound => "OG-0021",
             Code::RequestRejected => "OG-0022",
             Code::Settling => "OG-0023",
+            Code::StaleClaim => "OG-0024",
             Code::StoreIntegrity => "OG-0030",
             Code::StoreNotInitialised => "OG-0031",
             Code::InvalidHeader => "OG-0050",

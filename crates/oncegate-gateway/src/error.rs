@@ -85,6 +85,7 @@ impl ApiError {
                     GateError::ClientKeyMissing(_) => StatusCode::BAD_REQUEST,
                     GateError::ClientKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
                     GateError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+                    GateError::StaleClaim(_) => StatusCode::CONFLICT,
                     GateError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
                 };
                 (status, e.code(), e.to_string())

@@ -35,40 +35,7 @@ pub fn record_claim_effect(
     let mut next = record.clone();
     next.lease = None;
     next.updated_at = now;
-    let status = match &result {
-        EffectResult::Applied { effect_ref, result } => {
-            settle_applied(&mut next, effect_ref.clone(), result.clone(), now);
-            Status::Applied
-        }
-        EffectResult::Failed { result, message } => {
-            next.state = IntentState::Failed;
-            next.settled_at = Some(now);
-            next.result = Some(result.clone());
-            next.error = Some(Reason::new(Code::UpstreamRejected, message.clone()));
-            Status::Failed
-        }
-        EffectResult::Unknown { message } => {
-            next.state = IntentState::Unknown;
-            // The settle horizon runs from here: the upstream may still carry out the
-            // request it got (a late answer of the same attempt moves it later).
-            next.attempt_ended_at = Some(now);
-            next.error = Some(Reason::new(
-                Code::UpstreamUnknown,
-                format!(
-                    "{message}; the effect may have happened: do not re-issue, oncegate reconciles"
-                ),
-            ));
-            Status::Unknown
-        }
-        EffectResult::NotSent { message } => {
-            next.state = IntentState::NotApplied;
-            next.error = Some(Reason::new(
-                Code::UpstreamRejected,
-                format!("{message}; nothing was sent, a repeat executes it with the same key"),
-            ));
-            Status::Failed
-        }
-    };
+    let status = settle_result(&mut next, &result, now);
     // An effect that did happen is the truth whatever happened meanwhile. Anything else
     // may only settle the claim it belongs to: `executions` is the fencing token, so a
     // late timeout from an attempt whose lease expired cannot overwrite a newer claim.
@@ -115,5 +82,50 @@ pub fn record_claim_effect(
         approval: None,
         outcome,
         event,
+    }
+}
+
+/// Writes what one execution said into `next` (state, reference, answer, error) and
+/// returns the status its caller hears. Shared by the gate's own recording
+/// ([`record_claim_effect`]) and an outside completion ([`complete_claim`]), so both
+/// store the same thing for the same answer.
+pub(super) fn settle_result(
+    next: &mut IntentRecord,
+    result: &EffectResult,
+    now: Timestamp,
+) -> Status {
+    match result {
+        EffectResult::Applied { effect_ref, result } => {
+            settle_applied(next, effect_ref.clone(), result.clone(), now);
+            Status::Applied
+        }
+        EffectResult::Failed { result, message } => {
+            next.state = IntentState::Failed;
+            next.settled_at = Some(now);
+            next.result = Some(result.clone());
+            next.error = Some(Reason::new(Code::UpstreamRejected, message.clone()));
+            Status::Failed
+        }
+        EffectResult::Unknown { message } => {
+            next.state = IntentState::Unknown;
+            // The settle horizon runs from here: the upstream may still carry out the
+            // request it got (a late answer of the same attempt moves it later).
+            next.attempt_ended_at = Some(now);
+            next.error = Some(Reason::new(
+                Code::UpstreamUnknown,
+                format!(
+                    "{message}; the effect may have happened: do not re-issue, oncegate reconciles"
+                ),
+            ));
+            Status::Unknown
+        }
+        EffectResult::NotSent { message } => {
+            next.state = IntentState::NotApplied;
+            next.error = Some(Reason::new(
+                Code::UpstreamRejected,
+                format!("{message}; nothing was sent, a repeat executes it with the same key"),
+            ));
+            Status::Failed
+        }
     }
 }

@@ -26,11 +26,13 @@ use crate::key::DerivedKey;
 
 mod approval;
 mod call;
+mod complete;
 mod effect;
 mod reconcile;
 
 pub use approval::{decide_approval, reset_breaker};
 pub use call::decide;
+pub use complete::{Completion, complete_claim, heartbeat_claim, stale_claim};
 pub use effect::{record_claim_effect, record_effect};
 pub use reconcile::{absence_unproven, after_reconcile, after_sweep, dedupe_is_proof};
 

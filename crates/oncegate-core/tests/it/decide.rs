@@ -1386,3 +1386,129 @@ fn an_attempt_ends_when_its_execution_came_back_unknown_or_its_lease_expired() {
     .unwrap();
     assert_eq!(absent.record.unwrap().state, IntentState::NotApplied);
 }
+
+#[test]
+fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
+    use oncegate_core::decide::{Completion, complete_claim, heartbeat_claim};
+    let f = fixture("charge_card");
+    let held = f.record(IntentState::InFlight);
+    let (generation, execution) = (held.generation, held.executions);
+    let applied = || EffectResult::Applied {
+        effect_ref: Some("ch_1".into()),
+        result: json!({"id": "ch_1"}),
+    };
+    let stale = |c: Completion| match c {
+        Completion::Stale(reason) => {
+            assert_eq!(reason.code, Code::StaleClaim);
+            reason.message
+        }
+        other => panic!("expected stale, got {other:?}"),
+    };
+
+    // Live: recorded like the gate's own execution.
+    let live = t0();
+    let Completion::Record(d) = complete_claim(
+        &held,
+        generation,
+        execution,
+        applied(),
+        &f.cap,
+        "planner",
+        live,
+    ) else {
+        panic!("a live claim records");
+    };
+    let done = d.record.unwrap();
+    assert_eq!(done.state, IntentState::Applied);
+    assert_eq!(d.outcome.status, Status::Applied);
+
+    // The same completion again answers what was recorded; another one is stale.
+    match complete_claim(
+        &done,
+        generation,
+        execution,
+        applied(),
+        &f.cap,
+        "planner",
+        live,
+    ) {
+        Completion::Recorded(o) => {
+            assert_eq!(o.status, Status::Applied);
+            assert_eq!(o.effect_ref.as_deref(), Some("ch_1"));
+        }
+        other => panic!("expected the recorded outcome, got {other:?}"),
+    }
+    let failed = EffectResult::Failed {
+        result: json!({}),
+        message: "declined".into(),
+    };
+    stale(complete_claim(
+        &done, generation, execution, failed, &f.cap, "planner", live,
+    ));
+
+    // Past the lease, or for another execution or generation: stale, even an applied
+    // (unlike record_claim_effect, whose late applied is the truth).
+    let late = t0() + f.cap.lease;
+    let why = stale(complete_claim(
+        &held,
+        generation,
+        execution,
+        applied(),
+        &f.cap,
+        "planner",
+        late,
+    ));
+    assert!(why.contains("lease expired"), "{why}");
+    let why = stale(complete_claim(
+        &held,
+        generation,
+        execution - 1,
+        applied(),
+        &f.cap,
+        "planner",
+        live,
+    ));
+    assert!(why.contains("superseded"), "{why}");
+    let why = stale(complete_claim(
+        &held,
+        generation + 1,
+        execution,
+        applied(),
+        &f.cap,
+        "planner",
+        live,
+    ));
+    assert!(why.contains("generation"), "{why}");
+    let mut unknown = held.clone();
+    unknown.state = IntentState::Unknown;
+    unknown.lease = None;
+    stale(complete_claim(
+        &unknown,
+        generation,
+        execution,
+        applied(),
+        &f.cap,
+        "planner",
+        live,
+    ));
+
+    // A heartbeat runs the lease on from now, never shortens it, and is fenced alike.
+    let beat = t0() + SignedDuration::from_secs(10);
+    let d = heartbeat_claim(&held, generation, execution, &f.cap, "planner", beat).unwrap();
+    let next = d.record.unwrap();
+    assert_eq!(next.lease.as_ref().unwrap().expires_at, beat + f.cap.lease);
+    assert_eq!(next.lease.as_ref().unwrap().owner, "gw-0");
+    assert_eq!(
+        (next.state, next.attempts, next.executions),
+        (held.state, held.attempts, held.executions)
+    );
+    assert_eq!(d.event.detail["heartbeat"]["execution"], execution);
+    let mut long = held.clone();
+    long.lease.as_mut().unwrap().expires_at = t0() + f.cap.lease + mins(60);
+    let d = heartbeat_claim(&long, generation, execution, &f.cap, "planner", beat).unwrap();
+    assert_eq!(d.record.unwrap().lease, long.lease, "never shorter");
+    let reason =
+        heartbeat_claim(&held, generation, execution, &f.cap, "planner", late).unwrap_err();
+    assert_eq!(reason.code, Code::StaleClaim);
+    assert!(heartbeat_claim(&done, generation, execution, &f.cap, "planner", live).is_err());
+}

@@ -1,0 +1,148 @@
+//! Completions from outside the gate's own execution (the two-phase API): strict
+//! fences on generation, execution, state and lease, and the heartbeat that extends a
+//! live lease.
+
+use jiff::Timestamp;
+use serde_json::json;
+
+use super::effect::settle_result;
+use super::{Action, Decision, EffectResult, event, outcome_of, record_claim_effect};
+use crate::audit::AuditKind;
+use crate::codes::Code;
+use crate::config::Capability;
+use crate::intent::{IntentRecord, IntentState, Outcome, Reason, Status};
+
+/// What a completion of a claim from outside the gate's own execution does (see
+/// [`complete_claim`]).
+#[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "built once per completion; boxing buys nothing"
+)]
+pub enum Completion {
+    /// The claim still holds the intent: commit this (its outcome is the answer).
+    Record(Decision),
+    /// This claim's completion with the same result was recorded already (a client
+    /// retrying its own complete): answer what was recorded, write nothing.
+    Recorded(Outcome),
+    /// The claim no longer holds the intent: record nothing (`OG-0024`).
+    Stale(Reason),
+}
+
+/// Why the claim `(generation, execution)` no longer holds `record` at `now`, or `None`
+/// while it does: the intent is in flight for exactly that execution and its lease has
+/// not expired.
+pub fn stale_claim(
+    record: &IntentRecord,
+    generation: u32,
+    execution: u32,
+    now: Timestamp,
+) -> Option<Reason> {
+    let why = if record.generation != generation {
+        format!(
+            "the claim is for generation {generation}; the intent is at generation {} now",
+            record.generation
+        )
+    } else if record.executions != execution {
+        format!(
+            "execution {execution} was superseded by execution {} of this intent",
+            record.executions
+        )
+    } else if record.state != IntentState::InFlight {
+        format!(
+            "the intent is {} now; this claim no longer holds it",
+            record.state.as_str()
+        )
+    } else {
+        match &record.lease {
+            Some(lease) if now < lease.expires_at => return None,
+            Some(lease) => format!("the claim's lease expired at {}", lease.expires_at),
+            None => "the claim holds no lease".to_owned(),
+        }
+    };
+    Some(Reason::new(
+        Code::StaleClaim,
+        format!("{why}; nothing was recorded (the intent is reconciled like any other)"),
+    ))
+}
+
+/// A completion from outside: what the holder of the claim `(generation, execution)`
+/// says its execution did. Strict, unlike [`record_claim_effect`] (the gate's own
+/// executions, whose late answers are still the truth): a claim that was superseded,
+/// whose lease expired by `now`, or whose intent is no longer in flight for it records
+/// nothing, whatever it says, so a worker that stalled past its lease can never
+/// overwrite what the sweep or another attempt recorded. A repeat of the completion
+/// that was recorded (the same execution, the intent settled exactly as this result
+/// settles it) answers what was recorded.
+pub fn complete_claim(
+    record: &IntentRecord,
+    generation: u32,
+    execution: u32,
+    result: EffectResult,
+    cap: &Capability,
+    actor: &str,
+    now: Timestamp,
+) -> Completion {
+    let Some(stale) = stale_claim(record, generation, execution, now) else {
+        return Completion::Record(record_claim_effect(
+            record, execution, result, cap, actor, now,
+        ));
+    };
+    if record.generation == generation
+        && record.executions == execution
+        && record.state != IntentState::InFlight
+    {
+        // Would this result have written the record as it stands? Then it did.
+        let mut probe = record.clone();
+        let status = settle_result(&mut probe, &result, now);
+        let same = probe.state == record.state
+            && probe.effect_ref == record.effect_ref
+            && probe.result == record.result
+            && probe.error == record.error;
+        if same {
+            return Completion::Recorded(outcome_of(record, status, None));
+        }
+    }
+    Completion::Stale(stale)
+}
+
+/// A heartbeat of the claim `(generation, execution)`: a live lease runs on to `now`
+/// plus the capability's lease (never shorter than it was). `Err`: the claim is stale
+/// (see [`stale_claim`]) and nothing is written.
+pub fn heartbeat_claim(
+    record: &IntentRecord,
+    generation: u32,
+    execution: u32,
+    cap: &Capability,
+    actor: &str,
+    now: Timestamp,
+) -> Result<Decision, Reason> {
+    if let Some(stale) = stale_claim(record, generation, execution, now) {
+        return Err(stale);
+    }
+    let mut next = record.clone();
+    next.updated_at = now;
+    if let Some(lease) = next.lease.as_mut() {
+        lease.expires_at = lease.expires_at.max(now + cap.lease);
+    }
+    let outcome = outcome_of(&next, Status::InFlight, None);
+    let expires_at = next.lease.as_ref().map(|l| l.expires_at);
+    let event = event(
+        AuditKind::Effect,
+        now,
+        actor,
+        Some(record),
+        Some(&next),
+        &outcome,
+        &cap.name,
+        record.run_id.as_deref(),
+        json!({"heartbeat": {"execution": execution, "lease_expires_at": expires_at}}),
+    );
+    Ok(Decision {
+        action: Action::Respond,
+        record: Some(next),
+        approval: None,
+        outcome,
+        event,
+    })
+}

@@ -1,0 +1,123 @@
+//! Approvals: a human approves or denies a held intent. Approving executes it once,
+//! here, through the same claim and recording as `invoke`.
+
+use std::sync::Arc;
+
+use oncegate_core::codes::Code;
+use oncegate_core::config::Capability;
+use oncegate_core::decide::{self, Choice, Decision, decide_approval};
+use oncegate_core::intent::{self, IntentRecord, Outcome, Reason, Status};
+
+use oncegate_store::{StoreError, StoreRead};
+
+use crate::error::GateError;
+use crate::executor::Executor;
+use crate::gate::{Gate, MAX_RACES, store_down};
+
+impl Gate {
+    /// A human approves or denies. Approving executes the held intent once, here.
+    pub async fn decide_approval<E: Executor>(
+        &self,
+        actor: &str,
+        approval_id: &str,
+        choice: Choice,
+        executor: Arc<E>,
+    ) -> Result<Outcome, GateError> {
+        let who = self
+            .registry
+            .principal(actor)
+            .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{actor}`")))?;
+        for _ in 0..MAX_RACES {
+            let approval = self
+                .store
+                .approval(approval_id)
+                .await?
+                .ok_or_else(|| GateError::UnknownApproval(approval_id.to_owned()))?;
+            let cap = self.capability(&approval.capability)?;
+            let record = self
+                .load_generation(&approval.key, approval.generation)
+                .await?;
+            let Some(record) = record else {
+                return Err(GateError::UnknownApproval(approval_id.to_owned()));
+            };
+            if choice == Choice::Approve
+                && let Some(why) = self.kill_switch_for(&cap.name, &record.principal)
+            {
+                // An approval does not outrank a kill switch; the approval stays pending.
+                let mut o = decide::standing_outcome(&record);
+                o.status = Status::Refused;
+                o.reason = Some(Reason::new(Code::KillSwitch, why));
+                return Ok(o);
+            }
+            match decide_approval(
+                &record,
+                &approval,
+                actor,
+                who.role,
+                choice,
+                &cap,
+                &self.owner,
+                self.clock.now(),
+            ) {
+                decide::ApprovalDecision::Rejected(reason) => {
+                    if reason.code == Code::Forbidden {
+                        return Err(GateError::Forbidden(reason.message));
+                    }
+                    let mut o = decide::standing_outcome(&record);
+                    o.status = Status::Denied;
+                    o.reason = Some(reason);
+                    return Ok(o);
+                }
+                decide::ApprovalDecision::Decided {
+                    action,
+                    record: next,
+                    approval,
+                    outcome,
+                    event,
+                } => {
+                    let d = Decision {
+                        action,
+                        record: next,
+                        approval,
+                        outcome,
+                        event,
+                    };
+                    match self.apply(d, &cap, actor, executor.clone(), None).await {
+                        Ok(step) => {
+                            let o = self.carry_out(step, executor.clone()).await;
+                            // A second click while the first one's execution runs: wait
+                            // for it, so every click answers with the one result.
+                            if o.status == Status::InFlight {
+                                return Ok(self.settled(&record, &cap, o).await);
+                            }
+                            return Ok(o);
+                        }
+                        Err(StoreError::Conflict) => continue,
+                        Err(e) => return Ok(store_down(Some(&record), None, &e)),
+                    }
+                }
+            }
+        }
+        Err(GateError::Store(StoreError::Conflict))
+    }
+
+    /// Polls an in-flight intent until it settles or its lease runs out.
+    async fn settled(&self, record: &IntentRecord, cap: &Capability, fallback: Outcome) -> Outcome {
+        let deadline = tokio::time::Instant::now() + cap.lease.unsigned_abs();
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            match self
+                .store
+                .load_generation(&record.key, record.generation)
+                .await
+            {
+                Ok(Some(r)) if r.state != intent::IntentState::InFlight => {
+                    return decide::standing_outcome(&r);
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        fallback
+    }
+}

@@ -1,0 +1,460 @@
+//! Claiming: load -> decide -> commit, with reconciliation on the way.
+//!
+//! [`Gate::claim`] and [`Gate::claim_with`] run every check a call goes through (role,
+//! read rate cap, argument limits, key derivation, policy, the executor's `admit`, the
+//! client key), then decide on the stored intent and commit the decision. A decision to
+//! execute comes back as a [`Claim`]: the intent is in flight under a lease for that
+//! execution, and whoever holds the claim executes the effect and completes it
+//! (complete.rs). Everything else comes back settled, exactly as `invoke` answers it.
+
+use std::sync::Arc;
+
+use oncegate_core::config::Capability;
+use oncegate_core::decide::{self, Action, CallRequest, Decision};
+use oncegate_core::intent::{self, IntentRecord, Outcome};
+use oncegate_core::key::{CallScope, IntentKey, derive};
+use oncegate_core::policy::PolicyVerdict;
+use serde_json::Value;
+
+use oncegate_store::{Commit, StoreError, StoreRead, StoreWrite};
+
+use crate::call::{Call, IntentHandle};
+use crate::error::GateError;
+use crate::executor::{ClaimOnly, Executor};
+use crate::gate::{Gate, MAX_RACES, bump, contention, log_alerts, random_hex, store_down};
+
+/// Names one execution of one intent generation: what a completion or a heartbeat must
+/// show. `execution` is the fencing token: every new execution of the intent (a retry,
+/// a re-execution after reconciliation, an approval) increments it, so an older claim
+/// can never write over a newer one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    /// The intent key.
+    pub intent_key: IntentKey,
+    /// The generation.
+    pub generation: u32,
+    /// The execution number.
+    pub execution: u32,
+}
+
+impl Fence {
+    /// The fence as one opaque string for a wire form that carries the intent key
+    /// apart (`g<generation>.e<execution>`); [`Fence::from_token`] reads it back.
+    pub fn token(&self) -> String {
+        format!("g{}.e{}", self.generation, self.execution)
+    }
+
+    /// Reads [`Fence::token`] back for `intent_key`; `None` if it is not one.
+    pub fn from_token(intent_key: IntentKey, token: &str) -> Option<Self> {
+        let (generation, execution) = token.strip_prefix('g')?.split_once(".e")?;
+        let number = |s: &str| {
+            (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse::<u32>().ok())
+                .flatten()
+        };
+        Some(Self {
+            intent_key,
+            generation: number(generation)?,
+            execution: number(execution)?,
+        })
+    }
+}
+
+/// A claimed execution: the intent is in flight, under a lease, for this execution.
+/// Execute the effect with `intent.key` as the upstream idempotency key, then
+/// [`Gate::complete`] it (and [`Gate::heartbeat`] it while the effect runs long).
+#[derive(Clone, Debug)]
+pub struct Claim {
+    /// The intent key.
+    pub intent_key: IntentKey,
+    /// The generation.
+    pub generation: u32,
+    /// The execution number: the fencing token (see [`Fence`]).
+    pub execution: u32,
+    /// Executions and reconciliation reads started on this generation, this one
+    /// included (what the attempt ceiling counts).
+    pub attempt: u32,
+    /// When the lease runs out, by the gate's clock: a completion after it records
+    /// nothing, and the intent turns unknown and is reconciled.
+    pub lease_expires_at: jiff::Timestamp,
+    /// The capability.
+    pub capability: String,
+    /// Who claimed (and who the completion's audit event names).
+    pub principal: String,
+    /// What to execute: the key to thread upstream and the arguments.
+    pub intent: IntentHandle,
+    /// The intent as the claim committed it (the gate's own executions record
+    /// against it).
+    pub(crate) record: IntentRecord,
+}
+
+impl Claim {
+    /// A claim of `record` as committed (in flight, under a lease).
+    pub(crate) fn of(record: IntentRecord, principal: &str) -> Self {
+        Self {
+            intent_key: record.key.clone(),
+            generation: record.generation,
+            execution: record.executions,
+            attempt: record.attempts,
+            lease_expires_at: record
+                .lease
+                .as_ref()
+                .map(|l| l.expires_at)
+                .expect("a claimed intent holds a lease"),
+            capability: record.capability.clone(),
+            principal: principal.to_owned(),
+            intent: IntentHandle::of(&record),
+            record,
+        }
+    }
+
+    /// What a completion or heartbeat must show (e.g. across a wire).
+    pub fn fence(&self) -> Fence {
+        Fence {
+            intent_key: self.intent_key.clone(),
+            generation: self.generation,
+            execution: self.execution,
+        }
+    }
+}
+
+/// What a claim answers.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per call; boxing buys nothing"
+)]
+pub enum Claimed {
+    /// This caller holds the execution: run it, then complete it.
+    Execute(Claim),
+    /// Nothing to execute: a replay, in flight elsewhere, unknown, pending approval,
+    /// denied, refused, dry run; exactly what `invoke` would answer.
+    Settled(Outcome),
+    /// A read capability: nothing is claimed (reads are never deduplicated). The
+    /// caller performs the read itself and completes nothing; its audit entry and the
+    /// read rate cap are already taken care of.
+    Read(IntentHandle),
+}
+
+/// Where a call stands once it is decided and committed.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per call, moved a few times; boxing buys nothing"
+)]
+pub(crate) enum Step {
+    /// Answered.
+    Settled(Outcome),
+    /// Claimed for execution.
+    Execute {
+        claim: Claim,
+        cap: Arc<Capability>,
+        /// The attempt count the caller hears instead of the execution's own (set when
+        /// a reconciliation read led to the execution).
+        attempt: Option<u32>,
+    },
+    /// A read to pass through.
+    Read {
+        outcome: Outcome,
+        intent: IntentHandle,
+    },
+}
+
+impl Gate {
+    /// Claims a call for its caller to execute (the two-phase API: claim, execute
+    /// elsewhere, [`Gate::complete`]). No reconciliation read is available here: an
+    /// unknown intent is escalated to a human, as [`Gate::invoke`] with a closure does.
+    pub async fn claim(&self, principal: &str, call: Call) -> Result<Claimed, GateError> {
+        self.claim_with(principal, call, Arc::new(ClaimOnly)).await
+    }
+
+    /// Claims a call, with an executor whose `admit` vets the call and whose
+    /// `reconcile` answers for an unknown intent on the way (its `execute` is never
+    /// called: the caller executes what is claimed).
+    pub async fn claim_with<E: Executor>(
+        &self,
+        principal: &str,
+        call: Call,
+        executor: Arc<E>,
+    ) -> Result<Claimed, GateError> {
+        Ok(match self.claim_step(principal, &call, executor).await? {
+            Step::Settled(outcome) => Claimed::Settled(outcome),
+            Step::Execute { claim, .. } => Claimed::Execute(claim),
+            Step::Read { intent, .. } => Claimed::Read(intent),
+        })
+    }
+
+    /// Checks, decides and commits one call; executes nothing (but a reconciliation
+    /// read).
+    pub(crate) async fn claim_step<E: Executor>(
+        &self,
+        principal: &str,
+        call: &Call,
+        executor: Arc<E>,
+    ) -> Result<Step, GateError> {
+        let cap = self.capability(&call.capability)?;
+        let killed = self.kill_switch_for(&cap.name, principal);
+        let who = self.caller(principal)?;
+        if cap.category == oncegate_core::Category::Read {
+            self.take_read_token(principal)?;
+        }
+        // Before anything is parsed further: a record must stay readable and replays small.
+        oncegate_core::limits::check_arguments(&call.arguments, &self.registry.gateway.limits)?;
+        let now = self.clock.now();
+        let scope = CallScope {
+            run_id: call.run_id.as_deref(),
+            step_id: call.step_id.as_deref(),
+        };
+        let tenant = &self.registry.gateway.tenant;
+        let derived = derive(
+            tenant,
+            principal,
+            &cap,
+            &call.arguments,
+            &scope,
+            now,
+            &self.registry.gateway.time_zone,
+        )?;
+        let verdict = match &cap.policy {
+            Some(_) if self.skip_policies => PolicyVerdict::Allow,
+            Some(engine) => engine.evaluate(
+                principal,
+                who.role,
+                tenant,
+                &cap,
+                derived.business_ref.as_deref(),
+                &derived.normalised,
+            ),
+            None => PolicyVerdict::Allow,
+        };
+        executor
+            .admit(&IntentHandle {
+                key: intent::upstream_key(&derived.key, 1),
+                intent_key: derived.key.clone(),
+                generation: 1,
+                capability: cap.name.clone(),
+                arguments: call.arguments.clone(),
+                normalised: Value::Object(derived.normalised.clone()),
+                business_ref: derived.business_ref.clone(),
+                run_id: call.run_id.clone(),
+                step_id: call.step_id.clone(),
+            })
+            .map_err(GateError::Inadmissible)?;
+        if call.client_key.is_some() || cap.require_client_key {
+            // After every check that refuses the call (binding is a durable write), and
+            // with the key derived above at the same `now`.
+            self.bind_client_key(principal, &cap, call, &derived, now)
+                .await?;
+        }
+
+        for _ in 0..MAX_RACES {
+            let now = self.clock.now();
+            let loaded = async {
+                let existing = self.store.load(&derived.key).await?;
+                let approval = match existing.as_ref().and_then(|r| r.approval_id.as_deref()) {
+                    Some(id) => self.store.approval(id).await?,
+                    None => None,
+                };
+                let other_run = match (&existing, &derived.cross_key) {
+                    (None, Some(cross)) => {
+                        self.store
+                            .find_other_run(cross, call.run_id.as_deref())
+                            .await?
+                    }
+                    _ => None,
+                };
+                Ok::<_, StoreError>((existing, approval, other_run))
+            }
+            .await;
+            let (existing, approval, other_run) = match loaded {
+                Ok(l) => l,
+                Err(e) if cap.category.is_consequential() => {
+                    return Ok(Step::Settled(store_down(None, Some(&derived.key), &e)));
+                }
+                Err(_) => (None, None, None),
+            };
+            let approval_id = format!("ap_{}", random_hex(8));
+            let req = CallRequest {
+                principal,
+                tenant,
+                derived: &derived,
+                arguments: &call.arguments,
+                run_id: call.run_id.as_deref(),
+                step_id: call.step_id.as_deref(),
+                owner: &self.owner,
+                approval: approval.as_ref(),
+                other_run: other_run.as_ref(),
+                kill_switch: killed.as_deref(),
+                new_approval_id: &approval_id,
+            };
+            let decision = decide::decide(existing.as_ref(), &req, &cap, &verdict, now);
+            if decision.action == Action::PassThrough {
+                // Reads claim nothing; their audit entry is best effort.
+                let _ = self
+                    .store
+                    .commit(Commit {
+                        record: None,
+                        approval: None,
+                        event: decision.event,
+                    })
+                    .await;
+                let intent = IntentHandle {
+                    key: String::new(),
+                    intent_key: derived.key.clone(),
+                    generation: 0,
+                    capability: cap.name.clone(),
+                    arguments: call.arguments.clone(),
+                    normalised: Value::Object(derived.normalised.clone()),
+                    business_ref: derived.business_ref.clone(),
+                    run_id: call.run_id.clone(),
+                    step_id: call.step_id.clone(),
+                };
+                return Ok(Step::Read {
+                    outcome: decision.outcome,
+                    intent,
+                });
+            }
+            let mut decision = decision;
+            if decision.action == Action::Replay {
+                self.note_replay(&mut decision.outcome, &cap);
+            }
+            match self
+                .apply(
+                    decision,
+                    &cap,
+                    principal,
+                    executor.clone(),
+                    Some(&call.arguments),
+                )
+                .await
+            {
+                Ok(step) => return Ok(step),
+                Err(StoreError::Conflict) => {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                Err(e) => {
+                    return Ok(Step::Settled(store_down(
+                        existing.as_ref(),
+                        Some(&derived.key),
+                        &e,
+                    )));
+                }
+            }
+        }
+        Ok(Step::Settled(contention(&derived.key)))
+    }
+
+    /// Commits a decision and carries out its action. `Conflict` means re-decide.
+    /// `arguments`: the call that asked, when there is one; an intent reconciled absent
+    /// re-executes with them (its significant arguments are the same by key; a
+    /// corrected free-text argument is what the caller means now).
+    pub(crate) async fn apply<E: Executor>(
+        &self,
+        decision: Decision,
+        cap: &Arc<Capability>,
+        actor: &str,
+        executor: Arc<E>,
+        arguments: Option<&Value>,
+    ) -> Result<Step, StoreError> {
+        let Decision {
+            action,
+            record,
+            approval,
+            outcome,
+            event,
+        } = decision;
+        if action != Action::Replay {
+            self.store
+                .commit(Commit {
+                    record: record.clone(),
+                    approval,
+                    event,
+                })
+                .await?;
+        }
+        log_alerts(&outcome, cap);
+        match action {
+            Action::Respond | Action::PassThrough | Action::Replay => Ok(Step::Settled(outcome)),
+            Action::Execute => {
+                let claimed = bump(record.expect("an Execute decision writes the claim"));
+                Ok(Step::Execute {
+                    claim: Claim::of(claimed, actor),
+                    cap: cap.clone(),
+                    attempt: None,
+                })
+            }
+            Action::Reconcile => {
+                let current = bump(record.expect("a Reconcile decision writes the record"));
+                let handle = IntentHandle::of(&current);
+                // Sampled before the read (see `sweep_one`).
+                let running = executor.attempt_running(&handle);
+                // Judged at the moment the read was asked (see `sweep_one`).
+                let asked_at = self.clock.now();
+                let answer = executor.reconcile(handle).await;
+                // Apply the one answer; a lost race re-reads this generation and applies
+                // it again (after_reconcile answers with the standing outcome once someone
+                // else has resolved the intent) instead of re-deciding the whole call,
+                // which would commit another reconcile and burn an attempt.
+                let mut latest = current.clone();
+                let mut step = None;
+                for _ in 0..MAX_RACES {
+                    let approval_id = format!("ap_{}", random_hex(8));
+                    let mut next = decide::after_reconcile(
+                        &latest,
+                        answer.clone(),
+                        cap,
+                        actor,
+                        &self.owner,
+                        &approval_id,
+                        running,
+                        asked_at,
+                    );
+                    // A provider that dedupes on the key compares a repeated key's body
+                    // with the first one: it gets the first arguments again.
+                    if let (Action::Execute, Some(record), Some(args)) =
+                        (next.action, next.record.as_mut(), arguments)
+                        && !decide::dedupe_is_proof(cap)
+                    {
+                        record.arguments = args.clone();
+                    }
+                    match Box::pin(self.apply(next, cap, actor, executor.clone(), arguments)).await
+                    {
+                        Err(StoreError::Conflict) => match self
+                            .store
+                            .load_generation(&current.key, current.generation)
+                            .await?
+                        {
+                            // A newer execution started since the read was asked: the
+                            // answer speaks of the older attempt only, so it settles
+                            // nothing; the caller hears where the intent stands now.
+                            Some(fresh) if fresh.executions != current.executions => {
+                                step = Some(Step::Settled(decide::standing_outcome(&fresh)));
+                                break;
+                            }
+                            Some(fresh) => latest = fresh,
+                            None => return Err(StoreError::Conflict),
+                        },
+                        other => {
+                            step = Some(other?);
+                            break;
+                        }
+                    }
+                }
+                // The caller hears the attempt count of the reconciliation (an execution
+                // it led to included).
+                Ok(match step.ok_or(StoreError::Conflict)? {
+                    Step::Settled(mut outcome) => {
+                        outcome.attempt = current.attempts;
+                        Step::Settled(outcome)
+                    }
+                    Step::Execute { claim, cap, .. } => Step::Execute {
+                        claim,
+                        cap,
+                        attempt: Some(current.attempts),
+                    },
+                    read @ Step::Read { .. } => read,
+                })
+            }
+        }
+    }
+}

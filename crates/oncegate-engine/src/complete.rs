@@ -1,0 +1,229 @@
+//! Completing a claim: recording what an execution did, and keeping its lease alive.
+//!
+//! Two recorders with one storage rule (`decide::record_claim_effect`) and two fences:
+//! - [`Gate::complete`] / [`Gate::complete_fenced`], for a claim executed outside the
+//!   gate (a worker using the two-phase API). Strict: a claim that was superseded,
+//!   whose lease has expired by the gate's clock, or whose intent is no longer in
+//!   flight for it records nothing and answers [`GateError::StaleClaim`] (`OG-0024`),
+//!   so a worker that stalled past its lease never overwrites what the sweep or another
+//!   attempt recorded. A repeat of a recorded completion answers what was recorded.
+//! - `record`, for the gate's own executions (invoke.rs): lenient, fenced by the
+//!   execution number only, so a late answer is still recorded (issue 9).
+//!
+//! [`Gate::heartbeat`] extends a live claim's lease with a durable commit and an audit
+//! event.
+
+use oncegate_core::codes::Code;
+use oncegate_core::config::Capability;
+use oncegate_core::decide::{self, Completion, EffectResult};
+use oncegate_core::intent::{IntentRecord, Outcome, Reason, Status};
+
+use oncegate_store::{Commit, StoreError, StoreRead, StoreWrite};
+
+use crate::claim::{Claim, Fence};
+use crate::error::GateError;
+use crate::gate::{Gate, MAX_RACES, bump};
+
+impl Gate {
+    /// Records what the claimed execution did. Fenced and strict (see the module docs):
+    /// a stale claim records nothing and answers [`GateError::StaleClaim`]; a repeat of
+    /// the same completion answers the outcome that was recorded.
+    pub async fn complete(
+        &self,
+        claim: &Claim,
+        result: EffectResult,
+    ) -> Result<Outcome, GateError> {
+        self.complete_fenced(&claim.principal, &claim.fence(), result)
+            .await
+    }
+
+    /// [`Gate::complete`] for a caller that holds only the fence (the two-phase wire
+    /// API: the intent key and the fencing token come back over HTTP). `principal`
+    /// must be an agent or an admin; the fence is what proves the claim.
+    pub async fn complete_fenced(
+        &self,
+        principal: &str,
+        fence: &Fence,
+        result: EffectResult,
+    ) -> Result<Outcome, GateError> {
+        self.caller(principal)?;
+        for _ in 0..MAX_RACES {
+            let record = self.fenced_record(fence).await?;
+            let cap = self.capability(&record.capability)?;
+            let completion = decide::complete_claim(
+                &record,
+                fence.generation,
+                fence.execution,
+                result.clone(),
+                &cap,
+                principal,
+                self.clock.now(),
+            );
+            let decision = match completion {
+                Completion::Record(decision) => decision,
+                Completion::Recorded(outcome) => return Ok(outcome),
+                Completion::Stale(reason) => {
+                    tracing::warn!(key = %fence.intent_key, generation = fence.generation, execution = fence.execution, result = ?result, why = %reason.message, "a stale claim's completion was refused; nothing recorded");
+                    return Err(GateError::StaleClaim(reason.message));
+                }
+            };
+            let mut outcome = decision.outcome;
+            match self
+                .store
+                .commit(Commit {
+                    record: decision.record,
+                    approval: None,
+                    event: decision.event,
+                })
+                .await
+            {
+                Ok(()) => {
+                    outcome.attempt = record.attempts;
+                    return Ok(outcome);
+                }
+                Err(StoreError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(GateError::Store(StoreError::Conflict))
+    }
+
+    /// Extends a live claim's lease to now plus the capability's lease (a durable
+    /// commit with its audit event) and answers the claim as it now stands. A stale
+    /// claim is refused with [`GateError::StaleClaim`] and nothing is written.
+    pub async fn heartbeat(&self, claim: &Claim) -> Result<Claim, GateError> {
+        self.heartbeat_fenced(&claim.principal, &claim.fence())
+            .await
+    }
+
+    /// [`Gate::heartbeat`] for a caller that holds only the fence (the wire API).
+    pub async fn heartbeat_fenced(
+        &self,
+        principal: &str,
+        fence: &Fence,
+    ) -> Result<Claim, GateError> {
+        self.caller(principal)?;
+        for _ in 0..MAX_RACES {
+            let record = self.fenced_record(fence).await?;
+            let cap = self.capability(&record.capability)?;
+            let decision = decide::heartbeat_claim(
+                &record,
+                fence.generation,
+                fence.execution,
+                &cap,
+                principal,
+                self.clock.now(),
+            )
+            .map_err(|reason| GateError::StaleClaim(reason.message))?;
+            let next = decision
+                .record
+                .clone()
+                .expect("a heartbeat writes the lease");
+            match self
+                .store
+                .commit(Commit {
+                    record: decision.record,
+                    approval: None,
+                    event: decision.event,
+                })
+                .await
+            {
+                Ok(()) => return Ok(Claim::of(bump(next), principal)),
+                Err(StoreError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(GateError::Store(StoreError::Conflict))
+    }
+
+    /// The stored intent a fence names (its current generation: an older fence is then
+    /// judged stale by `decide`).
+    async fn fenced_record(&self, fence: &Fence) -> Result<IntentRecord, GateError> {
+        self.store
+            .load(&fence.intent_key)
+            .await?
+            .ok_or_else(|| GateError::UnknownIntent(fence.intent_key.to_string()))
+    }
+
+    /// Records the result of one of the gate's own executions, re-reading on lost races
+    /// and retrying a store that is briefly unavailable: a result that happened must not
+    /// be dropped. Lenient, unlike [`Gate::complete`]: fenced by the execution number
+    /// only (`record_claim_effect`), so an answer that arrives after the lease expired
+    /// (a slow provider, an MCP call's late answer) is still recorded, and an `applied`
+    /// is recorded whatever happened meanwhile.
+    pub(crate) async fn record(
+        &self,
+        claimed: &IntentRecord,
+        result: EffectResult,
+        cap: &Capability,
+        actor: &str,
+    ) -> Outcome {
+        let mut current = claimed.clone();
+        let mut outage = 0u32;
+        for _ in 0..MAX_RACES {
+            let decision = decide::record_claim_effect(
+                &current,
+                claimed.executions,
+                result.clone(),
+                cap,
+                actor,
+                self.clock.now(),
+            );
+            let outcome = decision.outcome.clone();
+            let error = match self
+                .store
+                .commit(Commit {
+                    record: decision.record,
+                    approval: None,
+                    event: decision.event,
+                })
+                .await
+            {
+                Ok(()) => {
+                    let mut outcome = outcome;
+                    outcome.attempt = current.attempts;
+                    return outcome;
+                }
+                Err(StoreError::Conflict) => None,
+                Err(e) => Some(e),
+            };
+            if let Some(e) = error {
+                outage += 1;
+                if outage > 5 {
+                    tracing::error!(key = %claimed.key, error = %e, "could not record an effect's result; the intent reads unknown after its lease and is reconciled");
+                    return decide::outcome_of(
+                        claimed,
+                        Status::Unknown,
+                        Some(Reason::new(
+                            Code::StoreUnavailable,
+                            format!(
+                                "the effect ran but its result could not be recorded ({e}); do not re-issue"
+                            ),
+                        )),
+                    );
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50 << outage)).await;
+            }
+            match self
+                .store
+                .load_generation(&claimed.key, claimed.generation)
+                .await
+            {
+                Ok(Some(fresh)) => current = fresh,
+                Ok(None) => break,
+                Err(_) => {
+                    outage += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << outage.min(6))).await;
+                }
+            }
+        }
+        decide::outcome_of(
+            claimed,
+            Status::Unknown,
+            Some(Reason::new(
+                Code::Contention,
+                "the result could not be recorded after repeated races; do not re-issue",
+            )),
+        )
+    }
+}
