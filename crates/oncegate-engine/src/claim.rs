@@ -315,7 +315,11 @@ impl Gate {
             }
             let mut decision = decision;
             if decision.action == Action::Replay {
-                self.note_replay(&mut decision.outcome, &cap);
+                let now = self.clock.now();
+                self.replays
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .note_replay(&mut decision.outcome, &cap, now);
             }
             match self
                 .apply(

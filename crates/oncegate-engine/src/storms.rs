@@ -9,8 +9,6 @@ use oncegate_core::config::Capability;
 use oncegate_core::intent::{self, Outcome};
 use oncegate_core::key::IntentKey;
 
-use crate::gate::Gate;
-
 /// How long the replay-storm count runs.
 const STORM_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
 /// Replays of one intent inside the window that raise the alert, for capabilities
@@ -45,21 +43,20 @@ impl ReplayStorms {
     }
 }
 
-impl Gate {
-    /// Counts a replay and raises the replay-storm alert when an intent that settled
-    /// keeps being repeated.
-    pub(crate) fn note_replay(&self, outcome: &mut Outcome, cap: &Capability) {
+impl ReplayStorms {
+    /// Counts a replay of `outcome`'s intent at `now` and raises the replay-storm alert
+    /// on it when an intent that settled keeps being repeated.
+    pub(crate) fn note_replay(
+        &mut self,
+        outcome: &mut Outcome,
+        cap: &Capability,
+        now: jiff::Timestamp,
+    ) {
         let Some(key) = outcome.key.as_ref() else {
             return;
         };
         let threshold = cap.attempt_ceiling.unwrap_or(STORM_REPLAYS).max(2);
-        let now = self.clock.now();
-        let storm = self
-            .replays
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .note(key, now, threshold);
-        if let Some(replays) = storm {
+        if let Some(replays) = self.note(key, now, threshold) {
             outcome.alerts.push(intent::Alert::ReplayStorm {
                 replays,
                 window_seconds: STORM_WINDOW.as_secs() as u32,
