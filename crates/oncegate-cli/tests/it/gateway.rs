@@ -1,5 +1,8 @@
 //! The gateway end to end: real `oncegate sandbox` and `oncegate serve` processes,
 //! real sockets, a real SQLite file.
+//!
+//! Why one file: every scenario shares the same processes and helpers; split by surface
+//! (mcp.rs, late.rs, store_faults.rs, args.rs) where a harness of its own was needed.
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -2,6 +2,8 @@
 //! against the sandbox (or a tiny provider of its own where the sandbox has no such
 //! answer): dot segments in URL paths, argument and answer limits, structural headers,
 //! `Authorization` parsing, and MCP upstream refusals.
+//!
+//! Why one file: the cases share one router-on-a-socket harness and its providers.
 
 use std::path::Path;
 

@@ -1,6 +1,9 @@
 //! The sandbox provider over a real socket: idempotency keys honoured and ignored, each
 //! injected fault, lookups, the effect list the demo counts, and API-key auth.
 //! Its MCP surface is tested in `mcp`.
+//!
+//! Why one file: every test here drives the same provider over HTTP with the same
+//! helpers; the fault cases read best side by side.
 
 mod mcp;
 

@@ -2,6 +2,9 @@
 //! with, gateway instances (a `Gate` on the shared in-memory store, its sweep, its
 //! process), the agents and approvers, and the invariant checks.
 //!
+//! Why one file: the provider, the gateway instances and the checks share one world
+//! state that every schedule mutates; plan.rs (what happens) is apart.
+//!
 //! Everything runs on one current-thread tokio runtime with a paused clock, so the only
 //! sources of order are the plan, the seeded generators and tokio's deterministic
 //! scheduler.
