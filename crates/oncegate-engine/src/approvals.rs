@@ -56,7 +56,7 @@ impl Gate {
                 who.role,
                 choice,
                 &cap,
-                &self.owner,
+                &self.claim_holder(),
                 self.clock.now(),
             ) {
                 decide::ApprovalDecision::Rejected(reason) => {

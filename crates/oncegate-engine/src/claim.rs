@@ -23,11 +23,13 @@ use crate::error::GateError;
 use crate::executor::{ClaimOnly, Executor};
 use crate::gate::{Gate, MAX_RACES, bump, contention, log_alerts, random_hex, store_down};
 
-/// Names one execution of one intent generation: what a completion or a heartbeat must
-/// show. `execution` is the fencing token: every new execution of the intent (a retry,
-/// a re-execution after reconciliation, an approval) increments it, so an older claim
-/// can never write over a newer one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Names one claim of one execution of one intent generation: what a completion or a
+/// heartbeat must show. `execution` is the fencing number: every new execution of the
+/// intent (a retry, a re-execution after reconciliation, an approval) increments it, so
+/// an older claim can never write over a newer one. `nonce` is the claim's own secret
+/// (128 random bits in its lease's owner): counting executions is not enough to
+/// complete a claim somebody else holds, the gate's own executions included.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Fence {
     /// The intent key.
     pub intent_key: IntentKey,
@@ -35,18 +37,35 @@ pub struct Fence {
     pub generation: u32,
     /// The execution number.
     pub execution: u32,
+    /// The claim's nonce (see `oncegate_core::decide::lease_nonce`).
+    pub nonce: String,
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The nonce is a bearer secret: never in a log line.
+        f.debug_struct("Fence")
+            .field("intent_key", &self.intent_key)
+            .field("generation", &self.generation)
+            .field("execution", &self.execution)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Fence {
     /// The fence as one opaque string for a wire form that carries the intent key
-    /// apart (`g<generation>.e<execution>`); [`Fence::from_token`] reads it back.
+    /// apart (`g<generation>.e<execution>.<nonce>`); [`Fence::from_token`] reads it back.
     pub fn token(&self) -> String {
-        format!("g{}.e{}", self.generation, self.execution)
+        format!("g{}.e{}.{}", self.generation, self.execution, self.nonce)
     }
 
     /// Reads [`Fence::token`] back for `intent_key`; `None` if it is not one.
     pub fn from_token(intent_key: IntentKey, token: &str) -> Option<Self> {
-        let (generation, execution) = token.strip_prefix('g')?.split_once(".e")?;
+        let (numbers, nonce) = token.rsplit_once('.')?;
+        if nonce.is_empty() || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let (generation, execution) = numbers.strip_prefix('g')?.split_once(".e")?;
         let number = |s: &str| {
             (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
                 .then(|| s.parse::<u32>().ok())
@@ -56,6 +75,7 @@ impl Fence {
             intent_key,
             generation: number(generation)?,
             execution: number(execution)?,
+            nonce: nonce.to_owned(),
         })
     }
 }
@@ -114,6 +134,12 @@ impl Claim {
             intent_key: self.intent_key.clone(),
             generation: self.generation,
             execution: self.execution,
+            nonce: self
+                .record
+                .lease
+                .as_ref()
+                .map(|l| decide::lease_nonce(&l.owner).to_owned())
+                .unwrap_or_default(),
         }
     }
 }
@@ -193,10 +219,18 @@ impl Gate {
     ) -> Result<Step, GateError> {
         let cap = self.capability(&call.capability)?;
         let killed = self.kill_switch_for(&cap.name, principal);
-        let who = self.caller(principal)?;
+        // A required client key that is missing is the first thing the caller hears
+        // (as the JSON API answered before the engine owned the check).
+        if cap.require_client_key && call.client_key.is_none() {
+            return Err(GateError::ClientKeyMissing(format!(
+                "capability {} requires an Idempotency-Key header",
+                call.capability
+            )));
+        }
         if cap.category == oncegate_core::Category::Read {
             self.take_read_token(principal)?;
         }
+        let who = self.caller(principal)?;
         // Before anything is parsed further: a record must stay readable and replays small.
         oncegate_core::limits::check_arguments(&call.arguments, &self.registry.gateway.limits)?;
         let now = self.clock.now();
@@ -273,6 +307,7 @@ impl Gate {
                 Err(_) => (None, None, None),
             };
             let approval_id = format!("ap_{}", random_hex(8));
+            let holder = self.claim_holder();
             let req = CallRequest {
                 principal,
                 tenant,
@@ -280,7 +315,7 @@ impl Gate {
                 arguments: &call.arguments,
                 run_id: call.run_id.as_deref(),
                 step_id: call.step_id.as_deref(),
-                owner: &self.owner,
+                owner: &holder,
                 approval: approval.as_ref(),
                 other_run: other_run.as_ref(),
                 kill_switch: killed.as_deref(),
@@ -403,12 +438,13 @@ impl Gate {
                 let mut step = None;
                 for _ in 0..MAX_RACES {
                     let approval_id = format!("ap_{}", random_hex(8));
+                    let holder = self.claim_holder();
                     let mut next = decide::after_reconcile(
                         &latest,
                         answer.clone(),
                         cap,
                         actor,
-                        &self.owner,
+                        &holder,
                         &approval_id,
                         running,
                         asked_at,

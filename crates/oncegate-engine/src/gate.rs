@@ -81,6 +81,12 @@ impl Clone for Gate {
 }
 
 impl Gate {
+    /// The owner a new claim's lease names: this gate instance and a fresh 128-bit
+    /// nonce, which only the claim's holder learns (see [`crate::Fence`]).
+    pub(crate) fn claim_holder(&self) -> String {
+        format!("{}/{}", self.owner, random_hex(16))
+    }
+
     /// Opens the existing store the registry names (relative SQLite paths resolve
     /// against the config file's directory); a missing or empty store is refused.
     pub async fn open(registry: Registry) -> Result<Self, GateError> {

@@ -29,13 +29,23 @@ pub enum Completion {
     Stale(Reason),
 }
 
-/// Why the claim `(generation, execution)` no longer holds `record` at `now`, or `None`
-/// while it does: the intent is in flight for exactly that execution and its lease has
-/// not expired.
+/// The part of a lease's owner that names one claim: a claim's lease is owned by
+/// `<gate owner>/<nonce>`, a fresh random nonce per claim, and only the claim's holder
+/// learns the nonce (an owner without `/` is its own nonce).
+pub fn lease_nonce(owner: &str) -> &str {
+    owner.rsplit('/').next().unwrap_or(owner)
+}
+
+/// Why the claim `(generation, execution, nonce)` no longer holds `record` at `now`, or
+/// `None` while it does: the intent is in flight for exactly that execution, under the
+/// lease that claim took (its [`lease_nonce`]), and the lease has not expired. The nonce
+/// is what keeps anyone who can count executions from completing a claim they do not
+/// hold (the gate's own executions included: their nonce never leaves the process).
 pub fn stale_claim(
     record: &IntentRecord,
     generation: u32,
     execution: u32,
+    nonce: &str,
     now: Timestamp,
 ) -> Option<Reason> {
     let why = if record.generation != generation {
@@ -55,6 +65,9 @@ pub fn stale_claim(
         )
     } else {
         match &record.lease {
+            Some(lease) if nonce.is_empty() || lease_nonce(&lease.owner) != nonce => {
+                "the token does not name the claim that holds this execution".to_owned()
+            }
             Some(lease) if now < lease.expires_at => return None,
             Some(lease) => format!("the claim's lease expired at {}", lease.expires_at),
             None => "the claim holds no lease".to_owned(),
@@ -78,12 +91,13 @@ pub fn complete_claim(
     record: &IntentRecord,
     generation: u32,
     execution: u32,
+    nonce: &str,
     result: EffectResult,
     cap: &Capability,
     actor: &str,
     now: Timestamp,
 ) -> Completion {
-    let Some(stale) = stale_claim(record, generation, execution, now) else {
+    let Some(stale) = stale_claim(record, generation, execution, nonce, now) else {
         return Completion::Record(record_claim_effect(
             record, execution, result, cap, actor, now,
         ));
@@ -113,11 +127,12 @@ pub fn heartbeat_claim(
     record: &IntentRecord,
     generation: u32,
     execution: u32,
+    nonce: &str,
     cap: &Capability,
     actor: &str,
     now: Timestamp,
 ) -> Result<Decision, Reason> {
-    if let Some(stale) = stale_claim(record, generation, execution, now) {
+    if let Some(stale) = stale_claim(record, generation, execution, nonce, now) {
         return Err(stale);
     }
     let mut next = record.clone();

@@ -32,7 +32,7 @@ mod reconcile;
 
 pub use approval::{decide_approval, reset_breaker};
 pub use call::decide;
-pub use complete::{Completion, complete_claim, heartbeat_claim, stale_claim};
+pub use complete::{Completion, complete_claim, heartbeat_claim, lease_nonce, stale_claim};
 pub use effect::{record_claim_effect, record_effect};
 pub use reconcile::{absence_unproven, after_reconcile, after_sweep, dedupe_is_proof};
 

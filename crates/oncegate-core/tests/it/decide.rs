@@ -1413,6 +1413,7 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
         &held,
         generation,
         execution,
+        "gw-0",
         applied(),
         &f.cap,
         "planner",
@@ -1429,6 +1430,7 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
         &done,
         generation,
         execution,
+        "gw-0",
         applied(),
         &f.cap,
         "planner",
@@ -1445,7 +1447,7 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
         message: "declined".into(),
     };
     stale(complete_claim(
-        &done, generation, execution, failed, &f.cap, "planner", live,
+        &done, generation, execution, "gw-0", failed, &f.cap, "planner", live,
     ));
 
     // Past the lease, or for another execution or generation: stale, even an applied
@@ -1455,6 +1457,7 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
         &held,
         generation,
         execution,
+        "gw-0",
         applied(),
         &f.cap,
         "planner",
@@ -1465,6 +1468,7 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
         &held,
         generation,
         execution - 1,
+        "gw-0",
         applied(),
         &f.cap,
         "planner",
@@ -1475,12 +1479,30 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
         &held,
         generation + 1,
         execution,
+        "gw-0",
         applied(),
         &f.cap,
         "planner",
         live,
     ));
     assert!(why.contains("generation"), "{why}");
+    // Counting executions is not enough: the claim's nonce must match its lease.
+    for nonce in ["gw-1", ""] {
+        let why = stale(complete_claim(
+            &held,
+            generation,
+            execution,
+            nonce,
+            applied(),
+            &f.cap,
+            "planner",
+            live,
+        ));
+        assert!(why.contains("token"), "{why}");
+        assert!(
+            heartbeat_claim(&held, generation, execution, nonce, &f.cap, "planner", live).is_err()
+        );
+    }
     let mut unknown = held.clone();
     unknown.state = IntentState::Unknown;
     unknown.lease = None;
@@ -1488,6 +1510,7 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
         &unknown,
         generation,
         execution,
+        "gw-0",
         applied(),
         &f.cap,
         "planner",
@@ -1496,7 +1519,10 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
 
     // A heartbeat runs the lease on from now, never shortens it, and is fenced alike.
     let beat = t0() + SignedDuration::from_secs(10);
-    let d = heartbeat_claim(&held, generation, execution, &f.cap, "planner", beat).unwrap();
+    let d = heartbeat_claim(
+        &held, generation, execution, "gw-0", &f.cap, "planner", beat,
+    )
+    .unwrap();
     let next = d.record.unwrap();
     assert_eq!(next.lease.as_ref().unwrap().expires_at, beat + f.cap.lease);
     assert_eq!(next.lease.as_ref().unwrap().owner, "gw-0");
@@ -1507,10 +1533,20 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
     assert_eq!(d.event.detail["heartbeat"]["execution"], execution);
     let mut long = held.clone();
     long.lease.as_mut().unwrap().expires_at = t0() + f.cap.lease + mins(60);
-    let d = heartbeat_claim(&long, generation, execution, &f.cap, "planner", beat).unwrap();
+    let d = heartbeat_claim(
+        &long, generation, execution, "gw-0", &f.cap, "planner", beat,
+    )
+    .unwrap();
     assert_eq!(d.record.unwrap().lease, long.lease, "never shorter");
-    let reason =
-        heartbeat_claim(&held, generation, execution, &f.cap, "planner", late).unwrap_err();
+    let reason = heartbeat_claim(
+        &held, generation, execution, "gw-0", &f.cap, "planner", late,
+    )
+    .unwrap_err();
     assert_eq!(reason.code, Code::StaleClaim);
-    assert!(heartbeat_claim(&done, generation, execution, &f.cap, "planner", live).is_err());
+    assert!(
+        heartbeat_claim(
+            &done, generation, execution, "gw-0", &f.cap, "planner", live
+        )
+        .is_err()
+    );
 }

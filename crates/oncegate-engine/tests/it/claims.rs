@@ -320,18 +320,29 @@ async fn a_fence_travels_as_the_intent_key_and_a_token() {
     let (gate, _clock) = manual(&scratch).await;
     let claim = claimed(&gate, pay("A-1")).await;
     let fence = claim.fence();
-    assert_eq!(fence.token(), "g1.e1");
-    let back = Fence::from_token(claim.intent_key.clone(), &fence.token()).unwrap();
+    let token = fence.token();
+    let nonce = token
+        .strip_prefix("g1.e1.")
+        .expect("generation, execution, nonce");
+    assert_eq!(nonce.len(), 32, "128 random bits: {token}");
+    assert!(
+        !format!("{fence:?}").contains(nonce),
+        "the nonce stays out of logs"
+    );
+    let back = Fence::from_token(claim.intent_key.clone(), &token).unwrap();
     assert_eq!(back, fence);
     for bad in [
         "",
         "g1",
         "1.1",
         "g1.e",
-        "g.e1",
-        "g1.e1x",
-        "g-1.e1",
-        "g1.e99999999999",
+        "g1.e1",
+        "g1.e1.",
+        "g.e1.ab",
+        "g1.e1x.ab",
+        "g-1.e1.ab",
+        "g1.e99999999999.ab",
+        "g1.e1.not-hex",
     ] {
         assert_eq!(
             Fence::from_token(claim.intent_key.clone(), bad),
@@ -339,6 +350,19 @@ async fn a_fence_travels_as_the_intent_key_and_a_token() {
             "{bad}"
         );
     }
+    // Counting executions is not enough: a fence with another nonce is stale.
+    let guessed = Fence {
+        nonce: "0".repeat(32),
+        ..back.clone()
+    };
+    stale(
+        gate.complete_fenced("agent", &guessed, applied("ch_1"))
+            .await,
+    );
+    assert!(matches!(
+        gate.heartbeat_fenced("agent", &guessed).await,
+        Err(GateError::StaleClaim(_))
+    ));
     // Completed by fence alone (the wire API's path); another agent may hold it.
     let beat = gate.heartbeat_fenced("agent2", &back).await.unwrap();
     assert_eq!(beat.execution, 1);

@@ -35,14 +35,9 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 pub use self::auth::authenticate;
 pub use self::schema::derived_schema;
 pub use self::sessions::Sessions;
-pub use self::surface::{McpSurface, tool_result};
+pub use self::surface::{McpSurface, RUN_ID_META_KEY, STEP_ID_META_KEY, tool_result};
 use crate::state::{AppState, MAX_BODY_BYTES};
 pub use crate::wire::OUTCOME_META_KEY;
-
-/// The request `_meta` key of the orchestrator's run id.
-pub const RUN_ID_META_KEY: &str = "dev.oncegate/run_id";
-/// The request `_meta` key of the orchestrator's step id.
-pub const STEP_ID_META_KEY: &str = "dev.oncegate/step_id";
 
 /// `/mcp`, authenticated by [`authenticate`] before rmcp reads anything; merged into the
 /// gateway's router.

@@ -20,13 +20,17 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
 use super::schema::{annotations, derived_schema, strip_property};
-use super::{RUN_ID_META_KEY, STEP_ID_META_KEY};
 use crate::error::ApiError;
 use crate::front::Door;
 use crate::headers::{header_string, invalid_header};
 use crate::state::{AppState, Principal};
 use crate::upstream::UpstreamExecutor;
 use crate::wire::{Envelope, OUTCOME_META_KEY};
+
+/// The request `_meta` key of the orchestrator's run id.
+pub const RUN_ID_META_KEY: &str = "dev.oncegate/run_id";
+/// The request `_meta` key of the orchestrator's step id.
+pub const STEP_ID_META_KEY: &str = "dev.oncegate/step_id";
 
 /// An upstream tool's schema, or when reading it last failed.
 type SchemaRead = Result<Arc<JsonObject>, std::time::Instant>;
