@@ -72,7 +72,7 @@ pub fn lint(cap: &Capability) -> Vec<String> {
     let mut findings = Vec::new();
     let key = &cap.key;
     // A non_idempotent capability keyed on free text alone is a config error
-    // (config.rs): no registry that loads holds one.
+    // (oncegate-core config/build): no registry that loads holds one.
     if let (Some(path), Some(up)) = (&key.business_ref, &cap.upstream)
         && let Some(body) = &up.body
     {
