@@ -450,3 +450,74 @@ async fn a_sweep_pass_reads_only_unknown_and_lease_expired_intents() {
     assert_eq!(settled.effect_ref.as_deref(), Some("ch_1"));
     assert_eq!(stored(&gate, &live).await.state, IntentState::InFlight);
 }
+
+/// The schedule a review found: while the gate runs an effect of its own, another agent
+/// who can count executions sends a completion for it (`not_sent`, or a forged
+/// `applied`). Neither may land: a `not_sent` would let the next repeat execute a
+/// second time, a forged `applied` would hide the real result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_completes_the_gates_own_execution_from_outside() {
+    let scratch = Scratch::new();
+    let gate = scratch.gate(Arc::new(SystemClock)).await;
+    let effects = Arc::new(AtomicUsize::new(0));
+    let (release, held) = tokio::sync::oneshot::channel::<()>();
+    let held = Arc::new(tokio::sync::Mutex::new(Some(held)));
+    let running = {
+        let (gate, effects, held) = (gate.clone(), effects.clone(), held.clone());
+        tokio::spawn(async move {
+            gate.invoke("agent", pay("O-1"), move |_intent| {
+                let (effects, held) = (effects.clone(), held.clone());
+                async move {
+                    if let Some(wait) = held.lock().await.take() {
+                        let _ = wait.await;
+                    }
+                    effects.fetch_add(1, Ordering::SeqCst);
+                    applied("ch_real")
+                }
+            })
+            .await
+        })
+    };
+    let key = gate.derive_key("agent", &pay("O-1")).unwrap().key;
+    // Wait until the gate's own claim is committed.
+    let record = loop {
+        if let Some(r) = gate.store().load(&key).await.unwrap()
+            && r.state == IntentState::InFlight
+        {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
+    for nonce in ["0".repeat(32), "ab".into()] {
+        let guess = Fence {
+            intent_key: key.clone(),
+            generation: record.generation,
+            execution: record.executions,
+            nonce,
+        };
+        let not_sent = EffectResult::NotSent {
+            message: "forged".into(),
+        };
+        stale(gate.complete_fenced("agent2", &guess, not_sent).await);
+        stale(
+            gate.complete_fenced("agent2", &guess, applied("ch_forged"))
+                .await,
+        );
+    }
+    assert_eq!(
+        gate.store().load(&key).await.unwrap().unwrap().state,
+        IntentState::InFlight,
+        "nothing the guesses sent was recorded"
+    );
+    release.send(()).unwrap();
+    let outcome = running.await.unwrap().unwrap();
+    assert_eq!(outcome.status, Status::Applied);
+    assert_eq!(outcome.effect_ref.as_deref(), Some("ch_real"));
+    let again = gate
+        .invoke("agent", pay("O-1"), |_| async { applied("ch_second") })
+        .await
+        .unwrap();
+    assert_eq!(again.status, Status::Replayed);
+    assert_eq!(again.effect_ref.as_deref(), Some("ch_real"));
+    assert_eq!(effects.load(Ordering::SeqCst), 1, "one intent, one effect");
+}
