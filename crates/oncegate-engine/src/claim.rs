@@ -1,8 +1,8 @@
 //! Claiming: load -> decide -> commit, with reconciliation on the way.
 //!
-//! [`Gate::claim`] and [`Gate::claim_with`] run every check a call goes through (role,
-//! read rate cap, argument limits, key derivation, policy, the executor's `admit`, the
-//! client key), then decide on the stored intent and commit the decision. A decision to
+//! [`Gate::claim`] and [`Gate::claim_with`] run every check a call goes through (a
+//! required client key's presence, the read rate cap, role, argument limits, key
+//! derivation, policy, the executor's `admit`, the client key's binding), then decide on the stored intent and commit the decision. A decision to
 //! execute comes back as a [`Claim`]: the intent is in flight under a lease for that
 //! execution, and whoever holds the claim executes the effect and completes it
 //! (complete.rs). Everything else comes back settled, exactly as `invoke` answers it.
@@ -273,10 +273,11 @@ impl Gate {
                 step_id: call.step_id.clone(),
             })
             .map_err(GateError::Inadmissible)?;
-        if call.client_key.is_some() || cap.require_client_key {
+        if let Some(client_key) = call.client_key.as_deref() {
             // After every check that refuses the call (binding is a durable write), and
-            // with the key derived above at the same `now`.
-            self.bind_client_key(principal, &cap, call, &derived, now)
+            // with the key derived above at the same `now`. A required key that is
+            // missing was refused first thing.
+            self.bind_client_key(principal, &cap, client_key, &derived, now)
                 .await?;
         }
 

@@ -11,7 +11,6 @@ use oncegate_core::key::{DerivedKey, IntentKey};
 
 use oncegate_store::{Commit, StoreError, StoreRead, StoreWrite};
 
-use crate::call::Call;
 use crate::error::GateError;
 use crate::gate::{Gate, MAX_RACES};
 
@@ -98,16 +97,10 @@ impl Gate {
         &self,
         principal: &str,
         cap: &Capability,
-        call: &Call,
+        client_key: &str,
         derived: &DerivedKey,
         now: jiff::Timestamp,
     ) -> Result<(), GateError> {
-        let Some(client_key) = call.client_key.as_deref() else {
-            return Err(GateError::ClientKeyMissing(format!(
-                "capability {} requires an Idempotency-Key header",
-                call.capability
-            )));
-        };
         let binding = oncegate_store::ClientKeyBinding {
             principal: principal.to_owned(),
             capability: cap.name.clone(),
