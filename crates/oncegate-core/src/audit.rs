@@ -33,7 +33,7 @@ mod encoding;
 
 pub use encoding::EventV1;
 
-/// Number of audit shards. Changing it re-shards only new records; verification walks
+/// The default number of audit shards (`[store] audit_shards`). Changing it re-shards only new records; verification walks
 /// whatever shards exist.
 pub const AUDIT_SHARDS: u32 = 16;
 
@@ -87,15 +87,21 @@ pub struct AuditEvent {
 }
 
 impl AuditEvent {
-    /// The shard this event belongs to.
+    /// The shard this event belongs to, of the default [`AUDIT_SHARDS`].
     pub fn shard(&self) -> u32 {
+        self.shard_in(AUDIT_SHARDS)
+    }
+
+    /// The shard this event belongs to in a store of `shards` shards (`[store]
+    /// audit_shards`; 0 counts as 1).
+    pub fn shard_in(&self, shards: u32) -> u32 {
         let basis = self
             .key
             .as_ref()
             .map_or(self.actor.as_str(), IntentKey::as_str);
         let first = u32::from_str_radix(basis.get(..4).unwrap_or("0"), 16)
             .unwrap_or_else(|_| basis.bytes().map(u32::from).sum());
-        first % AUDIT_SHARDS
+        first % shards.max(1)
     }
 }
 
@@ -176,14 +182,20 @@ fn mac_hex(key: &ChainKey, material: &Value) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// Chains `event` after `head` (no chain key).
+/// Chains `event` after `head` (no chain key, the default shard count).
 pub fn seal(event: AuditEvent, head: &ChainHead) -> AuditRecord {
-    seal_with(event, head, None)
+    seal_with(event, head, None, AUDIT_SHARDS)
 }
 
-/// Chains `event` after `head`, with the chain key when there is one.
-pub fn seal_with(event: AuditEvent, head: &ChainHead, key: Option<&ChainKey>) -> AuditRecord {
-    let shard = event.shard();
+/// Chains `event` after `head` (its shard's head in a store of `shards` shards), with
+/// the chain key when there is one.
+pub fn seal_with(
+    event: AuditEvent,
+    head: &ChainHead,
+    key: Option<&ChainKey>,
+    shards: u32,
+) -> AuditRecord {
+    let shard = event.shard_in(shards);
     let seq = head.seq + 1;
     let hash = hash_of(shard, seq, &head.hash, &event, key);
     AuditRecord {
@@ -280,11 +292,8 @@ pub fn verify_shard_with(
                 "prev_hash does not match the previous record's hash".into(),
             ));
         }
-        if r.event.shard() != shard {
-            return Err(broken(
-                "the event's key belongs to another shard (edited key)".into(),
-            ));
-        }
+        // Which shard a key lands in depends on the store's `audit_shards`, so it is not
+        // re-derived here; the record's hash covers its key and its shard.
         check_record(r, key).map_err(broken)?;
         if key.is_some() && !r.hash.starts_with(KEYED_PREFIX) && r.seq > trusted_until {
             return Err(broken(

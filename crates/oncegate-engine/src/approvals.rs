@@ -82,7 +82,10 @@ impl Gate {
                         outcome,
                         event,
                     };
-                    match self.apply(d, &cap, actor, executor.clone(), None).await {
+                    match self
+                        .apply(d, false, &cap, actor, executor.clone(), None)
+                        .await
+                    {
                         Ok(step) => {
                             let o = self.carry_out(step, executor.clone()).await;
                             // A second click while the first one's execution runs: wait

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use oncegate_core::config::Capability;
 use oncegate_core::decide::{self, Action, CallRequest, Decision};
-use oncegate_core::intent::{self, IntentRecord, Outcome};
+use oncegate_core::intent::{self, IntentRecord, IntentState, Outcome};
 use oncegate_core::key::{CallScope, IntentKey, derive};
 use oncegate_core::policy::PolicyVerdict;
 use serde_json::Value;
@@ -323,15 +323,18 @@ impl Gate {
                 new_approval_id: &approval_id,
             };
             let decision = decide::decide(existing.as_ref(), &req, &cap, &verdict, now);
+            // The decision replaces an attempt whose lease this gate's clock says has
+            // expired: a store with its own clock (PostgreSQL) re-judges that.
+            let takes_over = decision.record.is_some()
+                && existing.as_ref().is_some_and(|r| {
+                    r.state == IntentState::InFlight
+                        && r.lease.as_ref().is_some_and(|l| now >= l.expires_at)
+                });
             if decision.action == Action::PassThrough {
                 // Reads claim nothing; their audit entry is best effort.
                 let _ = self
                     .store
-                    .commit(Commit {
-                        record: None,
-                        approval: None,
-                        event: decision.event,
-                    })
+                    .commit(Commit::new(None, None, decision.event))
                     .await;
                 let intent = IntentHandle {
                     key: String::new(),
@@ -360,6 +363,7 @@ impl Gate {
             match self
                 .apply(
                     decision,
+                    takes_over,
                     &cap,
                     principal,
                     executor.clone(),
@@ -371,6 +375,15 @@ impl Gate {
                 Err(StoreError::Conflict) => {
                     tokio::task::yield_now().await;
                     continue;
+                }
+                Err(StoreError::LeaseLive(why)) => {
+                    // This gate's clock runs ahead of the store's: the holder is still
+                    // within its lease, so the intent is in flight.
+                    tracing::warn!(key = %derived.key, why = %why, "a lease this gate judged expired is live by the store's clock (is this host's clock fast?)");
+                    let standing = existing.as_ref().map(decide::standing_outcome);
+                    return Ok(Step::Settled(
+                        standing.unwrap_or_else(|| contention(&derived.key)),
+                    ));
                 }
                 Err(e) => {
                     return Ok(Step::Settled(store_down(
@@ -391,6 +404,7 @@ impl Gate {
     pub(crate) async fn apply<E: Executor>(
         &self,
         decision: Decision,
+        takes_over: bool,
         cap: &Arc<Capability>,
         actor: &str,
         executor: Arc<E>,
@@ -405,11 +419,7 @@ impl Gate {
         } = decision;
         if action != Action::Replay {
             self.store
-                .commit(Commit {
-                    record: record.clone(),
-                    approval,
-                    event,
-                })
+                .commit(Commit::new(record.clone(), approval, event).taking_over(takes_over))
                 .await?;
         }
         log_alerts(&outcome, cap);
@@ -458,7 +468,8 @@ impl Gate {
                     {
                         record.arguments = args.clone();
                     }
-                    match Box::pin(self.apply(next, cap, actor, executor.clone(), arguments)).await
+                    match Box::pin(self.apply(next, false, cap, actor, executor.clone(), arguments))
+                        .await
                     {
                         Err(StoreError::Conflict) => match self
                             .store

@@ -71,11 +71,7 @@ impl Gate {
             let mut outcome = decision.outcome;
             match self
                 .store
-                .commit(Commit {
-                    record: decision.record,
-                    approval: None,
-                    event: decision.event,
-                })
+                .commit(Commit::new(decision.record, None, decision.event))
                 .await
             {
                 Ok(()) => {
@@ -123,11 +119,7 @@ impl Gate {
                 .expect("a heartbeat writes the lease");
             match self
                 .store
-                .commit(Commit {
-                    record: decision.record,
-                    approval: None,
-                    event: decision.event,
-                })
+                .commit(Commit::new(decision.record, None, decision.event))
                 .await
             {
                 Ok(()) => return Ok(Claim::of(bump(next), principal)),
@@ -174,11 +166,7 @@ impl Gate {
             let outcome = decision.outcome.clone();
             let error = match self
                 .store
-                .commit(Commit {
-                    record: decision.record,
-                    approval: None,
-                    event: decision.event,
-                })
+                .commit(Commit::new(decision.record, None, decision.event))
                 .await
             {
                 Ok(()) => {

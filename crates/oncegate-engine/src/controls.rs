@@ -38,13 +38,7 @@ impl Gate {
             code: Some(Code::KillSwitch),
             detail: serde_json::json!({"kill_switch": target, "on": reason.is_some(), "reason": reason}),
         };
-        self.store
-            .commit(Commit {
-                record: None,
-                approval: None,
-                event,
-            })
-            .await?;
+        self.store.commit(Commit::new(None, None, event)).await?;
         let mut map = self
             .kill_switches
             .write()
@@ -136,11 +130,7 @@ impl Gate {
             let d = decide::reset_breaker(&record, actor, &cap, self.clock.now());
             match self
                 .store
-                .commit(Commit {
-                    record: d.record,
-                    approval: None,
-                    event: d.event,
-                })
+                .commit(Commit::new(d.record, None, d.event))
                 .await
             {
                 Ok(()) => return Ok(d.outcome),

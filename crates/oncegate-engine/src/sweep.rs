@@ -37,14 +37,18 @@ impl Gate {
         let Some(d) = decide::after_sweep(record, answer, &cap, running, asked_at) else {
             return Ok(None);
         };
-        self.store
-            .commit(Commit {
-                record: d.record,
-                approval: None,
-                event: d.event,
-            })
-            .await?;
-        Ok(Some(d.outcome))
+        // An in-flight intent is swept because its lease expired by this gate's clock.
+        let takes_over = record.state == IntentState::InFlight;
+        match self
+            .store
+            .commit(Commit::new(d.record, None, d.event).taking_over(takes_over))
+            .await
+        {
+            Ok(()) => Ok(Some(d.outcome)),
+            // Live by the store's clock: its holder is still at work.
+            Err(StoreError::LeaseLive(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// One pass of the background sweep (the gateway ticks it): the oldest unknown

@@ -89,19 +89,11 @@ pub async fn compare_and_set<S: Backend>(store: &S) {
     let key = "aa01";
     let rec = sample_record(key, 1);
     store
-        .commit(Commit {
-            record: Some(rec.clone()),
-            approval: None,
-            event: sample_event(key, 1),
-        })
+        .commit(Commit::new(Some(rec.clone()), None, sample_event(key, 1)))
         .await
         .expect("insert");
     let dup = store
-        .commit(Commit {
-            record: Some(rec.clone()),
-            approval: None,
-            event: sample_event(key, 2),
-        })
+        .commit(Commit::new(Some(rec.clone()), None, sample_event(key, 2)))
         .await;
     assert!(
         matches!(dup, Err(StoreError::Conflict)),
@@ -118,19 +110,11 @@ pub async fn compare_and_set<S: Backend>(store: &S) {
     next.state = IntentState::Applied;
     next.effect_ref = Some("ch_1".into());
     store
-        .commit(Commit {
-            record: Some(next.clone()),
-            approval: None,
-            event: sample_event(key, 3),
-        })
+        .commit(Commit::new(Some(next.clone()), None, sample_event(key, 3)))
         .await
         .expect("cas");
     let stale = store
-        .commit(Commit {
-            record: Some(next),
-            approval: None,
-            event: sample_event(key, 4),
-        })
+        .commit(Commit::new(Some(next), None, sample_event(key, 4)))
         .await;
     assert!(
         matches!(stale, Err(StoreError::Conflict)),
@@ -148,20 +132,16 @@ pub async fn conflict_is_atomic<S: Backend>(store: &S) {
     let key = "bb02";
     let rec = sample_record(key, 1);
     store
-        .commit(Commit {
-            record: Some(rec.clone()),
-            approval: None,
-            event: sample_event(key, 1),
-        })
+        .commit(Commit::new(Some(rec.clone()), None, sample_event(key, 1)))
         .await
         .unwrap();
     let before = store.audit_after(0, 10_000).await.unwrap().len();
     let loser = store
-        .commit(Commit {
-            record: Some(rec),
-            approval: Some(sample_approval("ap_lost", key)),
-            event: sample_event(key, 2),
-        })
+        .commit(Commit::new(
+            Some(rec),
+            Some(sample_approval("ap_lost", key)),
+            sample_event(key, 2),
+        ))
         .await;
     assert!(matches!(loser, Err(StoreError::Conflict)));
     assert!(
@@ -179,22 +159,22 @@ pub async fn conflict_is_atomic<S: Backend>(store: &S) {
 pub async fn generations_and_approvals<S: Backend>(store: &S) {
     let key = "cc03";
     store
-        .commit(Commit {
-            record: Some(sample_record(key, 1)),
-            approval: None,
-            event: sample_event(key, 1),
-        })
+        .commit(Commit::new(
+            Some(sample_record(key, 1)),
+            None,
+            sample_event(key, 1),
+        ))
         .await
         .unwrap();
     let mut g2 = sample_record(key, 2);
     g2.state = IntentState::PendingApproval;
     g2.approval_id = Some("ap_1".into());
     store
-        .commit(Commit {
-            record: Some(g2),
-            approval: Some(sample_approval("ap_1", key)),
-            event: sample_event(key, 2),
-        })
+        .commit(Commit::new(
+            Some(g2),
+            Some(sample_approval("ap_1", key)),
+            sample_event(key, 2),
+        ))
         .await
         .unwrap();
     let latest = store
@@ -214,19 +194,11 @@ pub async fn generations_and_approvals<S: Backend>(store: &S) {
     assert_eq!(ap.version, 1);
     ap.state = ApprovalState::Approved;
     store
-        .commit(Commit {
-            record: None,
-            approval: Some(ap.clone()),
-            event: sample_event(key, 3),
-        })
+        .commit(Commit::new(None, Some(ap.clone()), sample_event(key, 3)))
         .await
         .unwrap();
     let again = store
-        .commit(Commit {
-            record: None,
-            approval: Some(ap),
-            event: sample_event(key, 4),
-        })
+        .commit(Commit::new(None, Some(ap), sample_event(key, 4)))
         .await;
     assert!(
         matches!(again, Err(StoreError::Conflict)),
@@ -248,11 +220,11 @@ pub async fn listing_and_cross_run<S: Backend>(store: &S) {
     let mut applied = sample_record("dd04", 1);
     applied.state = IntentState::Applied;
     store
-        .commit(Commit {
-            record: Some(applied.clone()),
-            approval: None,
-            event: sample_event("dd04", 1),
-        })
+        .commit(Commit::new(
+            Some(applied.clone()),
+            None,
+            sample_event("dd04", 1),
+        ))
         .await
         .unwrap();
     let mut tripped = sample_record("dd05", 1);
@@ -261,11 +233,7 @@ pub async fn listing_and_cross_run<S: Backend>(store: &S) {
     tripped.updated_at = at(5);
     tripped.capability = "refund".into();
     store
-        .commit(Commit {
-            record: Some(tripped),
-            approval: None,
-            event: sample_event("dd05", 1),
-        })
+        .commit(Commit::new(Some(tripped), None, sample_event("dd05", 1)))
         .await
         .unwrap();
 
@@ -323,11 +291,7 @@ pub async fn listing_order<S: Backend>(store: &S) {
         let mut r = sample_record(key, 1);
         r.updated_at = at(i as i64 * 10);
         store
-            .commit(Commit {
-                record: Some(r),
-                approval: None,
-                event: sample_event(key, 1),
-            })
+            .commit(Commit::new(Some(r), None, sample_event(key, 1)))
             .await
             .unwrap();
     }
@@ -359,11 +323,7 @@ pub async fn audit_chain<S: Backend>(store: &S) {
     for i in 0..40u32 {
         let key = format!("{:04x}ee", i * 1637);
         store
-            .commit(Commit {
-                record: None,
-                approval: None,
-                event: sample_event(&key, i),
-            })
+            .commit(Commit::new(None, None, sample_event(&key, i)))
             .await
             .unwrap();
     }
@@ -387,11 +347,7 @@ pub async fn one_insert_wins<S: Backend>(store: &S) {
             let mut rec = sample_record("ff06", 1);
             rec.principal = format!("agent-{i}");
             store
-                .commit(Commit {
-                    record: Some(rec),
-                    approval: None,
-                    event: sample_event("ff06", i),
-                })
+                .commit(Commit::new(Some(rec), None, sample_event("ff06", i)))
                 .await
         }));
     }

@@ -62,6 +62,14 @@ pub enum StoreError {
     /// `oncegate init` found a store already there (`OG-0031`).
     #[error("{0}")]
     AlreadyExists(String),
+    /// The decision behind a commit relied on an attempt's lease having expired, and by
+    /// the store's own clock it has not (a replica whose clock runs fast). Nothing was
+    /// written; the engine answers as for a live lease (`in_flight`).
+    #[error("the attempt's lease is still live by the store's clock: {0}")]
+    LeaseLive(String),
+    /// The store is already served by another process and cannot be shared (SQLite).
+    #[error("{0}")]
+    Locked(String),
     /// The URL names no supported backend.
     #[error(
         "unsupported store URL `{0}`: use sqlite://PATH (a file path, relative to the config file's directory or absolute)"
@@ -74,10 +82,10 @@ impl StoreError {
     pub fn code(&self) -> Code {
         match self {
             StoreError::Integrity(_) => Code::StoreIntegrity,
-            StoreError::NotInitialised(_) | StoreError::AlreadyExists(_) => {
-                Code::StoreNotInitialised
-            }
-            StoreError::Conflict => Code::Contention,
+            StoreError::NotInitialised(_)
+            | StoreError::AlreadyExists(_)
+            | StoreError::Locked(_) => Code::StoreNotInitialised,
+            StoreError::Conflict | StoreError::LeaseLive(_) => Code::Contention,
             StoreError::Unavailable(_) | StoreError::Corrupt(_) | StoreError::UnsupportedUrl(_) => {
                 Code::StoreUnavailable
             }
@@ -131,7 +139,8 @@ pub struct IntentFilter {
     pub oldest_first: bool,
 }
 
-/// One atomic write: the intent, an approval, and the audit event that explains them.
+/// One atomic write: the intent, an approval, a kill switch, and the audit event that
+/// explains them.
 #[derive(Clone, Debug)]
 pub struct Commit {
     /// The record to write. `version == 0` inserts a new (key, generation) and
@@ -140,8 +149,88 @@ pub struct Commit {
     pub record: Option<IntentRecord>,
     /// The approval, with the same version rule.
     pub approval: Option<Approval>,
-    /// The audit event, chained inside the same transaction.
+    /// The audit event, chained inside the same transaction. Its `at` is the engine's
+    /// "now" for this decision: a backend that keeps leases by its own clock measures a
+    /// new lease's length as `lease.expires_at - event.at`.
     pub event: AuditEvent,
+    /// The decision replaced an in-flight attempt's lease that the engine judged
+    /// expired by its own clock (a takeover, or the expiry that makes an intent
+    /// `unknown`). A backend shared by replicas re-judges that by the database's clock
+    /// and refuses with [`StoreError::LeaseLive`], so a replica whose clock runs fast
+    /// cannot steal a live lease; a single-process backend shares the engine's clock and
+    /// ignores it.
+    pub takes_over: bool,
+    /// A kill switch this commit sets or clears, with its audit event.
+    pub kill_switch: Option<KillSwitchChange>,
+}
+
+impl Commit {
+    /// A commit of a record and/or an approval with its event.
+    pub fn new(
+        record: Option<IntentRecord>,
+        approval: Option<Approval>,
+        event: AuditEvent,
+    ) -> Self {
+        Self {
+            record,
+            approval,
+            event,
+            takes_over: false,
+            kill_switch: None,
+        }
+    }
+
+    /// An audit event alone.
+    pub fn event(event: AuditEvent) -> Self {
+        Self::new(None, None, event)
+    }
+
+    /// Marks the commit as replacing a lease judged expired (see [`Commit::takes_over`]).
+    pub fn taking_over(mut self, takes_over: bool) -> Self {
+        self.takes_over = takes_over;
+        self
+    }
+}
+
+/// A kill switch being set (`reason` Some) or cleared (None). `target` is
+/// `capability:NAME` or `agent:NAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KillSwitchChange {
+    /// What it switches off.
+    pub target: String,
+    /// Why (Some: on), or None: off again.
+    pub reason: Option<String>,
+    /// Who set it.
+    pub actor: String,
+    /// When.
+    pub at: jiff::Timestamp,
+}
+
+/// A kill switch that is on.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct KillSwitch {
+    /// `capability:NAME` or `agent:NAME`.
+    pub target: String,
+    /// Why it was switched off.
+    pub reason: String,
+    /// Who set it.
+    pub set_by: String,
+    /// When.
+    pub set_at: jiff::Timestamp,
+}
+
+/// A 2025-11-25 MCP session as the store keeps it, so a request that reaches another
+/// replica (or this one after a restart) carries on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct McpSession {
+    /// rmcp's session id.
+    pub id: String,
+    /// The principal that opened it (the session binding `/mcp` enforces).
+    pub principal: Option<String>,
+    /// rmcp's `SessionState` as JSON (the client's `initialize` parameters).
+    pub state: Option<serde_json::Value>,
+    /// When it was last written.
+    pub updated_at: jiff::Timestamp,
 }
 
 /// A coded orchestrator's own `Idempotency-Key`, bound to the intent it first named.
@@ -216,6 +305,13 @@ pub trait StoreRead: Send + Sync {
     ) -> impl Future<Output = Result<Vec<AuditRecord>, StoreError>> + Send;
     /// The shards that have records.
     fn audit_shards(&self) -> impl Future<Output = Result<Vec<u32>, StoreError>> + Send;
+    /// The kill switches that are on, by target.
+    fn kill_switches(&self) -> impl Future<Output = Result<Vec<KillSwitch>, StoreError>> + Send;
+    /// A stored MCP session.
+    fn mcp_session(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<McpSession>, StoreError>> + Send;
     /// Readiness: the store answers reads and can take a write now (a held write lock
     /// is not ready). Answers within about a second; never waits out a busy timeout.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -240,6 +336,35 @@ pub trait StoreWrite: Send + Sync {
         &self,
         binding: ClientKeyBinding,
     ) -> impl Future<Output = Result<ClientKeyBinding, StoreError>> + Send;
+    /// Writes an MCP session's principal and/or state (a `None` keeps what is stored)
+    /// and its `updated_at`; creates the session if it is new.
+    fn put_mcp_session(
+        &self,
+        session: McpSession,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Forgets an MCP session, and every session not written since `idle_before`.
+    fn delete_mcp_session(
+        &self,
+        id: &str,
+        idle_before: jiff::Timestamp,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Claims a piece of background work (e.g. `reconcile:<key>:<generation>`) for
+    /// `owner` for `ttl`: true if it was free, expired, or already `owner`'s. Several
+    /// replicas sweeping the same store so reconcile each intent one at a time. A shared
+    /// backend judges expiry by the database's clock; single-process backends by `now`.
+    fn claim_work(
+        &self,
+        work: &str,
+        owner: &str,
+        now: jiff::Timestamp,
+        ttl: jiff::SignedDuration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Gives back work `owner` claimed (no-op if it is someone else's now).
+    fn release_work(
+        &self,
+        work: &str,
+        owner: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// A backend: both halves, cheap to clone (clones share the store). [`Store`] is the

@@ -36,7 +36,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
-use crate::{ClientKeyBinding, Commit, IntentFilter, Listing, StoreError, StoreRead, StoreWrite};
+use crate::{
+    ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
+    StoreWrite,
+};
 
 /// The in-memory store. Cheap to clone; clones share the data (one "database").
 #[derive(Clone, Default)]
@@ -65,6 +68,11 @@ struct Data {
     /// Each row's seal: the audit record that wrote its current version, (shard, seq),
     /// and the row hash that record carries (what `sqlite.rs` keeps in its columns).
     seals: BTreeMap<RowId, Seal>,
+    /// Kill switches that are on, by target.
+    kill_switches: BTreeMap<String, KillSwitch>,
+    mcp_sessions: BTreeMap<String, McpSession>,
+    /// Background work claimed: work -> (owner, until).
+    work: BTreeMap<String, (String, jiff::Timestamp)>,
 }
 
 /// A row: its table, intent key or approval id, and generation (0 for approvals).
@@ -204,6 +212,24 @@ impl Data {
         );
         let position = self.audit.last().map_or(1, |(p, _)| p + 1);
         self.audit.push((position, AuditRowV1::from(sealed)));
+        if let Some(change) = commit.kill_switch {
+            match change.reason {
+                Some(reason) => {
+                    self.kill_switches.insert(
+                        change.target.clone(),
+                        KillSwitch {
+                            target: change.target,
+                            reason,
+                            set_by: change.actor,
+                            set_at: change.at,
+                        },
+                    );
+                }
+                None => {
+                    self.kill_switches.remove(&change.target);
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -381,6 +407,16 @@ impl StoreRead for MemoryStore {
         Ok(data.heads.keys().copied().collect())
     }
 
+    async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
+        let data = self.reach().await?;
+        Ok(data.kill_switches.values().cloned().collect())
+    }
+
+    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
+        let data = self.reach().await?;
+        Ok(data.mcp_sessions.get(id).cloned())
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.reach().await.map(drop)
     }
@@ -410,5 +446,76 @@ impl StoreWrite for MemoryStore {
         };
         self.pause().await;
         Ok(held)
+    }
+
+    async fn put_mcp_session(&self, session: McpSession) -> Result<(), StoreError> {
+        {
+            let mut data = self.reach().await?;
+            let stored = data
+                .mcp_sessions
+                .entry(session.id.clone())
+                .or_insert_with(|| McpSession {
+                    principal: None,
+                    state: None,
+                    ..session.clone()
+                });
+            stored.principal = session.principal.or(stored.principal.take());
+            stored.state = session.state.or(stored.state.take());
+            stored.updated_at = session.updated_at;
+        }
+        self.pause().await;
+        Ok(())
+    }
+
+    async fn delete_mcp_session(
+        &self,
+        id: &str,
+        idle_before: jiff::Timestamp,
+    ) -> Result<(), StoreError> {
+        {
+            let mut data = self.reach().await?;
+            data.mcp_sessions
+                .retain(|k, s| k != id && s.updated_at >= idle_before);
+        }
+        self.pause().await;
+        Ok(())
+    }
+
+    async fn claim_work(
+        &self,
+        work: &str,
+        owner: &str,
+        now: jiff::Timestamp,
+        ttl: jiff::SignedDuration,
+    ) -> Result<bool, StoreError> {
+        let taken = {
+            let mut data = self.reach().await?;
+            let free = data
+                .work
+                .get(work)
+                .is_none_or(|(held_by, until)| held_by == owner || *until <= now);
+            if free {
+                data.work
+                    .insert(work.to_owned(), (owner.to_owned(), now + ttl));
+            }
+            free
+        };
+        self.pause().await;
+        Ok(taken)
+    }
+
+    async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
+        {
+            let mut data = self.reach().await?;
+            if data
+                .work
+                .get(work)
+                .is_some_and(|(held_by, _)| held_by == owner)
+            {
+                data.work.remove(work);
+            }
+        }
+        self.pause().await;
+        Ok(())
     }
 }

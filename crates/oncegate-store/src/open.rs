@@ -17,8 +17,8 @@ use oncegate_core::key::IntentKey;
 use crate::memory::MemoryStore;
 use crate::sqlite::{OpenMode, SqliteStore, StoreOptions};
 use crate::{
-    ClientKeyBinding, Commit, IntentFilter, Listing, StoreError, StoreRead, StoreWrite,
-    chain_key_from_env,
+    ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
+    StoreWrite, chain_key_from_env,
 };
 
 /// The URL schemes [`open`] understands, as users write them.
@@ -67,6 +67,7 @@ pub async fn open(
 pub async fn open_registry_store(registry: &Registry, mode: OpenMode) -> Result<Store, StoreError> {
     let options = StoreOptions {
         chain_key: chain_key_from_env(registry)?,
+        ..StoreOptions::default()
     };
     open(&registry.store_url, &registry_dir(registry), mode, options).await
 }
@@ -249,6 +250,20 @@ impl StoreRead for Store {
         }
     }
 
+    async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.kill_switches().await,
+            Store::Memory(s) => s.kill_switches().await,
+        }
+    }
+
+    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.mcp_session(id).await,
+            Store::Memory(s) => s.mcp_session(id).await,
+        }
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(s) => s.ping().await,
@@ -272,6 +287,44 @@ impl StoreWrite for Store {
         match self {
             Store::Sqlite(s) => s.bind_client_key(binding).await,
             Store::Memory(s) => s.bind_client_key(binding).await,
+        }
+    }
+
+    async fn put_mcp_session(&self, session: McpSession) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.put_mcp_session(session).await,
+            Store::Memory(s) => s.put_mcp_session(session).await,
+        }
+    }
+
+    async fn delete_mcp_session(
+        &self,
+        id: &str,
+        idle_before: jiff::Timestamp,
+    ) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.delete_mcp_session(id, idle_before).await,
+            Store::Memory(s) => s.delete_mcp_session(id, idle_before).await,
+        }
+    }
+
+    async fn claim_work(
+        &self,
+        work: &str,
+        owner: &str,
+        now: jiff::Timestamp,
+        ttl: jiff::SignedDuration,
+    ) -> Result<bool, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.claim_work(work, owner, now, ttl).await,
+            Store::Memory(s) => s.claim_work(work, owner, now, ttl).await,
+        }
+    }
+
+    async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.release_work(work, owner).await,
+            Store::Memory(s) => s.release_work(work, owner).await,
         }
     }
 }

@@ -46,8 +46,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 use crate::{
-    ClientKeyBinding, Commit, IntentFilter, Listing, StoreError, StoreRead, StoreWrite,
-    UnreadableRow,
+    ClientKeyBinding, Commit, IntentFilter, KillSwitch, KillSwitchChange, Listing, McpSession,
+    StoreError, StoreRead, StoreWrite, UnreadableRow,
 };
 
 /// Commits applied in one transaction at most.
@@ -66,6 +66,24 @@ enum Job {
     ),
     /// Readiness: can the writer take the write lock now?
     Probe(oneshot::Sender<Result<(), StoreError>>),
+    /// Shared state outside the audit chain: sessions and work claims.
+    Small(Small, oneshot::Sender<Result<bool, StoreError>>),
+}
+
+/// A small write outside the audit chain (answers a bool: work claimed, else true).
+enum Small {
+    PutSession(McpSession),
+    DeleteSession(String, jiff::Timestamp),
+    ClaimWork {
+        work: String,
+        owner: String,
+        until: jiff::Timestamp,
+        now: jiff::Timestamp,
+    },
+    ReleaseWork {
+        work: String,
+        owner: String,
+    },
 }
 
 /// What the writer did for one job.
@@ -73,6 +91,7 @@ enum Done {
     Commit(Result<(), StoreError>),
     Bind(ClientKeyBinding),
     Probe,
+    Small(bool),
 }
 
 impl Job {
@@ -101,6 +120,13 @@ impl Job {
                     Err(e) => Err(e),
                 });
             }
+            Job::Small(_, tx) => {
+                let _ = tx.send(match done {
+                    Ok(Done::Small(b)) => Ok(b),
+                    Ok(_) => Err(mismatch()),
+                    Err(e) => Err(e),
+                });
+            }
         }
     }
 }
@@ -121,11 +147,27 @@ pub enum OpenMode {
 }
 
 /// Settings of an opened store.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct StoreOptions {
     /// The audit chain key: records are sealed with HMAC-SHA256 under it, and keyed
     /// records can only be checked with it.
     pub chain_key: Option<ChainKey>,
+    /// How many audit shards new records spread over (`[store] audit_shards`).
+    /// Changing it re-shards only new records; verification walks whatever exists.
+    pub audit_shards: u32,
+    /// Serving: this process is the file's only writer, and says so with an exclusive
+    /// lock on `<file>.lock`; a second `serve` on the same file is refused.
+    pub single_writer: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            chain_key: None,
+            audit_shards: oncegate_core::audit::AUDIT_SHARDS,
+            single_writer: false,
+        }
+    }
 }
 
 /// What is at a store path before anything is created.
@@ -146,6 +188,8 @@ pub struct SqliteStore {
 }
 
 struct Inner {
+    /// The exclusive lock of a serving process on `<file>.lock` (released on drop).
+    _lock: Option<std::fs::File>,
     path: PathBuf,
     store_id: String,
     chain_key: Option<ChainKey>,
@@ -205,6 +249,11 @@ impl SqliteStore {
         options: StoreOptions,
     ) -> Result<Self, StoreError> {
         let found = inspect(path).await?;
+        let lock = if options.single_writer {
+            Some(lock_single_writer(path)?)
+        } else {
+            None
+        };
         let create = match (mode, found) {
             (_, Found::Foreign(what)) => {
                 return Err(StoreError::NotInitialised(format!(
@@ -249,7 +298,12 @@ impl SqliteStore {
             .run(&mut writer)
             .await
             .map_err(unavailable)?;
-        adopt_unsealed_rows(&mut writer, options.chain_key.as_ref()).await?;
+        adopt_unsealed_rows(
+            &mut writer,
+            options.chain_key.as_ref(),
+            options.audit_shards,
+        )
+        .await?;
         let store_id: String = sqlx::query("SELECT value FROM meta WHERE name = 'store_id'")
             .fetch_one(&mut writer)
             .await
@@ -268,9 +322,11 @@ impl SqliteStore {
             path.to_owned(),
             inode,
             options.chain_key.clone(),
+            options.audit_shards,
         ));
         Ok(Self {
             inner: Arc::new(Inner {
+                _lock: lock,
                 path: path.to_owned(),
                 store_id,
                 chain_key: options.chain_key,
@@ -298,6 +354,51 @@ impl SqliteStore {
     /// Closes the reader pool (the writer stops when the last clone is dropped).
     pub async fn close(&self) {
         self.inner.readers.close().await;
+    }
+}
+
+/// Takes the exclusive lock that makes this process the file's only server: a second
+/// `oncegate serve` on the same file would keep its own chain heads and race this one.
+fn lock_single_writer(path: &Path) -> Result<std::fs::File, StoreError> {
+    use std::io::{Read, Seek, Write};
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".lock");
+    let lock_path = path.with_file_name(name);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot open the lock file {}: {e}",
+                lock_path.display()
+            ))
+        })?;
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file.set_len(0);
+            let _ = file.write_all(std::process::id().to_string().as_bytes());
+            Ok(file)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.rewind();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => String::new(),
+                pid => format!(" (pid {pid})"),
+            };
+            Err(StoreError::Locked(format!(
+                "another oncegate process{holder} already serves the SQLite store {}; the embedded store is single-process: to run several gateway replicas, point every replica at one PostgreSQL (`[store] url = \"postgres://...\"`, README \"Running several replicas\")",
+                path.display()
+            )))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(StoreError::Unavailable(format!(
+            "cannot lock {}: {e}",
+            lock_path.display()
+        ))),
     }
 }
 
@@ -365,6 +466,7 @@ async fn inspect(path: &Path) -> Result<Found, StoreError> {
 async fn adopt_unsealed_rows(
     conn: &mut SqliteConnection,
     key: Option<&ChainKey>,
+    shards: u32,
 ) -> Result<(), StoreError> {
     let done = sqlx::query("SELECT 1 FROM meta WHERE name = 'rows_sealed'")
         .fetch_optional(&mut *conn)
@@ -426,7 +528,7 @@ async fn adopt_unsealed_rows(
                 RowKind::Approval => (None, Some(seal.clone())),
             };
             add_row_seals(&mut event, intent_seal, approval_seal);
-            let sealed = append_audit(conn, event, &mut heads, key).await?;
+            let sealed = append_audit(conn, event, &mut heads, key, shards).await?;
             let sql = match kind {
                 RowKind::Intent => "UPDATE intents SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE key = ?4 AND generation = ?5",
                 RowKind::Approval => "UPDATE approvals SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE id = ?4 AND ?5 = ?5",
@@ -468,12 +570,13 @@ async fn append_audit(
     event: AuditEvent,
     heads: &mut HashMap<u32, ChainHead>,
     key: Option<&ChainKey>,
+    shards: u32,
 ) -> Result<AuditRecord, StoreError> {
     let head = heads
-        .get(&event.shard())
+        .get(&event.shard_in(shards))
         .cloned()
         .unwrap_or_else(ChainHead::genesis);
-    let sealed = seal_with(event, &head, key);
+    let sealed = seal_with(event, &head, key, shards);
     let row = AuditRowV1::from(sealed.clone());
     sqlx::query("INSERT INTO audit (shard, seq, prev_hash, hash, body) VALUES (?, ?, ?, ?, ?)")
         .bind(i64::from(row.shard))
@@ -500,6 +603,7 @@ async fn writer_loop(
     path: PathBuf,
     inode: u64,
     key: Option<ChainKey>,
+    shards: u32,
 ) {
     // The chain heads live in memory: this task is the only writer of this file, so it
     // need not read them back on every commit. They are reloaded after any failed batch
@@ -544,7 +648,7 @@ async fn writer_loop(
                     .map(|()| batch.iter().map(|_| Done::Probe).collect());
                 break;
             }
-            results = apply_batch(&mut conn, &batch, &mut heads, key.as_ref()).await;
+            results = apply_batch(&mut conn, &batch, &mut heads, key.as_ref(), shards).await;
             if results.is_ok() {
                 break;
             }
@@ -620,6 +724,7 @@ async fn apply_batch(
     batch: &[Job],
     heads: &mut HashMap<u32, ChainHead>,
     key: Option<&ChainKey>,
+    shards: u32,
 ) -> Result<Vec<Done>, StoreError> {
     let mut tentative = heads.clone();
     let result = async {
@@ -638,11 +743,15 @@ async fn apply_batch(
                     results.push(Done::Probe);
                     continue;
                 }
+                Job::Small(job, _) => {
+                    results.push(Done::Small(small(conn, job).await?));
+                    continue;
+                }
             };
             if savepoints {
                 exec(conn, "SAVEPOINT one").await?;
             }
-            match apply_one(conn, commit, &mut tentative, key).await {
+            match apply_one(conn, commit, &mut tentative, key, shards).await {
                 Ok(()) => {
                     if savepoints {
                         exec(conn, "RELEASE one").await?;
@@ -714,11 +823,96 @@ async fn bind(
     })
 }
 
+/// A write outside the audit chain.
+async fn small(conn: &mut SqliteConnection, job: &Small) -> Result<bool, StoreError> {
+    let done = match job {
+        Small::PutSession(s) => {
+            let state = s.state.as_ref().map(serde_json::Value::to_string);
+            sqlx::query(
+                "INSERT INTO mcp_sessions (id, principal, state, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (id) DO UPDATE SET principal = COALESCE(?2, principal),
+                     state = COALESCE(?3, state), updated_at = ?4",
+            )
+            .bind(&s.id)
+            .bind(s.principal.as_deref())
+            .bind(state)
+            .bind(millis(s.updated_at))
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            true
+        }
+        Small::DeleteSession(id, idle_before) => {
+            sqlx::query("DELETE FROM mcp_sessions WHERE id = ? OR updated_at < ?")
+                .bind(id)
+                .bind(millis(*idle_before))
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            true
+        }
+        Small::ClaimWork {
+            work,
+            owner,
+            until,
+            now,
+        } => {
+            sqlx::query(
+                "INSERT INTO work_claims (work, owner, until) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (work) DO UPDATE SET owner = ?2, until = ?3
+                 WHERE work_claims.owner = ?2 OR work_claims.until <= ?4",
+            )
+            .bind(work)
+            .bind(owner)
+            .bind(millis(*until))
+            .bind(millis(*now))
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?
+            .rows_affected()
+                == 1
+        }
+        Small::ReleaseWork { work, owner } => {
+            sqlx::query("DELETE FROM work_claims WHERE work = ? AND owner = ?")
+                .bind(work)
+                .bind(owner)
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            true
+        }
+    };
+    Ok(done)
+}
+
+/// Sets or clears a kill switch inside a commit's transaction.
+async fn write_kill_switch(
+    conn: &mut SqliteConnection,
+    change: &KillSwitchChange,
+) -> Result<(), StoreError> {
+    match &change.reason {
+        Some(reason) => sqlx::query(
+            "INSERT INTO kill_switches (target, reason, set_by, set_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (target) DO UPDATE SET reason = ?2, set_by = ?3, set_at = ?4",
+        )
+        .bind(&change.target)
+        .bind(reason)
+        .bind(&change.actor)
+        .bind(millis(change.at)),
+        None => sqlx::query("DELETE FROM kill_switches WHERE target = ?").bind(&change.target),
+    }
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
 async fn apply_one(
     conn: &mut SqliteConnection,
     commit: &Commit,
     heads: &mut HashMap<u32, ChainHead>,
     key: Option<&ChainKey>,
+    shards: u32,
 ) -> Result<(), StoreError> {
     let mut event = commit.event.clone();
     let mut intent_row = None;
@@ -791,10 +985,10 @@ async fn apply_one(
     );
     // Where the event will land; the rows name it. The heads move only on append.
     let head = heads
-        .get(&event.shard())
+        .get(&event.shard_in(shards))
         .cloned()
         .unwrap_or_else(ChainHead::genesis);
-    let (shard, seq) = (event.shard(), head.seq + 1);
+    let (shard, seq) = (event.shard_in(shards), head.seq + 1);
 
     if let Some((stored, body, seal)) = &intent_row {
         let rows = if stored.version == 1 {
@@ -863,7 +1057,10 @@ async fn apply_one(
             return Err(StoreError::Conflict);
         }
     }
-    let sealed = append_audit(conn, event, heads, key).await?;
+    if let Some(change) = &commit.kill_switch {
+        write_kill_switch(conn, change).await?;
+    }
+    let sealed = append_audit(conn, event, heads, key, shards).await?;
     debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
     Ok(())
 }
@@ -1333,6 +1530,46 @@ impl StoreRead for SqliteStore {
         Ok(rows.iter().map(|r| r.get::<i64, _>(0) as u32).collect())
     }
 
+    async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
+        let rows =
+            sqlx::query("SELECT target, reason, set_by, set_at FROM kill_switches ORDER BY target")
+                .fetch_all(&self.inner.readers)
+                .await
+                .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| {
+                Ok(KillSwitch {
+                    target: r.get(0),
+                    reason: r.get(1),
+                    set_by: r.get(2),
+                    set_at: jiff::Timestamp::from_millisecond(r.get(3)).map_err(corrupt)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
+        let row =
+            sqlx::query("SELECT id, principal, state, updated_at FROM mcp_sessions WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&self.inner.readers)
+                .await
+                .map_err(unavailable)?;
+        row.map(|r| {
+            Ok(McpSession {
+                id: r.get(0),
+                principal: r.get(1),
+                state: r
+                    .get::<Option<&str>, _>(2)
+                    .map(serde_json::from_str)
+                    .transpose()
+                    .map_err(corrupt)?,
+                updated_at: jiff::Timestamp::from_millisecond(r.get(3)).map_err(corrupt)?,
+            })
+        })
+        .transpose()
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         let meta = std::fs::metadata(&self.inner.path).map_err(unavailable)?;
         if meta.permissions().readonly() {
@@ -1378,6 +1615,45 @@ impl StoreWrite for SqliteStore {
             .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
     }
 
+    async fn put_mcp_session(&self, session: McpSession) -> Result<(), StoreError> {
+        self.small(Small::PutSession(session)).await.map(drop)
+    }
+
+    async fn delete_mcp_session(
+        &self,
+        id: &str,
+        idle_before: jiff::Timestamp,
+    ) -> Result<(), StoreError> {
+        self.small(Small::DeleteSession(id.to_owned(), idle_before))
+            .await
+            .map(drop)
+    }
+
+    async fn claim_work(
+        &self,
+        work: &str,
+        owner: &str,
+        now: jiff::Timestamp,
+        ttl: jiff::SignedDuration,
+    ) -> Result<bool, StoreError> {
+        self.small(Small::ClaimWork {
+            work: work.to_owned(),
+            owner: owner.to_owned(),
+            until: now + ttl,
+            now,
+        })
+        .await
+    }
+
+    async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
+        self.small(Small::ReleaseWork {
+            work: work.to_owned(),
+            owner: owner.to_owned(),
+        })
+        .await
+        .map(drop)
+    }
+
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
         let result = self.commit_inner(commit).await;
@@ -1388,6 +1664,17 @@ impl StoreWrite for SqliteStore {
 }
 
 impl SqliteStore {
+    async fn small(&self, job: Small) -> Result<bool, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .writer
+            .send(Job::Small(job, tx))
+            .await
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+    }
+
     async fn commit_inner(&self, commit: Commit) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
         self.inner

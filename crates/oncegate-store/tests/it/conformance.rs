@@ -38,11 +38,7 @@ async fn records_survive_a_restart() {
             detail: serde_json::json!({}),
         };
         store
-            .commit(Commit {
-                record: Some(rec.clone()),
-                approval: None,
-                event,
-            })
+            .commit(Commit::new(Some(rec.clone()), None, event))
             .await
             .unwrap();
         store.close().await;
@@ -89,11 +85,7 @@ async fn audit_chain_continues_across_restarts_and_writers() {
         let store = SqliteStore::scratch(&path).await.unwrap();
         for n in 0..3 {
             store
-                .commit(Commit {
-                    record: None,
-                    approval: None,
-                    event: event_for(key, n),
-                })
+                .commit(Commit::new(None, None, event_for(key, n)))
                 .await
                 .unwrap();
         }
@@ -104,11 +96,7 @@ async fn audit_chain_continues_across_restarts_and_writers() {
     for n in 3..9 {
         let store = if n % 2 == 0 { &first } else { &second };
         store
-            .commit(Commit {
-                record: None,
-                approval: None,
-                event: event_for(key, n),
-            })
+            .commit(Commit::new(None, None, event_for(key, n)))
             .await
             .unwrap();
     }
@@ -129,11 +117,7 @@ async fn memory_store_unavailable_window_fails_closed_and_keeps_data() {
     let store = oncegate_store::MemoryStore::with_latency(7, std::time::Duration::from_millis(5));
     let rec = sample_record("77aa", 1);
     store
-        .commit(Commit {
-            record: Some(rec.clone()),
-            approval: None,
-            event: event_for("77aa", 1),
-        })
+        .commit(Commit::new(Some(rec.clone()), None, event_for("77aa", 1)))
         .await
         .unwrap();
     store.set_unavailable(true);
@@ -145,11 +129,7 @@ async fn memory_store_unavailable_window_fails_closed_and_keeps_data() {
     let mut next = rec.clone();
     next.version = 1;
     let refused = store
-        .commit(Commit {
-            record: Some(next.clone()),
-            approval: None,
-            event: event_for("77aa", 2),
-        })
+        .commit(Commit::new(Some(next.clone()), None, event_for("77aa", 2)))
         .await;
     assert!(matches!(
         refused,
@@ -159,11 +139,7 @@ async fn memory_store_unavailable_window_fails_closed_and_keeps_data() {
     let back = store.load(&rec.key).await.unwrap().unwrap();
     assert_eq!(back.version, 1, "the refused write changed nothing");
     store
-        .commit(Commit {
-            record: Some(next),
-            approval: None,
-            event: event_for("77aa", 2),
-        })
+        .commit(Commit::new(Some(next), None, event_for("77aa", 2)))
         .await
         .unwrap();
     let shard = event_for("77aa", 0).shard();

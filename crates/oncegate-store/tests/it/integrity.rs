@@ -31,11 +31,7 @@ fn event(rec: &oncegate_core::intent::IntentRecord) -> oncegate_core::audit::Aud
 async fn write(store: &SqliteStore, key: &str) {
     let rec = sample_record(key, 1);
     store
-        .commit(Commit {
-            event: event(&rec),
-            record: Some(rec),
-            approval: None,
-        })
+        .commit(Commit::new(Some(rec.clone()), None, event(&rec)))
         .await
         .unwrap();
 }
@@ -87,11 +83,7 @@ async fn a_rolled_back_row_is_refused_on_load() {
     let store = SqliteStore::scratch(&db).await.unwrap();
     let mut rec = sample_record("bb01", 1);
     store
-        .commit(Commit {
-            event: event(&rec),
-            record: Some(rec.clone()),
-            approval: None,
-        })
+        .commit(Commit::new(Some(rec.clone()), None, event(&rec)))
         .await
         .unwrap();
     let mut conn = raw(&db).await;
@@ -102,11 +94,7 @@ async fn a_rolled_back_row_is_refused_on_load() {
     rec.version = 1;
     rec.state = oncegate_core::intent::IntentState::Applied;
     store
-        .commit(Commit {
-            event: event(&rec),
-            record: Some(rec.clone()),
-            approval: None,
-        })
+        .commit(Commit::new(Some(rec.clone()), None, event(&rec)))
         .await
         .unwrap();
     // Put the whole older version back, seal columns included.
@@ -137,6 +125,7 @@ async fn a_chain_key_catches_a_recomputed_shard() {
         OpenMode::CreateIfMissing,
         StoreOptions {
             chain_key: Some(key.clone()),
+            ..StoreOptions::default()
         },
     )
     .await

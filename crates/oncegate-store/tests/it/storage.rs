@@ -126,7 +126,12 @@ fn approval_row_v1_bytes_and_seal() {
 fn audit_row_v1_bytes_and_hash() {
     let plain = AuditRowV1::from(seal(full_event(), &ChainHead::genesis()));
     let key = ChainKey::new(b"chain secret").unwrap();
-    let keyed = AuditRowV1::from(seal_with(full_event(), &ChainHead::genesis(), Some(&key)));
+    let keyed = AuditRowV1::from(seal_with(
+        full_event(),
+        &ChainHead::genesis(),
+        Some(&key),
+        oncegate_core::audit::AUDIT_SHARDS,
+    ));
     insta::assert_snapshot!(format!(
         "shard: {}\nseq: {}\nprev_hash: {}\nhash: {}\nkeyed hash: {}\nbody: {}",
         plain.shard,
@@ -204,11 +209,7 @@ async fn both_backends_store_the_storage_forms() {
     intent.version = 0;
     let mut approval = full_approval();
     approval.version = 0;
-    let commit = Commit {
-        record: Some(intent.clone()),
-        approval: Some(approval.clone()),
-        event: full_event(),
-    };
+    let commit = Commit::new(Some(intent.clone()), Some(approval.clone()), full_event());
     sqlite.commit(commit.clone()).await.unwrap();
     memory.commit(commit).await.unwrap();
 
