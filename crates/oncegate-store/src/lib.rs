@@ -35,7 +35,8 @@ pub mod storage;
 
 pub use memory::MemoryStore;
 pub use open::{
-    Location, SUPPORTED_SCHEMES, Store, location, open, open_registry_store, registry_location,
+    Location, SUPPORTED_SCHEMES, Store, location, open, open_registry_store,
+    open_registry_store_with, registry_location,
 };
 pub use sqlite::{OpenMode, SqliteStore, StoreOptions};
 pub use storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, LeaseV1, ReasonV1};
