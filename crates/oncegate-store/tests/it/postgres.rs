@@ -263,7 +263,14 @@ async fn leases_are_timed_and_judged_by_the_database_clock() {
         .await
         .unwrap();
     assert_eq!(
-        store.load(&rec.key).await.unwrap().unwrap().lease.unwrap().expires_at,
+        store
+            .load(&rec.key)
+            .await
+            .unwrap()
+            .unwrap()
+            .lease
+            .unwrap()
+            .expires_at,
         expires,
         "a lease carried unchanged keeps its expiry (a fast clock does not move it)"
     );
