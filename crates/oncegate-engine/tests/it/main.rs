@@ -5,6 +5,7 @@ mod claims;
 mod crash;
 mod gate;
 mod postgres;
+mod shared_store;
 mod simulation;
 
 use std::path::{Path, PathBuf};
