@@ -292,11 +292,24 @@ impl Gate {
         for _ in 0..MAX_RACES {
             let now = self.clock.now();
             let loaded = async {
-                let existing = self.store.load(&derived.key).await?;
+                let mut existing = self.store.load(&derived.key).await?;
                 let approval = match existing.as_ref().and_then(|r| r.approval_id.as_deref()) {
                     Some(id) => self.store.approval(id).await?,
                     None => None,
                 };
+                // The intent and its approval are two reads: a decision another gate
+                // committed between them shows a decided approval beside the intent
+                // still pending. They were committed together, so the intent read again
+                // is the one that goes with this approval.
+                if existing
+                    .as_ref()
+                    .is_some_and(|r| r.state == IntentState::PendingApproval)
+                    && approval
+                        .as_ref()
+                        .is_some_and(|a| a.state != oncegate_core::intent::ApprovalState::Pending)
+                {
+                    existing = self.store.load(&derived.key).await?;
+                }
                 let other_run = match (&existing, &derived.cross_key) {
                     (None, Some(cross)) => {
                         self.store
