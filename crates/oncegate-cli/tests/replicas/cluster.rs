@@ -257,6 +257,12 @@ pub(crate) fn email(order: &str) -> Value {
     json!({"order_id": order, "to": "ann@example.com", "template": "receipt", "body": "Thanks!"})
 }
 
+/// The intent key a sandbox effect was sent with (its `Idempotency-Key` header, which
+/// the gateway sets to the intent key whether or not the provider honours it).
+pub(crate) fn effect_key(effect: &Value) -> Option<&str> {
+    effect["idempotency_key"].as_str()
+}
+
 /// The intents whose state is one of `states`.
 pub(crate) fn in_states<'a>(intents: &'a [Value], states: &[&str]) -> Vec<&'a Value> {
     intents

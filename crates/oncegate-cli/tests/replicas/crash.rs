@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::cluster::{Cluster, Plan, Timing, email, in_states, status};
+use crate::cluster::{Cluster, Plan, Timing, effect_key, email, in_states, status};
 use crate::pg::poll;
 
 /// Calls on the victim that commit and then stall (their effect exists at the kill).
@@ -110,10 +110,7 @@ fn a_replica_killed_mid_call_is_reconciled_by_the_others_with_no_second_effect()
         orders.len(),
         "one email per intent: {emails:?}"
     );
-    let sent: BTreeSet<&str> = emails
-        .iter()
-        .filter_map(|e| e["dedupe_ref"].as_str())
-        .collect();
+    let sent: BTreeSet<&str> = emails.iter().filter_map(effect_key).collect();
     let keys: BTreeSet<&str> = intents.iter().filter_map(|i| i["key"].as_str()).collect();
     assert_eq!(sent, keys);
     let (clean, report) = cluster.audit_verify();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::cluster::{Cluster, Plan, email, in_states, status};
+use crate::cluster::{Cluster, Plan, effect_key, email, in_states, status};
 use crate::pg::poll;
 
 const INTENTS: usize = 100;
@@ -94,10 +94,7 @@ fn three_hundred_calls_over_three_replicas_are_one_hundred_emails() {
     );
 
     let emails = cluster.emails();
-    let sent: BTreeSet<&str> = emails
-        .iter()
-        .filter_map(|e| e["dedupe_ref"].as_str())
-        .collect();
+    let sent: BTreeSet<&str> = emails.iter().filter_map(effect_key).collect();
     let keys: BTreeSet<&str> = intents.iter().filter_map(|i| i["key"].as_str()).collect();
     assert_eq!(emails.len(), INTENTS, "one email per intent: {emails:?}");
     assert_eq!(

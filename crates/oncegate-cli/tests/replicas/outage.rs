@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::cluster::{Cluster, Plan, code, email, in_states, status};
+use crate::cluster::{Cluster, Plan, code, effect_key, email, in_states, status};
 use crate::pg::{Database, PrivateCluster, poll};
 
 /// The store-unavailable code (`OG-0007`).
@@ -128,9 +128,7 @@ fn one_effect_per_applied_intent(cluster: &Cluster) {
     let emails = cluster.emails();
     let mut per_key: BTreeMap<&str, usize> = BTreeMap::new();
     for e in &emails {
-        let key = e["dedupe_ref"]
-            .as_str()
-            .expect("every email names its intent");
+        let key = effect_key(e).expect("every email names its intent");
         *per_key.entry(key).or_default() += 1;
     }
     let applied: BTreeSet<&str> = in_states(&intents, &["applied"])
