@@ -44,7 +44,8 @@ enum Command {
     Serve(cmd::serve::ServeArgs),
     /// Create and migrate a new store (the explicit first step; `serve` never creates one).
     Init(ConfigArg),
-    /// Apply pending migrations to an existing store (never creates one).
+    /// Apply pending migrations to the store and exit (before a rolling deploy; creates
+    /// the schema in an empty PostgreSQL database, never a missing SQLite file).
     Migrate(ConfigArg),
     /// Run the simulated payment/email/ledger provider (for the demo, tests, benchmarks).
     Sandbox(cmd::sandbox::SandboxArgs),
@@ -118,7 +119,7 @@ pub fn run() -> ExitCode {
         Command::Verify(a) => runtime().and_then(|rt| rt.block_on(cmd::verify::run(a))),
         Command::Serve(a) => runtime().and_then(|rt| rt.block_on(cmd::serve::run(a))),
         Command::Init(a) => runtime().and_then(|rt| rt.block_on(cmd::init::init(a))),
-        Command::Migrate(a) => runtime().and_then(|rt| rt.block_on(cmd::init::migrate(a))),
+        Command::Migrate(a) => runtime().and_then(|rt| rt.block_on(cmd::migrate::migrate(a))),
         Command::Sandbox(a) => runtime().and_then(|rt| rt.block_on(cmd::sandbox::run(a))),
         Command::Approvals(c) => runtime().and_then(|rt| rt.block_on(cmd::approvals::run(c))),
     };

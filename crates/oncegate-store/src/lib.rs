@@ -30,14 +30,20 @@ pub mod audit_check;
 pub mod conformance;
 pub mod memory;
 mod open;
+mod options;
+pub mod postgres;
+mod rows;
 pub mod sqlite;
 pub mod storage;
 
 pub use memory::MemoryStore;
 pub use open::{
-    Location, SUPPORTED_SCHEMES, Store, location, open, open_registry_store, registry_location,
+    Location, Migrated, STORE_URL_ENV, SUPPORTED_SCHEMES, Store, location, migrate_registry_store,
+    open, open_registry_store, registry_location, registry_store_options, registry_store_url,
 };
-pub use sqlite::{OpenMode, SqliteStore, StoreOptions};
+pub use options::{DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, OpenMode, StoreOptions};
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
 pub use storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, LeaseV1, ReasonV1};
 
 /// Everything that can go wrong in a store, in one enum.
@@ -72,7 +78,7 @@ pub enum StoreError {
     Locked(String),
     /// The URL names no supported backend.
     #[error(
-        "unsupported store URL `{0}`: use sqlite://PATH (a file path, relative to the config file's directory or absolute)"
+        "unsupported store URL `{0}`: use sqlite://PATH (a file path, relative to the config file's directory or absolute) or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (postgresql:// too; TLS with ?sslmode=verify-full&sslrootcert=PATH)"
     )]
     UnsupportedUrl(String),
 }

@@ -3,9 +3,13 @@
 //!
 //! `Store` is an enum over the backends rather than a `dyn` trait object: the traits
 //! return `impl Future` (no boxing on the hot path), which makes them not object-safe,
-//! and an enum keeps static dispatch with one `match` per operation. A new backend
-//! (PostgreSQL, the replicas issue) is one more variant, one more arm in each method
-//! and one more scheme in [`open`]; nothing above this crate names a backend type.
+//! and an enum keeps static dispatch with one `match` per operation. A backend is one
+//! variant, one arm in each method and one scheme in [`open`]; nothing above this crate
+//! names a backend type.
+//!
+//! `ONCEGATE_STORE_URL`, when set and not empty, overrides `[store] url` for every
+//! command that opens the registry's store ([`registry_store_url`]): replicas share one
+//! config file and take the database (and its password) from their environment.
 
 use std::path::{Path, PathBuf};
 
@@ -15,20 +19,31 @@ use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
 use oncegate_core::key::IntentKey;
 
 use crate::memory::MemoryStore;
-use crate::sqlite::{OpenMode, SqliteStore, StoreOptions};
+use crate::options::{OpenMode, StoreOptions};
+use crate::postgres::{PgStore, redact};
+use crate::sqlite::SqliteStore;
 use crate::{
     ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
     StoreWrite, chain_key_from_env,
 };
 
 /// The URL schemes [`open`] understands, as users write them.
-pub const SUPPORTED_SCHEMES: &[&str] = &["sqlite://PATH"];
+pub const SUPPORTED_SCHEMES: &[&str] = &[
+    "sqlite://PATH",
+    "postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE",
+    "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE",
+];
+
+/// The environment variable that overrides `[store] url`.
+pub const STORE_URL_ENV: &str = "ONCEGATE_STORE_URL";
 
 /// A store of any backend. Clones share the same store.
 #[derive(Clone)]
 pub enum Store {
     /// The embedded SQLite backend (`sqlite://PATH`).
     Sqlite(SqliteStore),
+    /// PostgreSQL (`postgres://...`), shared by several gateway replicas.
+    Postgres(PgStore),
     /// The in-memory backend: tests and the simulation only (it forgets everything when
     /// the process ends, so no URL opens it).
     Memory(MemoryStore),
@@ -37,6 +52,12 @@ pub enum Store {
 impl From<SqliteStore> for Store {
     fn from(s: SqliteStore) -> Self {
         Store::Sqlite(s)
+    }
+}
+
+impl From<PgStore> for Store {
+    fn from(s: PgStore) -> Self {
+        Store::Postgres(s)
     }
 }
 
@@ -59,22 +80,77 @@ pub async fn open(
         Location::Sqlite(path) => Ok(Store::Sqlite(
             SqliteStore::open_with(&path, mode, options).await?,
         )),
+        Location::Postgres(url) => Ok(Store::Postgres(PgStore::open(&url, mode, options).await?)),
     }
 }
 
 /// Opens the store a registry names (`[store] url`, relative to the config file's
 /// directory), sealing with the chain key `[audit] chain_key_env` names.
 pub async fn open_registry_store(registry: &Registry, mode: OpenMode) -> Result<Store, StoreError> {
-    let options = StoreOptions {
-        chain_key: chain_key_from_env(registry)?,
-        ..StoreOptions::default()
+    open(
+        &registry_store_url(registry),
+        &registry_dir(registry),
+        mode,
+        registry_store_options(registry)?,
+    )
+    .await
+}
+
+/// What [`migrate_registry_store`] did: the store, open, and the migrations it applied.
+pub struct Migrated {
+    /// The migrated store.
+    pub store: Store,
+    /// The migrations applied (version, description), oldest first; empty when the
+    /// store was already up to date.
+    pub applied: Vec<(i64, String)>,
+}
+
+/// `oncegate migrate`: applies the pending migrations to the registry's store. A SQLite
+/// store must exist (a missing file may be a lost volume: `oncegate init` creates one);
+/// an empty PostgreSQL database gets the whole schema. Migrations are additive, so this
+/// is safe while replicas of the previous version serve.
+pub async fn migrate_registry_store(registry: &Registry) -> Result<Migrated, StoreError> {
+    let (pending, mode) = match registry_location(registry)? {
+        Location::Sqlite(path) => (
+            crate::sqlite::pending_migrations(&path).await?,
+            OpenMode::Existing,
+        ),
+        Location::Postgres(url) => (
+            crate::postgres::pending_at(&url).await?,
+            OpenMode::CreateIfMissing,
+        ),
     };
-    open(&registry.store_url, &registry_dir(registry), mode, options).await
+    let store = open_registry_store(registry, mode).await?;
+    Ok(Migrated {
+        store,
+        applied: pending,
+    })
+}
+
+/// The store settings a registry names (`[store]`), with the chain key from the
+/// environment. `single_writer` is left off: serving sets it.
+pub fn registry_store_options(registry: &Registry) -> Result<StoreOptions, StoreError> {
+    Ok(StoreOptions {
+        chain_key: chain_key_from_env(registry)?,
+        audit_shards: registry.store.audit_shards,
+        single_writer: false,
+        pool_size: registry.store.pool_size,
+        statement_timeout: registry.store.statement_timeout,
+    })
+}
+
+/// The store URL in force: `ONCEGATE_STORE_URL` when set and not empty, else the
+/// registry's `[store] url`.
+pub fn registry_store_url(registry: &Registry) -> String {
+    match std::env::var(STORE_URL_ENV) {
+        Ok(url) if !url.trim().is_empty() => url.trim().to_owned(),
+        _ => registry.store_url.clone(),
+    }
 }
 
 /// Where the registry's store URL points (see [`location`]).
 pub fn registry_location(registry: &Registry) -> Result<Location, StoreError> {
-    location(&registry.store_url, &registry_dir(registry))
+    location(&registry_store_url(registry), &registry_dir(registry))
 }
 
 fn registry_dir(registry: &Registry) -> PathBuf {
@@ -90,12 +166,16 @@ fn registry_dir(registry: &Registry) -> PathBuf {
 pub enum Location {
     /// A SQLite database file.
     Sqlite(PathBuf),
+    /// A PostgreSQL database: the URL as written (it may carry a password; `Display`
+    /// shows it as `***`).
+    Postgres(String),
 }
 
 impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Location::Sqlite(path) => write!(f, "{}", path.display()),
+            Location::Postgres(url) => write!(f, "{}", redact(url)),
         }
     }
 }
@@ -103,11 +183,20 @@ impl std::fmt::Display for Location {
 /// Parses a store URL (relative paths against `base_dir`); an unknown scheme is
 /// [`StoreError::UnsupportedUrl`], naming the supported ones.
 pub fn location(url: &str, base_dir: &Path) -> Result<Location, StoreError> {
+    if let Some(rest) = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+    {
+        if rest.is_empty() || rest.starts_with(['/', '?']) {
+            return Err(StoreError::UnsupportedUrl(redact(url)));
+        }
+        return Ok(Location::Postgres(url.to_owned()));
+    }
     let rest = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))
         .filter(|rest| !rest.is_empty())
-        .ok_or_else(|| StoreError::UnsupportedUrl(url.to_owned()))?;
+        .ok_or_else(|| StoreError::UnsupportedUrl(redact(url)))?;
     let path = Path::new(rest);
     Ok(Location::Sqlite(if path.is_absolute() {
         path.to_owned()
@@ -122,6 +211,7 @@ impl Store {
     pub fn store_id(&self) -> &str {
         match self {
             Store::Sqlite(s) => s.store_id(),
+            Store::Postgres(s) => s.store_id(),
             Store::Memory(_) => "memory",
         }
     }
@@ -130,14 +220,17 @@ impl Store {
     pub fn chain_key(&self) -> Option<&ChainKey> {
         match self {
             Store::Sqlite(s) => s.chain_key(),
+            Store::Postgres(s) => s.chain_key(),
             Store::Memory(_) => None,
         }
     }
 
-    /// Where the store lives, for people (a SQLite store's file path).
+    /// Where the store lives, for people (a SQLite store's file path, a PostgreSQL
+    /// URL without its password).
     pub fn describe(&self) -> String {
         match self {
             Store::Sqlite(s) => s.path().display().to_string(),
+            Store::Postgres(s) => s.describe().to_owned(),
             Store::Memory(_) => "memory".into(),
         }
     }
@@ -147,7 +240,7 @@ impl Store {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Store::Sqlite(s) => Some(s.path()),
-            Store::Memory(_) => None,
+            Store::Postgres(_) | Store::Memory(_) => None,
         }
     }
 
@@ -156,6 +249,7 @@ impl Store {
     pub async fn close(&self) {
         match self {
             Store::Sqlite(s) => s.close().await,
+            Store::Postgres(s) => s.close().await,
             Store::Memory(_) => {}
         }
     }
@@ -165,6 +259,7 @@ impl StoreRead for Store {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
         match self {
             Store::Sqlite(s) => s.load(key).await,
+            Store::Postgres(s) => s.load(key).await,
             Store::Memory(s) => s.load(key).await,
         }
     }
@@ -176,6 +271,7 @@ impl StoreRead for Store {
     ) -> Result<Option<IntentRecord>, StoreError> {
         match self {
             Store::Sqlite(s) => s.load_generation(key, generation).await,
+            Store::Postgres(s) => s.load_generation(key, generation).await,
             Store::Memory(s) => s.load_generation(key, generation).await,
         }
     }
@@ -187,6 +283,7 @@ impl StoreRead for Store {
     ) -> Result<Option<IntentRecord>, StoreError> {
         match self {
             Store::Sqlite(s) => s.find_other_run(cross_key, run_id).await,
+            Store::Postgres(s) => s.find_other_run(cross_key, run_id).await,
             Store::Memory(s) => s.find_other_run(cross_key, run_id).await,
         }
     }
@@ -197,6 +294,7 @@ impl StoreRead for Store {
     ) -> Result<Listing<IntentRecord>, StoreError> {
         match self {
             Store::Sqlite(s) => s.list_intents(filter).await,
+            Store::Postgres(s) => s.list_intents(filter).await,
             Store::Memory(s) => s.list_intents(filter).await,
         }
     }
@@ -204,6 +302,7 @@ impl StoreRead for Store {
     async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
         match self {
             Store::Sqlite(s) => s.approval(id).await,
+            Store::Postgres(s) => s.approval(id).await,
             Store::Memory(s) => s.approval(id).await,
         }
     }
@@ -214,6 +313,7 @@ impl StoreRead for Store {
     ) -> Result<Listing<Approval>, StoreError> {
         match self {
             Store::Sqlite(s) => s.list_approvals(state).await,
+            Store::Postgres(s) => s.list_approvals(state).await,
             Store::Memory(s) => s.list_approvals(state).await,
         }
     }
@@ -221,6 +321,7 @@ impl StoreRead for Store {
     async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
         match self {
             Store::Sqlite(s) => s.stored_rows().await,
+            Store::Postgres(s) => s.stored_rows().await,
             Store::Memory(s) => s.stored_rows().await,
         }
     }
@@ -232,6 +333,7 @@ impl StoreRead for Store {
     ) -> Result<Vec<(i64, AuditRecord)>, StoreError> {
         match self {
             Store::Sqlite(s) => s.audit_after(after, limit).await,
+            Store::Postgres(s) => s.audit_after(after, limit).await,
             Store::Memory(s) => s.audit_after(after, limit).await,
         }
     }
@@ -239,6 +341,7 @@ impl StoreRead for Store {
     async fn audit_shard(&self, shard: u32) -> Result<Vec<AuditRecord>, StoreError> {
         match self {
             Store::Sqlite(s) => s.audit_shard(shard).await,
+            Store::Postgres(s) => s.audit_shard(shard).await,
             Store::Memory(s) => s.audit_shard(shard).await,
         }
     }
@@ -246,6 +349,7 @@ impl StoreRead for Store {
     async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
         match self {
             Store::Sqlite(s) => s.audit_shards().await,
+            Store::Postgres(s) => s.audit_shards().await,
             Store::Memory(s) => s.audit_shards().await,
         }
     }
@@ -253,6 +357,7 @@ impl StoreRead for Store {
     async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
         match self {
             Store::Sqlite(s) => s.kill_switches().await,
+            Store::Postgres(s) => s.kill_switches().await,
             Store::Memory(s) => s.kill_switches().await,
         }
     }
@@ -260,6 +365,7 @@ impl StoreRead for Store {
     async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
         match self {
             Store::Sqlite(s) => s.mcp_session(id).await,
+            Store::Postgres(s) => s.mcp_session(id).await,
             Store::Memory(s) => s.mcp_session(id).await,
         }
     }
@@ -267,6 +373,7 @@ impl StoreRead for Store {
     async fn ping(&self) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(s) => s.ping().await,
+            Store::Postgres(s) => s.ping().await,
             Store::Memory(s) => s.ping().await,
         }
     }
@@ -276,6 +383,7 @@ impl StoreWrite for Store {
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(s) => s.commit(commit).await,
+            Store::Postgres(s) => s.commit(commit).await,
             Store::Memory(s) => s.commit(commit).await,
         }
     }
@@ -286,6 +394,7 @@ impl StoreWrite for Store {
     ) -> Result<ClientKeyBinding, StoreError> {
         match self {
             Store::Sqlite(s) => s.bind_client_key(binding).await,
+            Store::Postgres(s) => s.bind_client_key(binding).await,
             Store::Memory(s) => s.bind_client_key(binding).await,
         }
     }
@@ -293,6 +402,7 @@ impl StoreWrite for Store {
     async fn put_mcp_session(&self, session: McpSession) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(s) => s.put_mcp_session(session).await,
+            Store::Postgres(s) => s.put_mcp_session(session).await,
             Store::Memory(s) => s.put_mcp_session(session).await,
         }
     }
@@ -304,6 +414,7 @@ impl StoreWrite for Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(s) => s.delete_mcp_session(id, idle_before).await,
+            Store::Postgres(s) => s.delete_mcp_session(id, idle_before).await,
             Store::Memory(s) => s.delete_mcp_session(id, idle_before).await,
         }
     }
@@ -317,6 +428,7 @@ impl StoreWrite for Store {
     ) -> Result<bool, StoreError> {
         match self {
             Store::Sqlite(s) => s.claim_work(work, owner, now, ttl).await,
+            Store::Postgres(s) => s.claim_work(work, owner, now, ttl).await,
             Store::Memory(s) => s.claim_work(work, owner, now, ttl).await,
         }
     }
@@ -324,6 +436,7 @@ impl StoreWrite for Store {
     async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(s) => s.release_work(work, owner).await,
+            Store::Postgres(s) => s.release_work(work, owner).await,
             Store::Memory(s) => s.release_work(work, owner).await,
         }
     }

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use oncegate_core::audit::{
     AuditEvent, AuditKind, AuditRecord, ChainHead, ChainKey, RowKind, RowSeal, StoredRow,
-    add_row_seals, check_record, row_hash, row_seal, seal_with,
+    add_row_seals, row_hash, seal_with,
 };
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
 use oncegate_core::key::IntentKey;
@@ -44,6 +44,8 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
+pub use crate::options::{OpenMode, StoreOptions};
+use crate::rows::{self, PreparedApproval, PreparedIntent, RowData, body_hash, integrity, listed};
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 use crate::{
     ClientKeyBinding, Commit, IntentFilter, KillSwitch, KillSwitchChange, Listing, McpSession,
@@ -131,45 +133,6 @@ impl Job {
     }
 }
 
-/// How [`SqliteStore::open_with`] treats what it finds at the path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenMode {
-    /// Serving: an existing oncegate store only. A missing file, an empty one (zero
-    /// bytes, or SQLite without oncegate's schema) or a foreign database is refused
-    /// (`OG-0031`). Pending migrations are applied to an oncegate store.
-    Existing,
-    /// `oncegate init`: a new store. Creates a missing or empty file; refuses one that
-    /// already holds an oncegate store, or a foreign database.
-    Create,
-    /// Scratch stores (`serve --init`, the demo, `verify`, tests): creates a missing or
-    /// empty file, opens an oncegate store, refuses a foreign database.
-    CreateIfMissing,
-}
-
-/// Settings of an opened store.
-#[derive(Clone, Debug)]
-pub struct StoreOptions {
-    /// The audit chain key: records are sealed with HMAC-SHA256 under it, and keyed
-    /// records can only be checked with it.
-    pub chain_key: Option<ChainKey>,
-    /// How many audit shards new records spread over (`[store] audit_shards`).
-    /// Changing it re-shards only new records; verification walks whatever exists.
-    pub audit_shards: u32,
-    /// Serving: this process is the file's only writer, and says so with an exclusive
-    /// lock on `<file>.lock`; a second `serve` on the same file is refused.
-    pub single_writer: bool,
-}
-
-impl Default for StoreOptions {
-    fn default() -> Self {
-        Self {
-            chain_key: None,
-            audit_shards: oncegate_core::audit::AUDIT_SHARDS,
-            single_writer: false,
-        }
-    }
-}
-
 /// What is at a store path before anything is created.
 enum Found {
     Missing,
@@ -199,12 +162,6 @@ struct Inner {
 
 /// How long readiness waits for the writer to answer a probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-
-fn integrity(what: &str, problem: impl std::fmt::Display) -> StoreError {
-    tracing::error!(alert = "store_integrity", row = %what, problem = %problem, "a stored row does not match the audit chain; refusing it (fail closed)");
-    metrics::counter!("oncegate_store_integrity_failures_total").increment(1);
-    StoreError::Integrity(format!("{what}: {problem}; run `oncegate audit verify`"))
-}
 
 fn guidance(path: &Path) -> String {
     format!(
@@ -355,6 +312,47 @@ impl SqliteStore {
     pub async fn close(&self) {
         self.inner.readers.close().await;
     }
+}
+
+/// The migrations of this build that the SQLite store at `path` has not applied (none
+/// are applied here; a missing file has none pending, and opening it says why).
+pub async fn pending_migrations(path: &Path) -> Result<Vec<(i64, String)>, StoreError> {
+    let migrator = sqlx::migrate!("migrations/sqlite");
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let options = SqliteConnectOptions::from_str("sqlite://")
+        .map_err(unavailable)?
+        .filename(path)
+        .read_only(true)
+        .busy_timeout(Duration::from_secs(5));
+    let mut conn = SqliteConnection::connect_with(&options)
+        .await
+        .map_err(unavailable)?;
+    let has_table = sqlx::query(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_optional(&mut conn)
+    .await
+    .map_err(unavailable)?
+    .is_some();
+    let applied: Vec<i64> = if has_table {
+        sqlx::query("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&mut conn)
+            .await
+            .map_err(unavailable)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let _ = conn.close().await;
+    Ok(migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
+        .map(|m| (m.version, m.description.to_string()))
+        .collect())
 }
 
 /// Takes the exclusive lock that makes this process the file's only server: a second
@@ -917,15 +915,7 @@ async fn apply_one(
     let mut event = commit.event.clone();
     let mut intent_row = None;
     if let Some(record) = &commit.record {
-        let mut stored = IntentRowV1::from(record);
-        stored.version = record.version + 1;
-        let value = stored.to_body();
-        let seal = RowSeal {
-            key: stored.key.clone(),
-            generation: stored.generation,
-            version: stored.version,
-            hash: row_hash(&value),
-        };
+        let PreparedIntent { stored, body, seal } = rows::prepare_intent(record, |_| {});
         // The row about to be replaced must be the one the chain wrote (or, for an
         // insert, must never have existed): a commit never launders an edited or
         // deleted row into a fresh, sealed version.
@@ -938,45 +928,31 @@ async fn apply_one(
                     .await?
                     .is_none()
             {
-                return Err(integrity(
-                    &what,
-                    "the audit chain wrote this row and it is gone (deleted row)",
-                ));
+                return Err(rows::deleted(&what));
             }
         } else if let Some(current) = fetch_intent(conn, &stored.key, stored.generation).await?
             && current.version == i64::try_from(record.version).unwrap_or(-1)
         {
             check_row(conn, RowKind::Intent, &current, key).await?;
         }
-        intent_row = Some((stored, value.to_string(), seal));
+        intent_row = Some((stored, body, seal));
     }
     let mut approval_row = None;
     if let Some(approval) = &commit.approval {
-        let mut stored = ApprovalRowV1::from(approval);
-        stored.version = approval.version + 1;
-        let value = stored.to_body();
-        let seal = RowSeal {
-            key: stored.id.clone(),
-            generation: stored.generation,
-            version: stored.version,
-            hash: row_hash(&value),
-        };
+        let PreparedApproval { stored, body, seal } = rows::prepare_approval(approval);
         let what = format!("approval {}", stored.id);
         if approval.version == 0 {
             if newest_approval_seal(conn, &stored.id).await?.is_some()
                 && fetch_approval(conn, &stored.id).await?.is_none()
             {
-                return Err(integrity(
-                    &what,
-                    "the audit chain wrote this row and it is gone (deleted row)",
-                ));
+                return Err(rows::deleted(&what));
             }
         } else if let Some(current) = fetch_approval(conn, &stored.id).await?
             && current.version == i64::try_from(approval.version).unwrap_or(-1)
         {
             check_row(conn, RowKind::Approval, &current, key).await?;
         }
-        approval_row = Some((stored, value.to_string(), seal));
+        approval_row = Some((stored, body, seal));
     }
     add_row_seals(
         &mut event,
@@ -1063,17 +1039,6 @@ async fn apply_one(
     let sealed = append_audit(conn, event, heads, key, shards).await?;
     debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
     Ok(())
-}
-
-/// A row as read, with its seal columns.
-struct RowData {
-    /// Intent key or approval id.
-    id: String,
-    generation: u32,
-    version: i64,
-    body: String,
-    row_hash: Option<String>,
-    link: Option<(u32, u64)>,
 }
 
 fn row_data(row: &sqlx::sqlite::SqliteRow, kind: RowKind) -> RowData {
@@ -1172,72 +1137,19 @@ async fn newest_approval_seal(
     row.map(|r| audit_row(&r)).transpose()
 }
 
-/// The body's hash, or `Corrupt` when it is not JSON at all.
-fn body_hash(body: &str) -> Result<(serde_json::Value, String), String> {
-    let value: serde_json::Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
-    let hash = row_hash(&value);
-    Ok((value, hash))
-}
-
-/// Checks a row against the newest audit record that sealed it: its body hashes to its
-/// seal, it names that record, and that record's own hash holds.
+/// Checks a row against the newest audit record that sealed it
+/// ([`rows::check_sealed`]).
 async fn check_row(
     conn: &mut SqliteConnection,
     kind: RowKind,
     row: &RowData,
     key: Option<&ChainKey>,
 ) -> Result<serde_json::Value, StoreError> {
-    let what = match kind {
-        RowKind::Intent => format!("intent {} generation {}", row.id, row.generation),
-        RowKind::Approval => format!("approval {}", row.id),
-    };
-    let (value, hash) = body_hash(&row.body).map_err(|e| {
-        StoreError::Corrupt(format!("{what}: the stored body is not readable: {e}"))
-    })?;
-    let Some(sealed_hash) = row.row_hash.as_deref() else {
-        return Err(integrity(
-            &what,
-            "the row carries no audit seal (written outside oncegate)",
-        ));
-    };
-    if sealed_hash != hash {
-        return Err(integrity(
-            &what,
-            "the row's content does not match the hash it was sealed with (edited row)",
-        ));
-    }
     let newest = match kind {
         RowKind::Intent => newest_intent_seal(conn, &row.id, row.generation).await?,
         RowKind::Approval => newest_approval_seal(conn, &row.id).await?,
     };
-    let Some(record) = newest else {
-        return Err(integrity(&what, "no audit record wrote this row"));
-    };
-    if row.link != Some((record.shard, record.seq)) {
-        return Err(integrity(
-            &what,
-            format!(
-                "the row names audit record {:?}, but the newest record that wrote it is shard {} seq {} (rolled back)",
-                row.link, record.shard, record.seq
-            ),
-        ));
-    }
-    let field = match kind {
-        RowKind::Intent => oncegate_core::audit::ROW_INTENT,
-        RowKind::Approval => oncegate_core::audit::ROW_APPROVAL,
-    };
-    match row_seal(&record.event, field) {
-        Some(seal)
-            if seal.hash == hash && i64::try_from(seal.version).ok() == Some(row.version) => {}
-        _ => {
-            return Err(integrity(
-                &what,
-                "the row differs from what its audit record sealed (edited row)",
-            ));
-        }
-    }
-    check_record(&record, key).map_err(|p| integrity(&what, format!("its audit record: {p}")))?;
-    Ok(value)
+    rows::check_sealed(kind, row, newest, key)
 }
 
 fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError> {
@@ -1260,34 +1172,12 @@ impl SqliteStore {
         row: RowData,
     ) -> Result<IntentRecord, StoreError> {
         let value = check_row(conn, RowKind::Intent, &row, self.chain_key()).await?;
-        IntentRowV1::from_body(value).map(Into::into).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "intent {} generation {}: {e}",
-                row.id, row.generation
-            ))
-        })
+        rows::intent_from(&row, value)
     }
 
     async fn reader(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
         self.inner.readers.acquire().await.map_err(unavailable)
     }
-}
-
-/// Decodes a listed row in its storage form `R`, checking only that its body matches its
-/// seal (no audit read per row: loads do the full check before anything is decided on a
-/// row).
-fn listed<R: serde::de::DeserializeOwned + Into<T>, T>(row: &RowData) -> Result<T, String> {
-    let (value, hash) =
-        body_hash(&row.body).map_err(|e| format!("the stored body is not readable: {e}"))?;
-    if row.row_hash.as_deref() != Some(hash.as_str()) {
-        return Err(
-            "the row does not match its audit seal (edited row); run `oncegate audit verify`"
-                .into(),
-        );
-    }
-    serde_json::from_value::<R>(value)
-        .map(Into::into)
-        .map_err(|e| format!("the stored body does not decode: {e}"))
 }
 
 impl StoreRead for SqliteStore {

@@ -7,6 +7,7 @@ pub mod demo;
 pub mod init;
 pub mod intents;
 pub mod keys;
+pub mod migrate;
 pub mod sandbox;
 pub mod serve;
 pub mod verify;

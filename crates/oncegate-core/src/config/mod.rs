@@ -416,6 +416,29 @@ pub struct PrincipalConfig {
     pub token_env: String,
 }
 
+/// `[store]` settings beyond its URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// `pool_size`: the most database connections one gateway opens (PostgreSQL;
+    /// default 10).
+    pub pool_size: u32,
+    /// `statement_timeout`: how long one statement may run before the database cancels
+    /// it (PostgreSQL; default 5s).
+    pub statement_timeout: std::time::Duration,
+    /// `audit_shards`: how many hash chains new audit records spread over (default 16).
+    pub audit_shards: u32,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            pool_size: 10,
+            statement_timeout: std::time::Duration::from_secs(5),
+            audit_shards: crate::audit::AUDIT_SHARDS,
+        }
+    }
+}
+
 /// Gateway-wide settings.
 #[derive(Clone, Debug)]
 pub struct GatewaySettings {
@@ -458,8 +481,11 @@ pub struct Registry {
     pub source: PathBuf,
     /// Gateway settings.
     pub gateway: GatewaySettings,
-    /// The store URL (`sqlite://...` or `postgres://...`).
+    /// The store URL (`sqlite://...` or `postgres://...`; `ONCEGATE_STORE_URL`
+    /// overrides it when the store is opened).
     pub store_url: String,
+    /// The rest of `[store]`.
+    pub store: StoreSettings,
     /// `[audit] chain_key_env`: the environment variable holding the audit chain key
     /// (HMAC-SHA256 over every record). Read by the shell, never stored.
     pub audit_chain_key_env: Option<String>,

@@ -45,6 +45,9 @@ pub(super) struct RawGateway {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStore {
     pub(super) url: Option<String>,
+    pub(super) pool_size: Option<i64>,
+    pub(super) statement_timeout: Option<String>,
+    pub(super) audit_shards: Option<i64>,
 }
 
 #[derive(Deserialize)]

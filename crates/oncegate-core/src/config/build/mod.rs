@@ -17,10 +17,10 @@ use jiff::tz::TimeZone;
 use serde_json::Value;
 
 use super::locate::{Locator, Seg, help_for_serde};
-use super::raw::{RawConfig, RawGateway};
+use super::raw::{RawConfig, RawGateway, RawStore};
 use super::{
     BodyTemplate, Capability, ConfigEnv, ConfigError, ConfigErrors, ConfigWarning, DEFAULT_LISTEN,
-    DEFAULT_STORE_URL, GatewaySettings, PrincipalConfig, Registry,
+    DEFAULT_STORE_URL, GatewaySettings, PrincipalConfig, Registry, StoreSettings,
 };
 use crate::policy::PolicyEngine;
 use crate::template::Template;
@@ -166,10 +166,7 @@ impl Builder<'_> {
                 Some("name the variable that holds the secret, e.g. ONCEGATE_AUDIT_KEY"),
             );
         }
-        let store_url = raw
-            .store
-            .and_then(|s| s.url)
-            .unwrap_or_else(|| DEFAULT_STORE_URL.to_owned());
+        let (store_url, store) = self.store(raw.store);
         if !(store_url.starts_with("sqlite:")
             || store_url.starts_with("postgres://")
             || store_url.starts_with("postgresql://"))
@@ -281,12 +278,76 @@ impl Builder<'_> {
             source: self.loc.file.to_owned(),
             gateway,
             store_url,
+            store,
             audit_chain_key_env,
             principals,
             capabilities: capabilities.into_iter().map(Arc::new).collect(),
             by_name,
             warnings: self.warnings,
         })
+    }
+
+    fn store(&mut self, raw: Option<RawStore>) -> (String, StoreSettings) {
+        let raw = raw.unwrap_or(RawStore {
+            url: None,
+            pool_size: None,
+            statement_timeout: None,
+            audit_shards: None,
+        });
+        let defaults = StoreSettings::default();
+        let mut bounded =
+            |field: &str, value: Option<i64>, max: i64, default: u32, help: &str| match value {
+                None => default,
+                Some(n) if (1..=max).contains(&n) => n as u32,
+                Some(n) => {
+                    self.err(
+                        &[k("store"), k(field)],
+                        format!("`{n}` is out of range: {field} is between 1 and {max}"),
+                        Some(help),
+                    );
+                    default
+                }
+            };
+        let pool_size = bounded(
+            "pool_size",
+            raw.pool_size,
+            1000,
+            defaults.pool_size,
+            "the most connections one gateway opens; keep replicas x pool_size below the server's max_connections",
+        );
+        let audit_shards = bounded(
+            "audit_shards",
+            raw.audit_shards,
+            4096,
+            defaults.audit_shards,
+            "how many audit chains new records spread over (default 16); changing it re-shards only new records",
+        );
+        let path = [k("store"), k("statement_timeout")];
+        let timeout = self.duration(
+            &path,
+            raw.statement_timeout.as_deref(),
+            SignedDuration::try_from(defaults.statement_timeout)
+                .unwrap_or(SignedDuration::from_secs(5)),
+        );
+        let statement_timeout = if timeout.is_zero() {
+            self.err(
+                &path,
+                "a statement timeout of zero would let one statement hold a connection forever",
+                Some("write a duration like \"5s\" (the default)"),
+            );
+            defaults.statement_timeout
+        } else {
+            timeout.unsigned_abs()
+        };
+        let url = raw.url.unwrap_or_else(|| DEFAULT_STORE_URL.to_owned());
+        (
+            url,
+            StoreSettings {
+                pool_size,
+                statement_timeout,
+                audit_shards,
+            },
+        )
     }
 
     fn gateway(&mut self, raw: Option<RawGateway>) -> GatewaySettings {

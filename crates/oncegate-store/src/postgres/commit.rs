@@ -1,0 +1,432 @@
+//! Writes: the commit transaction (rows, their checks, the audit append under the
+//! shard head's row lock) and the small writes outside the chain.
+
+use oncegate_core::audit::{AuditRecord, ChainHead, RowKind, add_row_seals, seal_with};
+use oncegate_core::key::IntentKey;
+use sqlx::{PgConnection, Row};
+
+use super::read::{
+    check_row, fetch_approval, fetch_intent, newest_approval_seal, newest_intent_seal,
+};
+use super::{PgStore, db_error, from_micros, ts, unavailable};
+use crate::rows::{self, PreparedApproval, PreparedIntent};
+use crate::storage::AuditRowV1;
+use crate::{ClientKeyBinding, Commit, KillSwitchChange, McpSession, StoreError, StoreWrite};
+
+impl StoreWrite for PgStore {
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
+        // Spawned, never run under the caller's future: a caller that gives up cannot
+        // cancel the transaction half-way (between COMMIT sent and answered).
+        let store = self.clone();
+        let result = tokio::spawn(async move { store.commit_inner(&commit).await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(StoreError::Unavailable(format!(
+                    "the commit task failed: {e}"
+                )))
+            });
+        metrics::histogram!("oncegate_store_commit_seconds")
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn bind_client_key(&self, b: ClientKeyBinding) -> Result<ClientKeyBinding, StoreError> {
+        let mut conn = self.conn().await?;
+        sqlx::query(
+            "INSERT INTO client_keys (principal, capability, client_key, intent_key, args_digest, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6::timestamptz) ON CONFLICT DO NOTHING",
+        )
+        .bind(&b.principal)
+        .bind(&b.capability)
+        .bind(&b.client_key)
+        .bind(b.intent_key.as_str())
+        .bind(&b.args_digest)
+        .bind(ts(b.created_at))
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        let row = sqlx::query(
+            "SELECT intent_key, args_digest, (extract(epoch from created_at) * 1000000)::int8
+             FROM client_keys WHERE principal = $1 AND capability = $2 AND client_key = $3",
+        )
+        .bind(&b.principal)
+        .bind(&b.capability)
+        .bind(&b.client_key)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        Ok(ClientKeyBinding {
+            intent_key: IntentKey::from_hex(row.get::<String, _>(0)),
+            args_digest: row.get(1),
+            created_at: from_micros(row.get(2))?,
+            ..b
+        })
+    }
+
+    async fn put_mcp_session(&self, s: McpSession) -> Result<(), StoreError> {
+        let state = s.state.as_ref().map(serde_json::Value::to_string);
+        sqlx::query(
+            "INSERT INTO mcp_sessions (id, principal, state, updated_at) VALUES ($1, $2, $3, $4::timestamptz)
+             ON CONFLICT (id) DO UPDATE SET principal = COALESCE(EXCLUDED.principal, mcp_sessions.principal),
+                 state = COALESCE(EXCLUDED.state, mcp_sessions.state), updated_at = EXCLUDED.updated_at",
+        )
+        .bind(&s.id)
+        .bind(s.principal.as_deref())
+        .bind(state)
+        .bind(ts(s.updated_at))
+        .execute(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn delete_mcp_session(
+        &self,
+        id: &str,
+        idle_before: jiff::Timestamp,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM mcp_sessions WHERE id = $1 OR updated_at < $2::timestamptz")
+            .bind(id)
+            .bind(ts(idle_before))
+            .execute(&mut *self.conn().await?)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Claims by the database's clock: `now` is ignored, the claim runs until
+    /// `now() + ttl` and a claim is expired when its `until <= now()`.
+    async fn claim_work(
+        &self,
+        work: &str,
+        owner: &str,
+        _now: jiff::Timestamp,
+        ttl: jiff::SignedDuration,
+    ) -> Result<bool, StoreError> {
+        let ttl_us = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "INSERT INTO work_claims (work, owner, until) VALUES ($1, $2, now() + $3 * interval '1 microsecond')
+             ON CONFLICT (work) DO UPDATE SET owner = EXCLUDED.owner, until = EXCLUDED.until
+             WHERE work_claims.owner = EXCLUDED.owner OR work_claims.until <= now()",
+        )
+        .bind(work)
+        .bind(owner)
+        .bind(ttl_us as f64)
+        .execute(&mut *self.conn().await?)
+        .await
+        .map_err(db_error)
+        .or_else(|e| match e {
+            // Two replicas inserting the same new claim at once: the other one won.
+            StoreError::Conflict => Ok(Default::default()),
+            e => Err(e),
+        })?
+        .rows_affected();
+        Ok(rows == 1)
+    }
+
+    async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM work_claims WHERE work = $1 AND owner = $2")
+            .bind(work)
+            .bind(owner)
+            .execute(&mut *self.conn().await?)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
+
+impl PgStore {
+    async fn commit_inner(&self, commit: &Commit) -> Result<(), StoreError> {
+        let mut conn = self.conn().await?;
+        sqlx::query("BEGIN")
+            .execute(&mut *conn)
+            .await
+            .map_err(db_error)?;
+        match self.apply(&mut conn, commit).await {
+            Ok(()) => {
+                sqlx::query("COMMIT")
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(db_error)?;
+                Ok(())
+            }
+            Err(e) => {
+                if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+                    // A connection in an unknown transaction state must not go back.
+                    conn.close_on_drop();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The body of one commit's transaction.
+    async fn apply(&self, conn: &mut PgConnection, commit: &Commit) -> Result<(), StoreError> {
+        let key = self.chain_key();
+        let shards = self.inner.audit_shards;
+        // The transaction's timestamp: the clock every lease is judged by.
+        let db_now = from_micros(
+            sqlx::query("SELECT (extract(epoch from now()) * 1000000)::int8")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(db_error)?
+                .get(0),
+        )?;
+        let mut event = commit.event.clone();
+        let mut intent_row = None;
+        if let Some(record) = &commit.record {
+            // The lease's length as the engine meant it, from the database's now.
+            let prepared = rows::prepare_intent(record, |stored| {
+                if let Some(lease) = &mut stored.lease {
+                    lease.expires_at = db_now
+                        .saturating_add(lease.expires_at.duration_since(commit.event.at))
+                        .unwrap_or(lease.expires_at);
+                }
+            });
+            let stored = &prepared.stored;
+            let what = format!("intent {} generation {}", stored.key, stored.generation);
+            if record.version == 0 {
+                if newest_intent_seal(conn, &stored.key, stored.generation)
+                    .await?
+                    .is_some()
+                    && fetch_intent(conn, &stored.key, stored.generation, false)
+                        .await?
+                        .is_none()
+                {
+                    return Err(rows::deleted(&what));
+                }
+            } else if let Some(current) =
+                fetch_intent(conn, &stored.key, stored.generation, true).await?
+                && current.version == i64::try_from(record.version).unwrap_or(-1)
+            {
+                // Locked (FOR UPDATE): no other commit can replace it before ours ends,
+                // so the seal read next is the one that wrote this version.
+                check_row(conn, RowKind::Intent, &current, key).await?;
+            }
+            intent_row = Some(prepared);
+        }
+        let mut approval_row = None;
+        if let Some(approval) = &commit.approval {
+            let prepared = rows::prepare_approval(approval);
+            let what = format!("approval {}", prepared.stored.id);
+            if approval.version == 0 {
+                if newest_approval_seal(conn, &prepared.stored.id)
+                    .await?
+                    .is_some()
+                    && fetch_approval(conn, &prepared.stored.id, false)
+                        .await?
+                        .is_none()
+                {
+                    return Err(rows::deleted(&what));
+                }
+            } else if let Some(current) = fetch_approval(conn, &prepared.stored.id, true).await?
+                && current.version == i64::try_from(approval.version).unwrap_or(-1)
+            {
+                check_row(conn, RowKind::Approval, &current, key).await?;
+            }
+            approval_row = Some(prepared);
+        }
+        add_row_seals(
+            &mut event,
+            intent_row.as_ref().map(|r| r.seal.clone()),
+            approval_row.as_ref().map(|r| r.seal.clone()),
+        );
+        let shard = event.shard_in(shards);
+        let head = lock_head(conn, shard).await?;
+        let seq = head.seq + 1;
+        if let Some(prepared) = &intent_row {
+            write_intent(conn, prepared, shard, seq, commit.takes_over).await?;
+        }
+        if let Some(prepared) = &approval_row {
+            write_approval(conn, prepared, shard, seq).await?;
+        }
+        if let Some(change) = &commit.kill_switch {
+            write_kill_switch(conn, change).await?;
+        }
+        let sealed = seal_with(event, &head, key, shards);
+        debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
+        append(conn, &sealed).await
+    }
+}
+
+/// The head of `shard`, locked until the transaction ends (created at genesis first if
+/// the shard has none yet).
+async fn lock_head(conn: &mut PgConnection, shard: u32) -> Result<ChainHead, StoreError> {
+    let genesis = ChainHead::genesis();
+    sqlx::query("INSERT INTO audit_heads (shard, seq, hash) VALUES ($1, 0, $2) ON CONFLICT (shard) DO NOTHING")
+        .bind(i64::from(shard))
+        .bind(&genesis.hash)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_error)?;
+    let row = sqlx::query("SELECT seq, hash FROM audit_heads WHERE shard = $1 FOR UPDATE")
+        .bind(i64::from(shard))
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db_error)?;
+    Ok(ChainHead {
+        seq: row.get::<i64, _>(0) as u64,
+        hash: row.get(1),
+    })
+}
+
+/// Inserts the sealed record (with its row-seal columns) and moves the shard's head.
+async fn append(conn: &mut PgConnection, sealed: &AuditRecord) -> Result<(), StoreError> {
+    let intent = oncegate_core::audit::row_seal(&sealed.event, oncegate_core::audit::ROW_INTENT);
+    let approval =
+        oncegate_core::audit::row_seal(&sealed.event, oncegate_core::audit::ROW_APPROVAL);
+    let row = AuditRowV1::from(sealed.clone());
+    sqlx::query(
+        "INSERT INTO audit (shard, seq, prev_hash, hash, body, row_intent_key, row_intent_generation, row_approval_key)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(i64::from(row.shard))
+    .bind(row.seq as i64)
+    .bind(&row.prev_hash)
+    .bind(&row.hash)
+    .bind(row.body_text())
+    .bind(intent.as_ref().map(|s| s.key.clone()))
+    .bind(intent.as_ref().map(|s| i64::from(s.generation)))
+    .bind(approval.as_ref().map(|s| s.key.clone()))
+    .execute(&mut *conn)
+    .await
+    .map_err(db_error)?;
+    sqlx::query("UPDATE audit_heads SET seq = $2, hash = $3 WHERE shard = $1")
+        .bind(i64::from(sealed.shard))
+        .bind(sealed.seq as i64)
+        .bind(&sealed.hash)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+async fn write_intent(
+    conn: &mut PgConnection,
+    prepared: &PreparedIntent,
+    shard: u32,
+    seq: u64,
+    takes_over: bool,
+) -> Result<(), StoreError> {
+    let PreparedIntent { stored, body, seal } = prepared;
+    let lease_expires_at = stored.lease.as_ref().map(|l| ts(l.expires_at));
+    let sql = if stored.version == 1 {
+        "INSERT INTO intents (key, generation, capability, state, cross_key, run_id, business_ref, breaker_tripped, updated_at, version, body, audit_shard, audit_seq, row_hash, lease_expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz, $10, $11, $12, $13, $14, $15::timestamptz) ON CONFLICT (key, generation) DO NOTHING"
+    } else if takes_over {
+        // A takeover: the lease it replaces must have run out by the database's clock.
+        "UPDATE intents SET capability = $3, state = $4, cross_key = $5, run_id = $6, business_ref = $7,
+                breaker_tripped = $8, updated_at = $9::timestamptz, version = $10, body = $11,
+                audit_shard = $12, audit_seq = $13, row_hash = $14, lease_expires_at = $15::timestamptz
+         WHERE key = $1 AND generation = $2 AND version = $10 - 1
+           AND (lease_expires_at IS NULL OR lease_expires_at <= now())"
+    } else {
+        "UPDATE intents SET capability = $3, state = $4, cross_key = $5, run_id = $6, business_ref = $7,
+                breaker_tripped = $8, updated_at = $9::timestamptz, version = $10, body = $11,
+                audit_shard = $12, audit_seq = $13, row_hash = $14, lease_expires_at = $15::timestamptz
+         WHERE key = $1 AND generation = $2 AND version = $10 - 1"
+    };
+    let rows = sqlx::query(sql)
+        .bind(&stored.key)
+        .bind(i64::from(stored.generation))
+        .bind(&stored.capability)
+        .bind(stored.state.as_str())
+        .bind(stored.cross_key.as_deref())
+        .bind(stored.run_id.as_deref())
+        .bind(stored.business_ref.as_deref())
+        .bind(stored.breaker_tripped)
+        .bind(ts(stored.updated_at))
+        .bind(stored.version as i64)
+        .bind(body)
+        .bind(i64::from(shard))
+        .bind(seq as i64)
+        .bind(&seal.hash)
+        .bind(lease_expires_at)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+    if rows == 1 {
+        return Ok(());
+    }
+    if takes_over && stored.version > 1 {
+        // At the expected version but not taken: the lease is live by the database.
+        let live = sqlx::query(
+            "SELECT (extract(epoch from lease_expires_at - now()) * 1000)::int8 FROM intents
+             WHERE key = $1 AND generation = $2 AND version = $3 AND lease_expires_at > now()",
+        )
+        .bind(&stored.key)
+        .bind(i64::from(stored.generation))
+        .bind(stored.version as i64 - 1)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db_error)?;
+        if let Some(row) = live {
+            let left_ms: i64 = row.get(0);
+            return Err(StoreError::LeaseLive(format!(
+                "intent {} generation {}: the lease runs {left_ms} ms more by the database's clock",
+                stored.key, stored.generation
+            )));
+        }
+    }
+    Err(StoreError::Conflict)
+}
+
+async fn write_approval(
+    conn: &mut PgConnection,
+    prepared: &PreparedApproval,
+    shard: u32,
+    seq: u64,
+) -> Result<(), StoreError> {
+    let PreparedApproval { stored, body, seal } = prepared;
+    let sql = if stored.version == 1 {
+        "INSERT INTO approvals (id, key, generation, state, created_at, version, body, audit_shard, audit_seq, row_hash)
+         VALUES ($1, $2, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING"
+    } else {
+        "UPDATE approvals SET key = $2, generation = $3, state = $4, created_at = $5::timestamptz, version = $6, body = $7,
+                audit_shard = $8, audit_seq = $9, row_hash = $10
+         WHERE id = $1 AND version = $6 - 1"
+    };
+    let rows = sqlx::query(sql)
+        .bind(&stored.id)
+        .bind(&stored.key)
+        .bind(i64::from(stored.generation))
+        .bind(stored.state.as_str())
+        .bind(ts(stored.created_at))
+        .bind(stored.version as i64)
+        .bind(body)
+        .bind(i64::from(shard))
+        .bind(seq as i64)
+        .bind(&seal.hash)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+    if rows != 1 {
+        return Err(StoreError::Conflict);
+    }
+    Ok(())
+}
+
+/// Sets or clears a kill switch inside a commit's transaction.
+async fn write_kill_switch(
+    conn: &mut PgConnection,
+    change: &KillSwitchChange,
+) -> Result<(), StoreError> {
+    match &change.reason {
+        Some(reason) => sqlx::query(
+            "INSERT INTO kill_switches (target, reason, set_by, set_at) VALUES ($1, $2, $3, $4::timestamptz)
+             ON CONFLICT (target) DO UPDATE SET reason = EXCLUDED.reason, set_by = EXCLUDED.set_by, set_at = EXCLUDED.set_at",
+        )
+        .bind(&change.target)
+        .bind(reason)
+        .bind(&change.actor)
+        .bind(ts(change.at)),
+        None => sqlx::query("DELETE FROM kill_switches WHERE target = $1").bind(&change.target),
+    }
+    .execute(&mut *conn)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}

@@ -1,0 +1,307 @@
+//! The PostgreSQL backend: one store shared by several gateway replicas.
+//!
+//! Every commit is one transaction on a pooled connection (READ COMMITTED): it takes
+//! the database's `now()`, locks the row it replaces (`SELECT ... FOR UPDATE`) and checks
+//! it against the audit record that wrote it, inserts a first version with `ON CONFLICT
+//! DO NOTHING` or replaces with `UPDATE ... WHERE version = $n`, reads its audit
+//! shard's head under a row lock, appends the sealed record and moves the head. Two
+//! replicas appending to one shard queue on that head row; different shards never wait
+//! on each other. A lost race (0 rows, a serialization failure or deadlock, a unique
+//! violation of a concurrent insert) is [`StoreError::Conflict`]; the engine re-reads
+//! and re-decides.
+//!
+//! Leases are judged by the database's clock, never a replica's: a commit re-times the
+//! lease it writes to `now() + (lease.expires_at - event.at)` (the lease's length as
+//! the engine meant it) in the stored body and in `lease_expires_at`, and a takeover
+//! (`Commit::takes_over`) also requires `lease_expires_at <= now()`, else
+//! [`StoreError::LeaseLive`]. A replica whose clock runs fast cannot steal a live lease.
+//!
+//! Loads read the row and its seals in one REPEATABLE READ, READ ONLY transaction (one
+//! snapshot), so a commit landing in between never looks like a rolled-back row.
+//!
+//! Plain SQL only: no advisory locks of ours, no LISTEN/NOTIFY, so the same statements
+//! suit Postgres-compatible distributed databases (sqlx's migrator takes its own lock
+//! while migrating). TLS comes from the URL: `sslmode=require|verify-ca|verify-full`
+//! and `sslrootcert=PATH` (rustls on ring; no OpenSSL).
+
+mod commit;
+mod read;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use oncegate_core::audit::ChainKey;
+use sqlx::Row;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use crate::StoreError;
+use crate::options::{OpenMode, StoreOptions};
+
+/// The PostgreSQL store. Cheap to clone (clones share the pool).
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    /// The URL without its password, for people.
+    shown: String,
+    store_id: String,
+    chain_key: Option<ChainKey>,
+    audit_shards: u32,
+}
+
+/// The URL with its password replaced by `***` (for logs and errors).
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+pub(crate) fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+pub(crate) fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+/// Maps a database error: a lost race is a conflict, everything else unavailable.
+pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
+    if let sqlx::Error::Database(db) = &e {
+        // 40001 serialization_failure, 40P01 deadlock_detected: the transaction lost a
+        // race and changed nothing. 23505: a concurrent insert of the same key won.
+        if matches!(db.code().as_deref(), Some("40001" | "40P01" | "23505")) {
+            return StoreError::Conflict;
+        }
+    }
+    unavailable(e)
+}
+
+/// A timestamp as a bind parameter (`$n::timestamptz`): RFC 3339 text, which PostgreSQL
+/// reads to the microsecond.
+pub(crate) fn ts(t: jiff::Timestamp) -> String {
+    t.to_string()
+}
+
+/// A timestamp read as `(extract(epoch from col) * 1000000)::int8`.
+pub(crate) fn from_micros(us: i64) -> Result<jiff::Timestamp, StoreError> {
+    jiff::Timestamp::from_microsecond(us).map_err(corrupt)
+}
+
+/// What is in the database's current schema before anything is created.
+enum Found {
+    Empty,
+    Oncegate,
+    Foreign(String),
+}
+
+impl PgStore {
+    /// Opens the database `url` names as `mode` says ([`OpenMode`]), applying pending
+    /// migrations to an oncegate store (and the whole schema to an empty database
+    /// when `mode` allows creating one).
+    pub async fn open(
+        url: &str,
+        mode: OpenMode,
+        options: StoreOptions,
+    ) -> Result<Self, StoreError> {
+        let shown = redact(url);
+        // The statement timeout is a startup parameter of every connection the pool
+        // opens (reconnections included), in milliseconds.
+        let timeout_ms = options.statement_timeout.as_millis().max(1).to_string();
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::UnsupportedUrl(format!("{shown} ({e})")))?
+            .options([("statement_timeout", timeout_ms.as_str())])
+            .application_name("oncegate");
+        let pool = PgPoolOptions::new()
+            .max_connections(options.pool_size.max(1))
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect_with(connect)
+            .await
+            .map_err(|e| {
+                StoreError::Unavailable(format!("cannot connect to PostgreSQL at {shown}: {e}"))
+            })?;
+        let found = inspect(&pool).await?;
+        match (mode, found) {
+            (_, Found::Foreign(what)) => {
+                return Err(StoreError::NotInitialised(format!(
+                    "the PostgreSQL database at {shown} is not an oncegate store ({what}); point `[store] url` at the gateway's own database (or schema), or at an empty one and run `oncegate migrate`"
+                )));
+            }
+            (OpenMode::Existing, Found::Empty) => {
+                return Err(StoreError::NotInitialised(format!(
+                    "the PostgreSQL database at {shown} has no oncegate schema; run `oncegate migrate` (or `oncegate init`) to create it. If the gateway served from it before, the store is lost: restore it, since a fresh store would re-execute every intent it forgot"
+                )));
+            }
+            (OpenMode::Create, Found::Oncegate) => {
+                return Err(StoreError::AlreadyExists(format!(
+                    "an oncegate store already exists in the PostgreSQL database at {shown}; nothing was changed (`oncegate migrate` applies pending migrations to it)"
+                )));
+            }
+            _ => {}
+        }
+        migrator().run(&pool).await.map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot migrate the PostgreSQL store at {shown}: {e}"
+            ))
+        })?;
+        let store_id: String = sqlx::query("SELECT value FROM meta WHERE name = 'store_id'")
+            .fetch_one(&pool)
+            .await
+            .map_err(unavailable)?
+            .get(0);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                shown,
+                store_id,
+                chain_key: options.chain_key,
+                audit_shards: options.audit_shards,
+            }),
+        })
+    }
+
+    /// The migrations of this build that the database has not applied yet (version and
+    /// description), without applying them.
+    pub async fn pending_migrations(&self) -> Result<Vec<(i64, String)>, StoreError> {
+        pending(&self.inner.pool).await
+    }
+
+    /// The database, for people (the URL without its password).
+    pub fn describe(&self) -> &str {
+        &self.inner.shown
+    }
+
+    /// The store's identity, written once when its schema was created.
+    pub fn store_id(&self) -> &str {
+        &self.inner.store_id
+    }
+
+    /// The chain key this store seals with, if any.
+    pub fn chain_key(&self) -> Option<&ChainKey> {
+        self.inner.chain_key.as_ref()
+    }
+
+    /// The connection pool (diagnostics and tests; the store's writes go through its
+    /// own methods).
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// Closes the pool: every clone stops working.
+    pub async fn close(&self) {
+        self.inner.pool.close().await;
+    }
+
+    /// A connection from the pool, timing the wait and updating the pool gauges.
+    pub(crate) async fn conn(
+        &self,
+    ) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, StoreError> {
+        let started = Instant::now();
+        let conn = self.inner.pool.acquire().await;
+        metrics::histogram!("oncegate_store_pool_acquire_seconds")
+            .record(started.elapsed().as_secs_f64());
+        let size = self.inner.pool.size();
+        let idle = u32::try_from(self.inner.pool.num_idle()).unwrap_or(size);
+        metrics::gauge!("oncegate_store_pool_connections", "state" => "in_use")
+            .set(f64::from(size.saturating_sub(idle)));
+        metrics::gauge!("oncegate_store_pool_connections", "state" => "idle").set(f64::from(idle));
+        conn.map_err(|e| {
+            StoreError::Unavailable(format!(
+                "no PostgreSQL connection ({}): {e}",
+                self.inner.shown
+            ))
+        })
+    }
+}
+
+/// The migrations of this build that the database at `url` has not applied (none are
+/// applied here). An unreachable database is [`StoreError::Unavailable`].
+pub async fn pending_at(url: &str) -> Result<Vec<(i64, String)>, StoreError> {
+    let shown = redact(url);
+    let connect = PgConnectOptions::from_str(url)
+        .map_err(|e| StoreError::UnsupportedUrl(format!("{shown} ({e})")))?;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect_with(connect)
+        .await
+        .map_err(|e| {
+            StoreError::Unavailable(format!("cannot connect to PostgreSQL at {shown}: {e}"))
+        })?;
+    let result = pending(&pool).await;
+    pool.close().await;
+    result
+}
+
+/// The migrations this build carries.
+fn migrator() -> sqlx::migrate::Migrator {
+    sqlx::migrate!("migrations/postgres")
+}
+
+/// Migrations not yet applied to the database `pool` reaches.
+pub(crate) async fn pending(pool: &PgPool) -> Result<Vec<(i64, String)>, StoreError> {
+    let table: Option<String> = sqlx::query("SELECT to_regclass('_sqlx_migrations')::text")
+        .fetch_one(pool)
+        .await
+        .map_err(unavailable)?
+        .get(0);
+    let applied: Vec<i64> = if table.is_some() {
+        sqlx::query("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await
+            .map_err(unavailable)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(migrator()
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
+        .map(|m| (m.version, m.description.to_string()))
+        .collect())
+}
+
+/// What the current schema holds.
+async fn inspect(pool: &PgPool) -> Result<Found, StoreError> {
+    let tables: Vec<String> = sqlx::query(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY table_name",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(unavailable)?
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    let has = |t: &str| tables.iter().any(|n| n == t);
+    Ok(if tables.is_empty() {
+        Found::Empty
+    } else if has("meta") && has("intents") && has("audit") && has("audit_heads") {
+        Found::Oncegate
+    } else if tables.iter().all(|t| t == "_sqlx_migrations") {
+        // A migration that failed before creating anything.
+        Found::Empty
+    } else {
+        let mut shown = tables.join(", ");
+        if shown.len() > 120 {
+            shown.truncate(120);
+            shown.push_str("...");
+        }
+        Found::Foreign(format!("its tables are {shown}"))
+    })
+}

@@ -1,0 +1,467 @@
+//! Reads, and the row lookups the commit shares with them.
+
+use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow};
+use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
+use oncegate_core::key::IntentKey;
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row};
+
+use super::{PgStore, corrupt, from_micros, unavailable};
+use crate::rows::{self, RowData, body_hash, listed};
+use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
+use crate::{IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead, UnreadableRow};
+
+fn row_data(row: &PgRow, kind: RowKind) -> RowData {
+    let shard: Option<i64> = row.get("audit_shard");
+    let seq: Option<i64> = row.get("audit_seq");
+    RowData {
+        id: match kind {
+            RowKind::Intent => row.get("key"),
+            RowKind::Approval => row.get("id"),
+        },
+        generation: row.get::<i64, _>("generation") as u32,
+        version: row.get("version"),
+        body: row.get("body"),
+        row_hash: row.get("row_hash"),
+        link: shard.zip(seq).map(|(a, b)| (a as u32, b as u64)),
+    }
+}
+
+fn audit_row(row: &PgRow) -> Result<AuditRecord, StoreError> {
+    AuditRowV1::from_columns(
+        row.get::<i64, _>("shard") as u32,
+        row.get::<i64, _>("seq") as u64,
+        row.get("prev_hash"),
+        row.get("hash"),
+        row.get::<&str, _>("body"),
+    )
+    .map(AuditRecord::from)
+    .map_err(corrupt)
+}
+
+/// One intent generation; `lock` takes it FOR UPDATE (inside a commit).
+pub(super) async fn fetch_intent(
+    conn: &mut PgConnection,
+    key: &str,
+    generation: u32,
+    lock: bool,
+) -> Result<Option<RowData>, StoreError> {
+    let sql = if lock {
+        "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = $1 AND generation = $2 FOR UPDATE"
+    } else {
+        "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = $1 AND generation = $2"
+    };
+    let row = sqlx::query(sql)
+        .bind(key)
+        .bind(i64::from(generation))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(super::db_error)?;
+    Ok(row.map(|r| row_data(&r, RowKind::Intent)))
+}
+
+/// One approval; `lock` as in [`fetch_intent`].
+pub(super) async fn fetch_approval(
+    conn: &mut PgConnection,
+    id: &str,
+    lock: bool,
+) -> Result<Option<RowData>, StoreError> {
+    let sql = if lock {
+        "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals WHERE id = $1 FOR UPDATE"
+    } else {
+        "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals WHERE id = $1"
+    };
+    let row = sqlx::query(sql)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(super::db_error)?;
+    Ok(row.map(|r| row_data(&r, RowKind::Approval)))
+}
+
+/// The newest audit record that sealed intent (key, generation). `id` orders the seals
+/// of one row: its writers hold the row's lock, so each appends after the last committed.
+pub(super) async fn newest_intent_seal(
+    conn: &mut PgConnection,
+    key: &str,
+    generation: u32,
+) -> Result<Option<AuditRecord>, StoreError> {
+    let row = sqlx::query(
+        "SELECT shard, seq, prev_hash, hash, body FROM audit
+         WHERE row_intent_key = $1 AND row_intent_generation = $2 ORDER BY id DESC LIMIT 1",
+    )
+    .bind(key)
+    .bind(i64::from(generation))
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(super::db_error)?;
+    row.map(|r| audit_row(&r)).transpose()
+}
+
+/// The newest audit record that sealed approval `id`.
+pub(super) async fn newest_approval_seal(
+    conn: &mut PgConnection,
+    id: &str,
+) -> Result<Option<AuditRecord>, StoreError> {
+    let row = sqlx::query(
+        "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE row_approval_key = $1 ORDER BY id DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(super::db_error)?;
+    row.map(|r| audit_row(&r)).transpose()
+}
+
+/// Checks a row against the newest audit record that sealed it.
+pub(super) async fn check_row(
+    conn: &mut PgConnection,
+    kind: RowKind,
+    row: &RowData,
+    key: Option<&ChainKey>,
+) -> Result<serde_json::Value, StoreError> {
+    let newest = match kind {
+        RowKind::Intent => newest_intent_seal(conn, &row.id, row.generation).await?,
+        RowKind::Approval => newest_approval_seal(conn, &row.id).await?,
+    };
+    rows::check_sealed(kind, row, newest, key)
+}
+
+impl PgStore {
+    /// Runs `read` in one REPEATABLE READ, READ ONLY transaction: the row and the
+    /// chain's seals come from one snapshot.
+    async fn snapshot<T>(
+        &self,
+        read: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn().await?;
+        sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        let result = read(&mut conn).await;
+        if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+            conn.close_on_drop();
+        }
+        result
+    }
+
+    async fn checked_intent(
+        &self,
+        conn: &mut PgConnection,
+        row: RowData,
+    ) -> Result<IntentRecord, StoreError> {
+        let value = check_row(conn, RowKind::Intent, &row, self.chain_key()).await?;
+        rows::intent_from(&row, value)
+    }
+}
+
+impl StoreRead for PgStore {
+    async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
+        self.snapshot(async |conn: &mut PgConnection| {
+            let row = sqlx::query(
+                "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = $1 ORDER BY generation DESC LIMIT 1",
+            )
+            .bind(key.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?
+            .map(|r| row_data(&r, RowKind::Intent));
+            // The chain's newest generation of this key: on a miss it tells "never
+            // written" from "deleted"; on a hit, a newer sealed generation means the
+            // newest row is gone.
+            let sealed: Option<i64> =
+                sqlx::query("SELECT MAX(row_intent_generation) FROM audit WHERE row_intent_key = $1")
+                    .bind(key.as_str())
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map_err(unavailable)?
+                    .get(0);
+            match (row, sealed.map(|g| g as u32)) {
+                (None, None) => Ok(None),
+                (None, Some(g)) => Err(rows::deleted(&format!("intent {key} generation {g}"))),
+                (Some(row), Some(g)) if g > row.generation => Err(rows::integrity(
+                    &format!("intent {key} generation {g}"),
+                    "the audit chain wrote this generation and it is gone (deleted row)",
+                )),
+                (Some(row), _) => self.checked_intent(conn, row).await.map(Some),
+            }
+        })
+        .await
+    }
+
+    async fn load_generation(
+        &self,
+        key: &IntentKey,
+        generation: u32,
+    ) -> Result<Option<IntentRecord>, StoreError> {
+        self.snapshot(async |conn: &mut PgConnection| {
+            match fetch_intent(conn, key.as_str(), generation, false).await? {
+                Some(row) => self.checked_intent(conn, row).await.map(Some),
+                None => match newest_intent_seal(conn, key.as_str(), generation).await? {
+                    None => Ok(None),
+                    Some(_) => Err(rows::deleted(&format!(
+                        "intent {key} generation {generation}"
+                    ))),
+                },
+            }
+        })
+        .await
+    }
+
+    async fn find_other_run(
+        &self,
+        cross_key: &IntentKey,
+        run_id: Option<&str>,
+    ) -> Result<Option<IntentRecord>, StoreError> {
+        self.snapshot(async |conn: &mut PgConnection| {
+            let row = sqlx::query(
+                "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents
+                 WHERE cross_key = $1 AND run_id IS DISTINCT FROM $2
+                   AND state NOT IN ('denied', 'failed', 'not_applied')
+                 ORDER BY updated_at DESC LIMIT 1",
+            )
+            .bind(cross_key.as_str())
+            .bind(run_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?
+            .map(|r| row_data(&r, RowKind::Intent));
+            match row {
+                Some(row) => self.checked_intent(conn, row).await.map(Some),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+
+    async fn list_intents(
+        &self,
+        filter: &IntentFilter,
+    ) -> Result<Listing<IntentRecord>, StoreError> {
+        let limit = if filter.limit == 0 { 100 } else { filter.limit };
+        // Two fixed statements rather than a spliced ORDER BY: no SQL is built from input.
+        let sql = if filter.oldest_first {
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents
+             WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR capability = $2)
+               AND (NOT $3 OR breaker_tripped) ORDER BY updated_at ASC LIMIT $4"
+        } else {
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents
+             WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR capability = $2)
+               AND (NOT $3 OR breaker_tripped) ORDER BY updated_at DESC LIMIT $4"
+        };
+        let rows = sqlx::query(sql)
+            .bind(filter.state.map(|s| s.as_str()))
+            .bind(filter.capability.as_deref())
+            .bind(filter.breaker_tripped)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *self.conn().await?)
+            .await
+            .map_err(unavailable)?;
+        let mut listing = Listing::default();
+        for r in &rows {
+            let row = row_data(r, RowKind::Intent);
+            match listed::<IntentRowV1, _>(&row) {
+                Ok(record) => listing.items.push(record),
+                Err(problem) => {
+                    tracing::warn!(key = %row.id, generation = row.generation, %problem, "an intent row cannot be listed");
+                    listing.unreadable.push(UnreadableRow {
+                        key: row.id,
+                        generation: Some(row.generation),
+                        problem,
+                    });
+                }
+            }
+        }
+        Ok(listing)
+    }
+
+    async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
+        self.snapshot(async |conn: &mut PgConnection| {
+            match fetch_approval(conn, id, false).await? {
+                Some(row) => {
+                    let value = check_row(conn, RowKind::Approval, &row, self.chain_key()).await?;
+                    rows::approval_from(&row, value).map(Some)
+                }
+                None => match newest_approval_seal(conn, id).await? {
+                    None => Ok(None),
+                    Some(_) => Err(rows::deleted(&format!("approval {id}"))),
+                },
+            }
+        })
+        .await
+    }
+
+    async fn list_approvals(
+        &self,
+        state: Option<ApprovalState>,
+    ) -> Result<Listing<Approval>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals
+             WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at, id",
+        )
+        .bind(state.map(|s| s.as_str()))
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        let mut listing = Listing::default();
+        for r in &rows {
+            let row = row_data(r, RowKind::Approval);
+            match listed::<ApprovalRowV1, _>(&row) {
+                Ok(a) => listing.items.push(a),
+                Err(problem) => {
+                    tracing::warn!(approval = %row.id, %problem, "an approval row cannot be listed");
+                    listing.unreadable.push(UnreadableRow {
+                        key: row.id,
+                        generation: None,
+                        problem,
+                    });
+                }
+            }
+        }
+        Ok(listing)
+    }
+
+    async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
+        self.snapshot(async |conn: &mut PgConnection| {
+            let mut out = Vec::new();
+            for kind in [RowKind::Intent, RowKind::Approval] {
+                let sql = match kind {
+                    RowKind::Intent => {
+                        "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents ORDER BY key, generation"
+                    }
+                    RowKind::Approval => {
+                        "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals ORDER BY id"
+                    }
+                };
+                let rows = sqlx::query(sql)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
+                for r in &rows {
+                    let row = row_data(r, kind);
+                    out.push(StoredRow {
+                        kind,
+                        generation: if kind == RowKind::Intent {
+                            row.generation
+                        } else {
+                            0
+                        },
+                        body_hash: body_hash(&row.body).map(|(_, h)| h),
+                        sealed_hash: row.row_hash,
+                        link: row.link,
+                        key: row.id,
+                    });
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn audit_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, AuditRecord)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, shard, seq, prev_hash, hash, body FROM audit WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| Ok((r.get::<i64, _>("id"), audit_row(r)?)))
+            .collect()
+    }
+
+    async fn audit_shard(&self, shard: u32) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE shard = $1 ORDER BY seq",
+        )
+        .bind(i64::from(shard))
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(audit_row).collect()
+    }
+
+    async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
+        let rows = sqlx::query("SELECT DISTINCT shard FROM audit ORDER BY shard")
+            .fetch_all(&mut *self.conn().await?)
+            .await
+            .map_err(unavailable)?;
+        Ok(rows.iter().map(|r| r.get::<i64, _>(0) as u32).collect())
+    }
+
+    async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT target, reason, set_by, (extract(epoch from set_at) * 1000000)::int8
+             FROM kill_switches ORDER BY target",
+        )
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| {
+                Ok(KillSwitch {
+                    target: r.get(0),
+                    reason: r.get(1),
+                    set_by: r.get(2),
+                    set_at: from_micros(r.get(3))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, principal, state, (extract(epoch from updated_at) * 1000000)::int8
+             FROM mcp_sessions WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        row.map(|r| {
+            Ok(McpSession {
+                id: r.get(0),
+                principal: r.get(1),
+                state: r
+                    .get::<Option<&str>, _>(2)
+                    .map(serde_json::from_str)
+                    .transpose()
+                    .map_err(corrupt)?,
+                updated_at: from_micros(r.get(3))?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Answers within about a second: the database answers, and takes writes (a
+    /// read-only standby or a database in recovery is not ready).
+    async fn ping(&self) -> Result<(), StoreError> {
+        let check = async {
+            let row = sqlx::query("SHOW transaction_read_only")
+                .fetch_one(&mut *self.conn().await?)
+                .await
+                .map_err(unavailable)?;
+            if row.get::<String, _>(0) == "on" {
+                return Err(StoreError::Unavailable(format!(
+                    "the PostgreSQL database at {} is read-only (a standby?)",
+                    self.describe()
+                )));
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(1), check).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "PostgreSQL at {} did not answer within 1s",
+                self.describe()
+            ))),
+        }
+    }
+}
