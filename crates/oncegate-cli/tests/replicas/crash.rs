@@ -28,7 +28,7 @@ fn a_replica_killed_mid_call_is_reconciled_by_the_others_with_no_second_effect()
     });
     let victim = 0;
     cluster.faults("/v1/emails", "stall_after_commit", COMMITTED, 20_000);
-    cluster.faults("/v1/emails", "slow", LATE, 1_500);
+    cluster.faults("/v1/emails", "slow", LATE, 2_000);
     let orders: Vec<String> = (0..COMMITTED + LATE)
         .map(|n| format!("CRASH-{n}"))
         .collect();
@@ -42,12 +42,18 @@ fn a_replica_killed_mid_call_is_reconciled_by_the_others_with_no_second_effect()
                 s.spawn(move || crate::cluster::call_at(&url, "send_email", &email(order)))
             })
             .collect();
-        // The stalled calls have committed; the slow ones are still at the provider.
+        // Every call is claimed (so its request is on its way to the provider), the
+        // stalled ones have committed, the slow ones are still at the provider.
+        let mut seen = (0, 0);
         assert!(
-            poll(Duration::from_secs(10), || cluster.emails().len()
-                == COMMITTED as usize),
-            "the stalled calls never reached the provider: {:?}",
-            cluster.emails()
+            poll(Duration::from_secs(10), || {
+                seen = (
+                    in_states(&cluster.intents(), &["in_flight"]).len(),
+                    cluster.emails().len(),
+                );
+                seen.0 == orders.len() && seen.1 >= COMMITTED as usize
+            }),
+            "(claims, emails) before the kill: {seen:?}"
         );
         cluster.kill(victim);
         calls.into_iter().map(|c| c.join().unwrap()).collect()
