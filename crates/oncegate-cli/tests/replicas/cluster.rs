@@ -19,7 +19,11 @@ use crate::support::{Proc, Setup, client, spawn};
 /// ([`Timing`]): a stalled call turns `unknown` quickly, and a dead replica's claim
 /// expires quickly.
 pub(crate) fn registry(text: String, url: &str, timing: Timing) -> String {
-    let Timing { timeout, lease } = timing;
+    let Timing {
+        timeout,
+        lease,
+        settle_horizon,
+    } = timing;
     let text = text
         .replace(
             "url = \"sqlite://oncegate.db\"",
@@ -29,7 +33,10 @@ pub(crate) fn registry(text: String, url: &str, timing: Timing) -> String {
         .replacen("lease = \"30s\"", &format!("lease = \"{lease}\""), 1);
     let email = "name = \"send_email\"\n";
     assert!(text.contains(email), "the example declares send_email");
-    text.replacen(email, &format!("{email}lease = \"{lease}\"\n"), 1)
+    let settle = settle_horizon
+        .map(|h| format!("settle_horizon = \"{h}\"\n"))
+        .unwrap_or_default();
+    text.replacen(email, &format!("{email}lease = \"{lease}\"\n{settle}"), 1)
 }
 
 /// Upstream timeout and lease of the tests' capabilities.
@@ -39,6 +46,9 @@ pub(crate) struct Timing {
     pub(crate) timeout: &'static str,
     /// The lease of `charge_card` and `send_email`.
     pub(crate) lease: &'static str,
+    /// `send_email`'s settle horizon, when not the default (timeout + 120 s): how long
+    /// a "not found" stays undecidable after an attempt ended.
+    pub(crate) settle_horizon: Option<&'static str>,
 }
 
 /// A cluster of replicas. Fields drop in order: replicas first, then the sandbox and the
@@ -73,6 +83,7 @@ impl Default for Plan {
             timing: Timing {
                 timeout: "1s",
                 lease: "2s",
+                settle_horizon: None,
             },
         }
     }

@@ -23,6 +23,7 @@ fn a_replica_killed_mid_call_is_reconciled_by_the_others_with_no_second_effect()
         timing: Timing {
             timeout: "3s",
             lease: "4s",
+            settle_horizon: None,
         },
         ..Plan::default()
     });

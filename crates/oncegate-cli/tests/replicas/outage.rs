@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::cluster::{Cluster, Plan, code, effect_key, email, in_states, status};
+use crate::cluster::{Cluster, Plan, Timing, code, effect_key, email, in_states, status};
 use crate::pg::{Database, PrivateCluster, poll};
 
 /// The store-unavailable code (`OG-0007`).
@@ -111,20 +111,37 @@ fn resumes(cluster: &Cluster, prefix: &str) {
     }
 }
 
-/// Nothing executed without a claim: once the sweeps settle every intent, each email in
-/// the sandbox's ledger is exactly one applied intent's, and each applied intent sent
-/// exactly one email.
+/// The outage tests' plan: a short settle horizon, so that an intent claimed just before
+/// its gateway lost the store (its request may never have left) is proven absent within
+/// the test, not two minutes later.
+fn plan() -> Plan {
+    Plan {
+        timing: Timing {
+            timeout: "1s",
+            lease: "2s",
+            settle_horizon: Some("3s"),
+        },
+        ..Plan::default()
+    }
+}
+
+/// Nothing executed without a claim: once the sweeps settle every intent (applied, or
+/// proven never sent: `not_applied`), each email in the sandbox's ledger is exactly one
+/// applied intent's, and each applied intent sent exactly one email. Then the
+/// `not_applied` intents, called again, execute once each.
 fn one_effect_per_applied_intent(cluster: &Cluster) {
+    let unsettled = ["in_flight", "unknown"];
     let mut intents: Vec<Value> = Vec::new();
     let settled = poll(Duration::from_secs(30), || {
         intents = cluster.intents();
-        in_states(&intents, &["in_flight", "unknown"]).is_empty()
+        in_states(&intents, &unsettled).is_empty()
     });
-    assert!(
-        settled,
-        "unsettled: {:?}",
-        in_states(&intents, &["in_flight", "unknown"])
-    );
+    assert!(settled, "unsettled: {:?}", in_states(&intents, &unsettled));
+    let odd: Vec<_> = intents
+        .iter()
+        .filter(|i| !["applied", "not_applied"].contains(&i["state"].as_str().unwrap_or("")))
+        .collect();
+    assert!(odd.is_empty(), "{odd:?}");
     let emails = cluster.emails();
     let mut per_key: BTreeMap<&str, usize> = BTreeMap::new();
     for e in &emails {
@@ -147,13 +164,31 @@ fn one_effect_per_applied_intent(cluster: &Cluster) {
         applied.len(),
         "an applied intent without its email"
     );
+    let never_sent: Vec<&str> = in_states(&intents, &["not_applied"])
+        .into_iter()
+        .filter_map(|i| i["business_ref"].as_str())
+        .collect();
+    println!(
+        "{} applied, {} proven never sent",
+        applied.len(),
+        never_sent.len()
+    );
+    for order in &never_sent {
+        let (i, code, body) = cluster.call_next("send_email", &email(order));
+        assert_eq!(
+            (code, status(&body)),
+            (200, "applied"),
+            "{order} again on replica {i}: {body}"
+        );
+    }
+    assert_eq!(cluster.emails().len(), applied.len() + never_sent.len());
     let (clean, report) = cluster.audit_verify();
     assert!(clean, "audit verify: {report}");
 }
 
 #[test]
 fn every_gateway_connection_terminated_under_load_and_service_resumes() {
-    let cluster = Cluster::start(Plan::default());
+    let cluster = Cluster::start(plan());
     let mut terminated = 0;
     let answers = under_load(&cluster, "TERM", Duration::from_millis(500), || {
         // Cut every connection of this test's database, again and again for 1.5 s:
@@ -178,7 +213,7 @@ fn every_gateway_connection_terminated_under_load_and_service_resumes() {
 fn postgres_restarted_under_load_and_service_resumes() {
     let server = PrivateCluster::start();
     let db = Database::create_on(&server.url);
-    let cluster = Cluster::start_on(db, Plan::default());
+    let cluster = Cluster::start_on(db, plan());
     let mut restarted = Duration::ZERO;
     let answers = under_load(&cluster, "RESTART", Duration::from_millis(500), || {
         let began = Instant::now();
@@ -191,6 +226,32 @@ fn postgres_restarted_under_load_and_service_resumes() {
         answers.len()
     );
     resumes(&cluster, "RESTART");
+
+    // While the server is down, every replica refuses, promptly and with the code (the
+    // three at once: each waits out its pool's acquire timeout first).
+    server.stop();
+    std::thread::scope(|s| {
+        for i in 0..cluster.len() {
+            let cluster = &cluster;
+            s.spawn(move || {
+                let began = Instant::now();
+                let (status_, body) = cluster.call(i, "send_email", &email(&format!("DOWN-{i}")));
+                let took = began.elapsed();
+                assert_eq!(
+                    (status_, code(&body)),
+                    (503, Some(STORE_UNAVAILABLE)),
+                    "replica {i} with PostgreSQL down: {body}"
+                );
+                assert!(
+                    took < Duration::from_secs(10),
+                    "replica {i} took {took:?} to refuse"
+                );
+                println!("replica {i} refused in {took:?} with PostgreSQL down");
+            });
+        }
+    });
+    server.resume();
+    resumes(&cluster, "RESUMED");
     one_effect_per_applied_intent(&cluster);
     drop(cluster);
 }

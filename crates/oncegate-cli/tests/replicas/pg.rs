@@ -140,6 +140,7 @@ const BIN: &str = "/usr/lib/postgresql/15/bin";
 /// its socket in its own directory), stopped and removed when dropped.
 pub(crate) struct PrivateCluster {
     dir: tempfile::TempDir,
+    port: u16,
     /// `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub(crate) url: String,
 }
@@ -159,11 +160,10 @@ impl PrivateCluster {
                 .unwrap();
             assert!(out.status.success(), "chown: {out:?}");
         }
-        let data = data_dir(dir.path());
         run_pg(&[
             &format!("{BIN}/initdb"),
             "-D",
-            data.to_str().unwrap(),
+            data_dir(dir.path()).to_str().unwrap(),
             "-U",
             "postgres",
             "-A",
@@ -171,41 +171,54 @@ impl PrivateCluster {
             "--no-sync",
         ]);
         let port = free_port();
-        let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            dir.path().display()
-        );
-        let log = dir.path().join("server.log");
-        run_pg(&[
-            &format!("{BIN}/pg_ctl"),
-            "-D",
-            data.to_str().unwrap(),
-            "-o",
-            &options,
-            "-l",
-            log.to_str().unwrap(),
-            "-w",
-            "start",
-        ]);
-        PrivateCluster {
+        let cluster = PrivateCluster {
             url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            port,
             dir,
-        }
+        };
+        cluster.pg_ctl(&["start"]);
+        cluster
     }
 
     /// `pg_ctl restart -m fast`: every connection is cut, the server comes back on the
-    /// same port (`pg_ctl` reuses the options of the last start). Answers when the
-    /// server accepts connections again.
+    /// same port. Answers when the server accepts connections again.
     pub(crate) fn restart(&self) {
-        run_pg(&[
-            &format!("{BIN}/pg_ctl"),
-            "-D",
-            data_dir(self.dir.path()).to_str().unwrap(),
-            "-m",
-            "fast",
-            "-w",
-            "restart",
-        ]);
+        self.pg_ctl(&["-m", "fast", "restart"]);
+    }
+
+    /// `pg_ctl stop -m fast`: the server is down until [`PrivateCluster::resume`].
+    pub(crate) fn stop(&self) {
+        self.pg_ctl(&["-m", "fast", "stop"]);
+    }
+
+    /// `pg_ctl start` after [`PrivateCluster::stop`], on the same port.
+    pub(crate) fn resume(&self) {
+        self.pg_ctl(&["start"]);
+    }
+
+    /// `pg_ctl -D DATA -o OPTIONS -l LOG -w ARGS`. Always `-l`: without it the server
+    /// would inherit pg_ctl's stdout and stderr, and reading them to their end would
+    /// wait for the server to exit.
+    fn pg_ctl(&self, args: &[&str]) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        let data = data_dir(self.dir.path());
+        let log = self.dir.path().join("server.log");
+        let mut argv = vec![
+            format!("{BIN}/pg_ctl"),
+            "-D".to_owned(),
+            data.display().to_string(),
+            "-o".to_owned(),
+            options,
+            "-l".to_owned(),
+            log.display().to_string(),
+            "-w".to_owned(),
+        ];
+        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        run_pg(&argv.iter().map(String::as_str).collect::<Vec<_>>());
     }
 }
 
@@ -253,7 +266,10 @@ fn pg_command(argv: &[&str]) -> Command {
 
 fn run_pg(argv: &[&str]) {
     let started = Instant::now();
-    let out = pg_command(argv).output().expect("run a PostgreSQL tool");
+    let out = pg_command(argv)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run a PostgreSQL tool");
     assert!(
         out.status.success(),
         "`{}` failed after {:?}: {}{}",
