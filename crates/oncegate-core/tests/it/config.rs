@@ -293,3 +293,61 @@ key = {{ business_ref = "order_id", significant = [{options}] }}
         }
     ));
 }
+
+#[test]
+fn store_settings_default_and_parse() {
+    let r = payments();
+    assert_eq!(
+        r.store,
+        oncegate_core::config::StoreSettings {
+            pool_size: 10,
+            statement_timeout: std::time::Duration::from_secs(5),
+            audit_shards: 16,
+        }
+    );
+    let text = base().replace(
+        "url = \"sqlite://oncegate.db\"",
+        "url = \"postgres://og@db.internal/og\"\npool_size = 25\nstatement_timeout = \"1500ms\"\naudit_shards = 64",
+    );
+    let r = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.store_url, "postgres://og@db.internal/og");
+    assert_eq!(r.store.pool_size, 25);
+    assert_eq!(
+        r.store.statement_timeout,
+        std::time::Duration::from_millis(1500)
+    );
+    assert_eq!(r.store.audit_shards, 64);
+}
+
+#[test]
+fn bad_store_settings_name_file_line_and_field() {
+    for (setting, field, says) in [
+        ("pool_size = 0", "store.pool_size", "between 1 and 1000"),
+        (
+            "audit_shards = 100000",
+            "store.audit_shards",
+            "between 1 and 4096",
+        ),
+        (
+            "statement_timeout = \"soon\"",
+            "store.statement_timeout",
+            "not a duration",
+        ),
+        (
+            "statement_timeout = \"0s\"",
+            "store.statement_timeout",
+            "zero",
+        ),
+    ] {
+        let text = base().replace(
+            "url = \"sqlite://oncegate.db\"",
+            &format!("url = \"sqlite://oncegate.db\"\n{setting}"),
+        );
+        let e = error_for(&text);
+        assert!(e.file.ends_with("test.toml"), "{e}");
+        assert_eq!(e.line, line_of(&text, setting), "{setting}: {e}");
+        assert_eq!(e.field, field, "{setting}: {e}");
+        assert!(e.message.contains(says), "{setting}: {e}");
+        assert!(e.help.is_some(), "{setting}: {e}");
+    }
+}

@@ -3,4 +3,5 @@
 mod conformance;
 mod integrity;
 mod open;
+mod postgres;
 mod storage;
