@@ -40,8 +40,16 @@ impl Gate {
             let Some(record) = record else {
                 return Err(GateError::UnknownApproval(approval_id.to_owned()));
             };
+            let killed = match self.kill_switch_for(&cap.name, &record.principal).await {
+                Ok(killed) => killed,
+                // Approving executes: without the switches, fail closed.
+                Err((e, _)) if choice == Choice::Approve => {
+                    return Ok(store_down(Some(&record), None, &e));
+                }
+                Err((_, last_known)) => last_known,
+            };
             if choice == Choice::Approve
-                && let Some(why) = self.kill_switch_for(&cap.name, &record.principal)
+                && let Some(why) = killed
             {
                 // An approval does not outrank a kill switch; the approval stays pending.
                 let mut o = decide::standing_outcome(&record);

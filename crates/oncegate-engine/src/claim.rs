@@ -218,7 +218,6 @@ impl Gate {
         executor: Arc<E>,
     ) -> Result<Step, GateError> {
         let cap = self.capability(&call.capability)?;
-        let killed = self.kill_switch_for(&cap.name, principal);
         // A required client key that is missing is the first thing the caller hears
         // (as the JSON API answered before the engine owned the check).
         if cap.require_client_key && call.client_key.is_none() {
@@ -248,6 +247,15 @@ impl Gate {
             now,
             &self.registry.gateway.time_zone,
         )?;
+        // The store's switches (cached, at most half a second old). When they cannot be
+        // read, a consequential call fails closed; a read goes on with the last known.
+        let killed = match self.kill_switch_for(&cap.name, principal).await {
+            Ok(killed) => killed,
+            Err((e, _)) if cap.category.is_consequential() => {
+                return Ok(Step::Settled(store_down(None, Some(&derived.key), &e)));
+            }
+            Err((_, last_known)) => last_known,
+        };
         let verdict = match &cap.policy {
             Some(_) if self.skip_policies => PolicyVerdict::Allow,
             Some(engine) => engine.evaluate(
@@ -417,10 +425,34 @@ impl Gate {
             outcome,
             event,
         } = decision;
-        if action != Action::Replay {
-            self.store
+        // A reconciliation read is asked by one gate at a time: take the intent's claim
+        // before the decision (which counts the read as an attempt) is committed.
+        let work = match (action, record.as_ref()) {
+            (Action::Reconcile, Some(current)) => {
+                match self.await_reconcile_claim(current, cap).await? {
+                    Some(work) => Some(work),
+                    None => {
+                        // Another gate's read is still out past its claim's time: this
+                        // caller hears where the intent stands (unknown, being
+                        // reconciled); the read this decision counted did not run.
+                        let mut outcome = outcome;
+                        outcome.attempt = outcome.attempt.saturating_sub(1);
+                        return Ok(Step::Settled(outcome));
+                    }
+                }
+            }
+            _ => None,
+        };
+        if action != Action::Replay
+            && let Err(e) = self
+                .store
                 .commit(Commit::new(record.clone(), approval, event).taking_over(takes_over))
-                .await?;
+                .await
+        {
+            if let Some(work) = work {
+                work.release(self).await;
+            }
+            return Err(e);
         }
         log_alerts(&outcome, cap);
         match action {
@@ -435,78 +467,94 @@ impl Gate {
             }
             Action::Reconcile => {
                 let current = bump(record.expect("a Reconcile decision writes the record"));
-                let handle = IntentHandle::of(&current);
-                // Sampled before the read (see `sweep_one`).
-                let running = executor.attempt_running(&handle);
-                // Judged at the moment the read was asked (see `sweep_one`).
-                let asked_at = self.clock.now();
-                let answer = executor.reconcile(handle).await;
-                // Apply the one answer; a lost race re-reads this generation and applies
-                // it again (after_reconcile answers with the standing outcome once someone
-                // else has resolved the intent) instead of re-deciding the whole call,
-                // which would commit another reconcile and burn an attempt.
-                let mut latest = current.clone();
-                let mut step = None;
-                for _ in 0..MAX_RACES {
-                    let approval_id = format!("ap_{}", random_hex(8));
-                    let holder = self.claim_holder();
-                    let mut next = decide::after_reconcile(
-                        &latest,
-                        answer.clone(),
-                        cap,
-                        actor,
-                        &holder,
-                        &approval_id,
-                        running,
-                        asked_at,
-                    );
-                    // A provider that dedupes on the key compares a repeated key's body
-                    // with the first one: it gets the first arguments again.
-                    if let (Action::Execute, Some(record), Some(args)) =
-                        (next.action, next.record.as_mut(), arguments)
-                        && !decide::dedupe_is_proof(cap)
-                    {
-                        record.arguments = args.clone();
-                    }
-                    match Box::pin(self.apply(next, false, cap, actor, executor.clone(), arguments))
-                        .await
-                    {
-                        Err(StoreError::Conflict) => match self
-                            .store
-                            .load_generation(&current.key, current.generation)
-                            .await?
-                        {
-                            // A newer execution started since the read was asked: the
-                            // answer speaks of the older attempt only, so it settles
-                            // nothing; the caller hears where the intent stands now.
-                            Some(fresh) if fresh.executions != current.executions => {
-                                step = Some(Step::Settled(decide::standing_outcome(&fresh)));
-                                break;
-                            }
-                            Some(fresh) => latest = fresh,
-                            None => return Err(StoreError::Conflict),
-                        },
-                        other => {
-                            step = Some(other?);
-                            break;
-                        }
-                    }
-                }
-                // The caller hears the attempt count of the reconciliation (an execution
-                // it led to included).
-                Ok(match step.ok_or(StoreError::Conflict)? {
-                    Step::Settled(mut outcome) => {
-                        outcome.attempt = current.attempts;
-                        Step::Settled(outcome)
-                    }
-                    Step::Execute { claim, cap, .. } => Step::Execute {
-                        claim,
-                        cap,
-                        attempt: Some(current.attempts),
-                    },
-                    read @ Step::Read { .. } => read,
-                })
+                let work = work.expect("a Reconcile decision holds its claim");
+                let step = self
+                    .reconcile_claimed(current, cap, actor, executor, arguments)
+                    .await;
+                work.release(self).await;
+                step
             }
         }
+    }
+
+    /// A reconciliation read for `current` (committed, under this gate's reconciliation
+    /// claim), and what its answer leads to.
+    async fn reconcile_claimed<E: Executor>(
+        &self,
+        current: IntentRecord,
+        cap: &Arc<Capability>,
+        actor: &str,
+        executor: Arc<E>,
+        arguments: Option<&Value>,
+    ) -> Result<Step, StoreError> {
+        let handle = IntentHandle::of(&current);
+        // Sampled before the read (see `sweep_one`).
+        let running = executor.attempt_running(&handle);
+        // Judged at the moment the read was asked (see `sweep_one`).
+        let asked_at = self.clock.now();
+        let answer = executor.reconcile(handle).await;
+        // Apply the one answer; a lost race re-reads this generation and applies
+        // it again (after_reconcile answers with the standing outcome once someone
+        // else has resolved the intent) instead of re-deciding the whole call,
+        // which would commit another reconcile and burn an attempt.
+        let mut latest = current.clone();
+        let mut step = None;
+        for _ in 0..MAX_RACES {
+            let approval_id = format!("ap_{}", random_hex(8));
+            let holder = self.claim_holder();
+            let mut next = decide::after_reconcile(
+                &latest,
+                answer.clone(),
+                cap,
+                actor,
+                &holder,
+                &approval_id,
+                running,
+                asked_at,
+            );
+            // A provider that dedupes on the key compares a repeated key's body
+            // with the first one: it gets the first arguments again.
+            if let (Action::Execute, Some(record), Some(args)) =
+                (next.action, next.record.as_mut(), arguments)
+                && !decide::dedupe_is_proof(cap)
+            {
+                record.arguments = args.clone();
+            }
+            match Box::pin(self.apply(next, false, cap, actor, executor.clone(), arguments)).await {
+                Err(StoreError::Conflict) => match self
+                    .store
+                    .load_generation(&current.key, current.generation)
+                    .await?
+                {
+                    // A newer execution started since the read was asked: the
+                    // answer speaks of the older attempt only, so it settles
+                    // nothing; the caller hears where the intent stands now.
+                    Some(fresh) if fresh.executions != current.executions => {
+                        step = Some(Step::Settled(decide::standing_outcome(&fresh)));
+                        break;
+                    }
+                    Some(fresh) => latest = fresh,
+                    None => return Err(StoreError::Conflict),
+                },
+                other => {
+                    step = Some(other?);
+                    break;
+                }
+            }
+        }
+        // The caller hears the attempt count of the reconciliation (an execution
+        // it led to included).
+        Ok(match step.ok_or(StoreError::Conflict)? {
+            Step::Settled(mut outcome) => {
+                outcome.attempt = current.attempts;
+                Step::Settled(outcome)
+            }
+            Step::Execute { claim, cap, .. } => Step::Execute {
+                claim,
+                cap,
+                attempt: Some(current.attempts),
+            },
+            read @ Step::Read { .. } => read,
+        })
     }
 }

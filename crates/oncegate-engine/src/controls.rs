@@ -1,7 +1,9 @@
-//! The controls around calls: kill switches, breaker resets, the read rate cap and the
+//! The controls around calls: kill switches (stored; cached per gate in
+//! kill_switches.rs), breaker resets, the read rate cap and the
 //! binding of a coded orchestrator's own idempotency key. All timed by the gate's clock.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use oncegate_core::codes::Code;
 use oncegate_core::config::{Capability, Role};
@@ -9,14 +11,17 @@ use oncegate_core::decide;
 use oncegate_core::intent::Outcome;
 use oncegate_core::key::{DerivedKey, IntentKey};
 
-use oncegate_store::{Commit, StoreError, StoreRead, StoreWrite};
+use oncegate_store::{Commit, KillSwitchChange, StoreError, StoreRead, StoreWrite};
 
 use crate::error::GateError;
 use crate::gate::{Gate, MAX_RACES};
+use crate::kill_switches::{Stale, switch_for};
 
 impl Gate {
-    /// Switches a capability or an agent off (`reason` Some) or on again (None), and
-    /// appends the change to the audit chain first (it is refused if the store is down).
+    /// Switches a capability or an agent off (`reason` Some) or on again (None): the
+    /// switch is written with its audit event in one commit (refused if the store is
+    /// down), so it survives restarts and reaches every gate on the store, this one at
+    /// once and the others within a second (their caches' freshness).
     /// `target` is `capability:NAME` or `agent:NAME`.
     pub async fn set_kill_switch(
         &self,
@@ -24,8 +29,9 @@ impl Gate {
         target: &str,
         reason: Option<String>,
     ) -> Result<(), StoreError> {
+        let now = self.clock.now();
         let event = oncegate_core::audit::AuditEvent {
-            at: self.clock.now(),
+            at: now,
             kind: oncegate_core::audit::AuditKind::Admin,
             key: None,
             generation: 0,
@@ -38,31 +44,55 @@ impl Gate {
             code: Some(Code::KillSwitch),
             detail: serde_json::json!({"kill_switch": target, "on": reason.is_some(), "reason": reason}),
         };
-        self.store.commit(Commit::new(None, None, event)).await?;
-        let mut map = self
-            .kill_switches
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        match reason {
-            Some(r) => map.insert(target.to_owned(), r),
-            None => map.remove(target),
-        };
+        let mut commit = Commit::event(event);
+        commit.kill_switch = Some(KillSwitchChange {
+            target: target.to_owned(),
+            reason: reason.clone(),
+            actor: actor.to_owned(),
+            at: now,
+        });
+        self.store.commit(commit).await?;
+        self.kill_switches.changed(target, reason.as_deref());
         Ok(())
     }
 
-    /// The kill switches that are on.
-    pub fn kill_switches(&self) -> HashMap<String, String> {
+    /// The kill switches that are on, by target, with their reason: read from the store
+    /// (every gate's switches), and this gate's cache refreshed with them.
+    pub async fn kill_switches(&self) -> Result<HashMap<String, String>, StoreError> {
+        let changes = self.kill_switches.changes();
+        let at = self.clock.now();
+        let switches: HashMap<String, String> = self
+            .store
+            .kill_switches()
+            .await?
+            .into_iter()
+            .map(|s| (s.target, s.reason))
+            .collect();
         self.kill_switches
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .loaded(Arc::new(switches.clone()), at, changes);
+        Ok(switches)
     }
 
-    pub(crate) fn kill_switch_for(&self, capability: &str, principal: &str) -> Option<String> {
-        let map = self.kill_switches.read().unwrap_or_else(|e| e.into_inner());
-        map.get(&format!("capability:{capability}"))
-            .or_else(|| map.get(&format!("agent:{principal}")))
-            .map(|r| format!("switched off by an admin: {r}"))
+    /// The switch that stops `capability` for `principal`, from a cache of the store's
+    /// switches at most half a second old by the gate's clock. `Err` when the cache was
+    /// stale and could not be reloaded: the store's error, with the last switches known
+    /// (reads may go on with them; consequential calls fail closed).
+    pub(crate) async fn kill_switch_for(
+        &self,
+        capability: &str,
+        principal: &str,
+    ) -> Result<Option<String>, (Arc<StoreError>, Option<String>)> {
+        let clock = self.clock.clone();
+        match self
+            .kill_switches
+            .current(&self.store, || clock.now())
+            .await
+        {
+            Ok(switches) => Ok(switch_for(&switches, capability, principal)),
+            Err(Stale { error, last_known }) => {
+                Err((error, switch_for(&last_known, capability, principal)))
+            }
+        }
     }
 
     /// A token bucket per principal for read capabilities (reads claim nothing, so this

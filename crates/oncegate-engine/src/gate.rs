@@ -1,5 +1,5 @@
 //! `Gate`: the engine's handle. What it holds (registry, store, clock, in-memory
-//! controls), how it is opened, its accessors, and the small helpers every operation
+//! caches), how it is opened, its accessors, and the small helpers every operation
 //! shares. The operations live beside it: claim.rs (claim), complete.rs (complete,
 //! heartbeat, recording), invoke.rs (invoke), approvals.rs, controls.rs, sweep.rs.
 //!
@@ -23,7 +23,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use oncegate_core::Registry;
 use oncegate_core::codes::Code;
@@ -37,6 +37,7 @@ use oncegate_store::{OpenMode, Store, StoreError, StoreRead};
 use crate::call::Call;
 use crate::clock::{Clock, SystemClock};
 use crate::error::GateError;
+use crate::kill_switches::KillSwitchCache;
 use crate::process::Process;
 use crate::storms::ReplayStorms;
 
@@ -50,8 +51,8 @@ pub struct Gate {
     pub(crate) clock: Arc<dyn Clock>,
     /// Who holds the leases this gate's claims take.
     pub(crate) owner: String,
-    /// Kill switches by target (`capability:NAME`, `agent:NAME`) with their reason.
-    pub(crate) kill_switches: Arc<RwLock<HashMap<String, String>>>,
+    /// The store's kill switches, cached (see kill_switches.rs).
+    pub(crate) kill_switches: Arc<KillSwitchCache>,
     /// Treat every policy as allow (only `oncegate verify`'s simulations, which test
     /// key recipes and controls, not policies).
     pub(crate) skip_policies: bool,

@@ -45,7 +45,8 @@
 //! gate.rs (the struct, opening, accessors), claim.rs (load -> decide -> commit,
 //! reconciliation on the way), invoke.rs (claim -> execute in a task -> record),
 //! complete.rs (complete, heartbeat, recording), approvals.rs, controls.rs (kill
-//! switches, breakers, read cap, client keys), sweep.rs, storms.rs (replay storms),
+//! switches, breakers, read cap, client keys), kill_switches.rs (the gate's cache of
+//! the stored switches), sweep.rs, storms.rs (replay storms),
 //! call.rs, executor.rs, error.rs, clock.rs, process.rs (the simulation's processes).
 
 mod approvals;
@@ -58,6 +59,7 @@ mod error;
 mod executor;
 mod gate;
 mod invoke;
+mod kill_switches;
 pub mod process;
 mod storms;
 mod sweep;

@@ -11,6 +11,9 @@ use serde_json::json;
 
 use crate::{Backend, Commit, IntentFilter, StoreError};
 
+mod shared_state;
+pub use shared_state::{kill_switches, mcp_sessions, work_claims};
+
 fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).expect("valid timestamp")
 }
@@ -413,6 +416,9 @@ where
     client_key_binding(&fresh().await).await;
     listing_order(&fresh().await).await;
     rows_are_sealed(&fresh().await).await;
+    kill_switches(&fresh().await).await;
+    mcp_sessions(&fresh().await).await;
+    work_claims(&fresh().await).await;
 }
 
 /// Every row written names the audit record that wrote its current version, which

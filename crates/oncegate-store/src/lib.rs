@@ -39,7 +39,8 @@ pub mod storage;
 pub use memory::MemoryStore;
 pub use open::{
     Location, Migrated, STORE_URL_ENV, SUPPORTED_SCHEMES, Store, location, migrate_registry_store,
-    open, open_registry_store, registry_location, registry_store_options, registry_store_url,
+    open, open_registry_store, open_registry_store_with, registry_location, registry_store_options,
+    registry_store_url,
 };
 pub use options::{DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, OpenMode, StoreOptions};
 pub use postgres::PgStore;

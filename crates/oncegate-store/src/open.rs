@@ -87,11 +87,28 @@ pub async fn open(
 /// Opens the store a registry names (`[store] url`, relative to the config file's
 /// directory), sealing with the chain key `[audit] chain_key_env` names.
 pub async fn open_registry_store(registry: &Registry, mode: OpenMode) -> Result<Store, StoreError> {
+    open_registry_store_with(registry, mode, false).await
+}
+
+/// Opens the registry's store as [`open_registry_store`] does. `serving`: this process
+/// is the store's server (`oncegate serve`), so a single-process backend (SQLite) takes
+/// its exclusive lock ([`StoreOptions::single_writer`]) and a second server is refused
+/// with [`StoreError::Locked`]; CLI commands that read or write beside a server pass
+/// `false`.
+pub async fn open_registry_store_with(
+    registry: &Registry,
+    mode: OpenMode,
+    serving: bool,
+) -> Result<Store, StoreError> {
+    let options = StoreOptions {
+        single_writer: serving,
+        ..registry_store_options(registry)?
+    };
     open(
         &registry_store_url(registry),
         &registry_dir(registry),
         mode,
-        registry_store_options(registry)?,
+        options,
     )
     .await
 }

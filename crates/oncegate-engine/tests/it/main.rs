@@ -4,6 +4,7 @@
 mod claims;
 mod crash;
 mod gate;
+mod shared_store;
 mod simulation;
 
 use std::path::{Path, PathBuf};

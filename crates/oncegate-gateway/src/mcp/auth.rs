@@ -67,7 +67,7 @@ pub async fn authenticate(
         && response.status() == axum::http::StatusCode::NOT_FOUND
     {
         // rmcp ended it (idle, worker gone): forget the binding too.
-        sessions.unbind(id);
+        sessions.unbind(id).await;
     }
     match (&session, response.headers().get(SESSION_HEADER)) {
         (None, Some(id)) => {
@@ -76,7 +76,7 @@ pub async fn authenticate(
             }
         }
         (Some(id), _) if method == axum::http::Method::DELETE && response.status().is_success() => {
-            sessions.unbind(id);
+            sessions.unbind(id).await;
             // rmcp answers 202; SDKs expect 200 or 204 for a terminated session.
             let mut response = response;
             if response.status() == axum::http::StatusCode::ACCEPTED {

@@ -19,7 +19,7 @@
 //! Modules: [`auth`] (the middleware: bearer token, session binding, body checks before
 //! rmcp reads anything), [`surface`] (the rmcp handler: tools/list, tools/call through
 //! the front door, the outcome as a tool result), [`schema`] (tool input schemas and
-//! annotations from the registry), [`sessions`] (who opened each session, on disk).
+//! annotations from the registry), [`sessions`] (who opened each session, and rmcp's session state, in the store).
 
 pub mod auth;
 pub mod schema;
@@ -42,7 +42,7 @@ pub use crate::wire::OUTCOME_META_KEY;
 /// `/mcp`, authenticated by [`authenticate`] before rmcp reads anything; merged into the
 /// gateway's router.
 pub fn router<S: Clone + Send + Sync + 'static>(state: AppState) -> Router<S> {
-    let sessions = Sessions::beside(state.gate());
+    let sessions = Sessions::of(state.gate());
     let mcp = tower::ServiceBuilder::new()
         .layer(axum::middleware::from_fn_with_state(
             auth::Auth {
@@ -72,9 +72,9 @@ pub fn service(
     } else {
         config.with_allowed_origins(settings.mcp_allowed_origins.clone())
     };
-    if let Some(files) = sessions.files() {
-        config.session_store = Some(Arc::new(files.clone()));
-    }
+    // Sessions live in the store: one opened on another replica (or before a restart)
+    // is restored from its `initialize` parameters.
+    config.session_store = Some(Arc::new(sessions.clone()));
     let surface = McpSurface::new(state);
     StreamableHttpService::new(
         move || Ok(surface.clone()),

@@ -1,181 +1,238 @@
-//! 2025-11-25 MCP sessions that survive a restart: rmcp's [`SessionStore`] on files
-//! beside the intent store.
+//! 2025-11-25 MCP sessions in the store, so a session opened on one replica continues
+//! on another (and on this one after a restart): rmcp's [`SessionStore`] and the
+//! session's principal, through `StoreWrite::put_mcp_session` / `StoreRead::mcp_session`
+//! / `StoreWrite::delete_mcp_session`, whatever the backend.
 //!
 //! A session is the client's `initialize` parameters (rmcp replays the handshake from
 //! them when a request names a session this process does not hold) plus the principal
-//! that opened it (the session binding `/mcp` enforces). Without this, every deploy
-//! would answer 404 to every connected legacy client, which today's SDKs surface as an
-//! error instead of re-initialising.
+//! that opened it (the session binding `/mcp` enforces). Without this, every deploy,
+//! and every request a load balancer sends to another replica, would answer 404 to a
+//! connected legacy client, which today's SDKs surface as an error instead of
+//! re-initialising.
+//!
+//! Owners are cached in memory; a miss reads the store. A session in use is touched in
+//! the store every [`TOUCH_EVERY`], and sessions idle for longer than rmcp keeps an
+//! idle session ([`IDLE`]) are pruned from it.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use oncegate_engine::Gate;
+use jiff::{SignedDuration, Timestamp};
+use oncegate_engine::{Clock, Gate};
+use oncegate_store::{McpSession, Store, StoreRead, StoreWrite};
+use rmcp::transport::streamable_http_server::session::local::SessionConfig;
 use rmcp::transport::streamable_http_server::session::{
     SessionState, SessionStore, SessionStoreError,
 };
 
-/// Which principal opened each MCP session: in memory, and in [`SessionFiles`] when the
-/// store has a directory to keep them beside.
+/// How long an unused session lives: rmcp's keep-alive of an idle session (the default
+/// of the `LocalSessionManager` that `/mcp` runs).
+pub const IDLE: SignedDuration =
+    SignedDuration::from_secs(SessionConfig::DEFAULT_KEEP_ALIVE.as_secs() as i64);
+
+/// How often a session in use is marked used in the store (and idle ones pruned): often
+/// enough that a session in use is never pruned, rarely enough that a busy session is not
+/// one store write per request.
+pub const TOUCH_EVERY: SignedDuration = SignedDuration::from_secs(60);
+
+/// Who opened each MCP session, and rmcp's session state: in the store, owners cached.
 #[derive(Clone)]
 pub struct Sessions {
-    /// Session id -> the principal that opened it, and when it was last used.
-    owners: Arc<Mutex<HashMap<String, (String, Instant)>>>,
-    /// 2025-11-25 sessions on disk beside the store, so they survive a restart.
-    files: Option<SessionFiles>,
+    store: Store,
+    clock: Arc<dyn Clock>,
+    /// Session id -> the principal that opened it, when it was last used here, and when
+    /// this process last marked it used in the store.
+    owners: Arc<Mutex<HashMap<String, Cached>>>,
+    /// When idle sessions were last pruned from the store.
+    pruned: Arc<Mutex<Option<Timestamp>>>,
+}
+
+#[derive(Clone)]
+struct Cached {
+    principal: String,
+    used: Timestamp,
+    touched: Timestamp,
 }
 
 impl Sessions {
-    /// The sessions of a gateway on `gate`'s store: `<store>.mcp-sessions/` beside an
-    /// SQLite store (in memory only for other stores, or when the directory cannot be
-    /// made).
-    pub fn beside(gate: &Gate) -> Self {
+    /// The sessions of a gateway on `gate`'s store (timed by its clock).
+    pub fn of(gate: &Gate) -> Self {
         Self {
+            store: gate.store().clone(),
+            clock: gate.clock().clone(),
             owners: Arc::default(),
-            files: session_files(gate),
+            pruned: Arc::default(),
         }
     }
 
-    /// The session files, when sessions persist.
-    pub fn files(&self) -> Option<&SessionFiles> {
-        self.files.as_ref()
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The principal that opened a session (and marks it used); after a restart, from
-    /// the session files.
+    /// The principal that opened a session (and marks it used); from the store when
+    /// this process has not seen it (another replica opened it, or before a restart).
+    /// `None` for a session nobody bound, or when the store cannot say (the session is
+    /// then refused, never guessed).
     pub async fn owner(&self, id: &str) -> Option<String> {
-        {
-            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((owner, used)) = owners.get_mut(id) {
-                *used = Instant::now();
-                return Some(owner.clone());
+        if !plausible(id) {
+            return None;
+        }
+        let now = self.clock.now();
+        let touch = {
+            let mut owners = self.owners();
+            match owners.get_mut(id) {
+                Some(cached) if now.duration_since(cached.used) < IDLE => {
+                    cached.used = now;
+                    let due = now.duration_since(cached.touched) >= TOUCH_EVERY;
+                    if due {
+                        cached.touched = now;
+                    }
+                    Some((cached.principal.clone(), due))
+                }
+                _ => None,
             }
-        }
-        let owner = self.files.as_ref()?.principal(id).await?;
-        self.remember(id, &owner);
-        Some(owner)
-    }
-
-    /// Records who opened a session, in memory and on disk.
-    pub async fn bind(&self, id: &str, principal: &str) {
-        self.remember(id, principal);
-        if let Some(files) = &self.files
-            && let Err(e) = files.set_principal(id, principal).await
-        {
-            tracing::warn!(error = %e, "an MCP session's owner could not be saved; it ends with this process");
-        }
-    }
-
-    /// Forgets a session its owner ended (or rmcp dropped).
-    pub fn unbind(&self, id: &str) {
-        self.owners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
-    }
-
-    /// Bindings idle longer than rmcp keeps an idle session are dropped here, so the map
-    /// cannot grow without bound.
-    fn remember(&self, id: &str, principal: &str) {
-        const IDLE: Duration = Duration::from_secs(15 * 60);
-        let now = Instant::now();
-        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        owners.retain(|_, (_, used)| now.duration_since(*used) < IDLE);
-        owners.insert(id.to_owned(), (principal.to_owned(), now));
-    }
-}
-
-/// `<store>.mcp-sessions/` beside an SQLite store.
-fn session_files(gate: &Gate) -> Option<SessionFiles> {
-    let db = gate.store().path()?;
-    let mut name = db.file_name()?.to_owned();
-    name.push(".mcp-sessions");
-    match SessionFiles::open(&db.with_file_name(name)) {
-        Ok(files) => Some(files),
-        Err(e) => {
-            tracing::warn!(error = %e, "MCP sessions will not survive a restart: cannot create their directory");
-            None
-        }
-    }
-}
-
-/// Session files in one directory: `<id>.json` (rmcp's state) and `<id>.principal`.
-#[derive(Clone, Debug)]
-pub struct SessionFiles {
-    dir: PathBuf,
-}
-
-impl SessionFiles {
-    /// Uses (and creates) `dir`.
-    pub fn open(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        Ok(Self {
-            dir: dir.to_owned(),
-        })
-    }
-
-    /// Only ids rmcp could have made (UUIDs) name files: nothing else reaches the disk.
-    fn path(&self, id: &str, ext: &str) -> Option<PathBuf> {
-        let safe = !id.is_empty()
-            && id.len() <= 64
-            && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
-        safe.then(|| self.dir.join(format!("{id}.{ext}")))
-    }
-
-    /// The principal that opened session `id`, if recorded.
-    pub async fn principal(&self, id: &str) -> Option<String> {
-        let path = self.path(id, "principal")?;
-        tokio::fs::read_to_string(path).await.ok()
-    }
-
-    /// Records the principal that opened session `id`.
-    pub async fn set_principal(&self, id: &str, principal: &str) -> std::io::Result<()> {
-        let Some(path) = self.path(id, "principal") else {
-            return Ok(());
         };
-        write_atomically(&path, principal.as_bytes()).await
+        if let Some((principal, due)) = touch {
+            if due {
+                self.touch(id, now).await;
+            }
+            return Some(principal);
+        }
+        let stored = match self.store.mcp_session(id).await {
+            Ok(stored) => stored?,
+            Err(e) => {
+                tracing::warn!(error = %e, "an MCP session's owner could not be read from the store; the request is refused");
+                return None;
+            }
+        };
+        if now.duration_since(stored.updated_at) >= IDLE {
+            // Idle past rmcp's keep-alive: it would not have kept it either.
+            return None;
+        }
+        let principal = stored.principal?;
+        // Another process has just used it: mark it used, as this process uses it now.
+        self.touch(id, now).await;
+        self.remember(id, &principal, now);
+        Some(principal)
     }
 
-    async fn remove(&self, id: &str) {
-        for ext in ["json", "principal"] {
-            if let Some(path) = self.path(id, ext) {
-                let _ = tokio::fs::remove_file(path).await;
+    /// Records who opened a session, in memory and in the store (and prunes idle ones
+    /// at most every [`TOUCH_EVERY`]).
+    pub async fn bind(&self, id: &str, principal: &str) {
+        let now = self.clock.now();
+        self.remember(id, principal, now);
+        let session = McpSession {
+            id: id.to_owned(),
+            principal: Some(principal.to_owned()),
+            state: None,
+            updated_at: now,
+        };
+        if let Err(e) = self.store.put_mcp_session(session).await {
+            tracing::warn!(error = %e, "an MCP session's owner could not be stored; it is refused on other replicas and after a restart");
+        }
+        self.prune(now).await;
+    }
+
+    /// Forgets a session its owner ended (or rmcp no longer knows), here and in the
+    /// store.
+    pub async fn unbind(&self, id: &str) {
+        self.owners().remove(id);
+        if !plausible(id) {
+            return;
+        }
+        let now = self.clock.now();
+        if let Err(e) = self.store.delete_mcp_session(id, now - IDLE).await {
+            tracing::warn!(error = %e, "an ended MCP session could not be removed from the store; it is pruned once idle");
+        }
+    }
+
+    /// Cached owners idle longer than rmcp keeps an idle session are dropped here, so
+    /// the map cannot grow without bound.
+    fn remember(&self, id: &str, principal: &str, now: Timestamp) {
+        let mut owners = self.owners();
+        owners.retain(|_, cached| now.duration_since(cached.used) < IDLE);
+        owners.insert(
+            id.to_owned(),
+            Cached {
+                principal: principal.to_owned(),
+                used: now,
+                touched: now,
+            },
+        );
+    }
+
+    /// Marks a session used in the store (its `updated_at`), keeping what is stored.
+    async fn touch(&self, id: &str, now: Timestamp) {
+        let session = McpSession {
+            id: id.to_owned(),
+            principal: None,
+            state: None,
+            updated_at: now,
+        };
+        if let Err(e) = self.store.put_mcp_session(session).await {
+            tracing::warn!(error = %e, "an MCP session could not be marked used in the store");
+        }
+    }
+
+    /// Removes sessions idle past [`IDLE`] from the store, at most every
+    /// [`TOUCH_EVERY`] per process.
+    async fn prune(&self, now: Timestamp) {
+        {
+            let mut pruned = self.pruned.lock().unwrap_or_else(|e| e.into_inner());
+            if pruned.is_some_and(|at| now.duration_since(at) < TOUCH_EVERY) {
+                return;
             }
+            *pruned = Some(now);
+        }
+        // No session has the empty id: this deletes only the idle ones.
+        if let Err(e) = self.store.delete_mcp_session("", now - IDLE).await {
+            tracing::warn!(error = %e, "idle MCP sessions could not be pruned from the store");
         }
     }
 }
 
-async fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    tokio::fs::write(&tmp, bytes).await?;
-    tokio::fs::rename(&tmp, path).await
+/// Only ids rmcp could have made (UUIDs) are looked up: nothing else reaches the store.
+fn plausible(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+fn boxed(e: oncegate_store::StoreError) -> SessionStoreError {
+    Box::new(e)
 }
 
 #[async_trait::async_trait]
-impl SessionStore for SessionFiles {
+impl SessionStore for Sessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some(path) = self.path(session_id, "json") else {
+        if !plausible(session_id) {
+            return Ok(None);
+        }
+        let Some(stored) = self.store.mcp_session(session_id).await.map_err(boxed)? else {
             return Ok(None);
         };
-        match tokio::fs::read(&path).await {
-            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Box::new(e)),
+        if self.clock.now().duration_since(stored.updated_at) >= IDLE {
+            return Ok(None);
+        }
+        match stored.state {
+            Some(state) => Ok(Some(serde_json::from_value(state)?)),
+            None => Ok(None),
         }
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        let Some(path) = self.path(session_id, "json") else {
+        if !plausible(session_id) {
             return Ok(());
+        }
+        let session = McpSession {
+            id: session_id.to_owned(),
+            principal: None,
+            state: Some(serde_json::to_value(state)?),
+            updated_at: self.clock.now(),
         };
-        write_atomically(&path, &serde_json::to_vec(state)?).await?;
-        Ok(())
+        self.store.put_mcp_session(session).await.map_err(boxed)
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
-        self.remove(session_id).await;
+        self.unbind(session_id).await;
         Ok(())
     }
 }

@@ -75,5 +75,7 @@ pub(crate) async fn kill_switch(
         .gate()
         .set_kill_switch(&p.name, &target, reason)
         .await?;
-    Ok(Json(json!({"kill_switches": state.gate().kill_switches()})).into_response())
+    // The switches every replica on the store now honours (read back from the store).
+    let switches = state.gate().kill_switches().await?;
+    Ok(Json(json!({"kill_switches": switches})).into_response())
 }

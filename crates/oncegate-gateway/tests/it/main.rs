@@ -5,4 +5,5 @@ mod fuzz;
 mod mcp_surface;
 mod mcp_upstream;
 mod openapi;
+mod replicas;
 mod upstream;
