@@ -72,18 +72,15 @@ fn a_kill_switch_set_on_one_replica_stops_the_others_and_survives_a_restart() {
         Some(KILL_SWITCH),
         "the replica that set it: {own}"
     );
+    // Within one second of the PUT, counted from its answer, on every other replica.
     for i in 1..cluster.len() {
-        let took = refused_within(&cluster, i, Duration::from_secs(1), "KS-during");
+        let left = Duration::from_secs(1).saturating_sub(set.elapsed());
+        let took = refused_within(&cluster, i, left, "KS-during");
         println!(
-            "replica {i} refused {took:?} after it was told, {:?} after the PUT",
+            "replica {i} refused after {took:?} of polling, {:?} after the PUT",
             set.elapsed()
         );
     }
-    assert!(
-        set.elapsed() < Duration::from_secs(2),
-        "the kill switch took {:?} to reach every replica",
-        set.elapsed()
-    );
     let sent = cluster.emails().len();
 
     // A deploy: every replica stops and starts again on the same store.
