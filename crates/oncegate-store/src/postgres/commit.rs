@@ -10,7 +10,7 @@ use super::read::{
 };
 use super::{PgStore, db_error, from_micros, ts, unavailable};
 use crate::rows::{self, PreparedApproval, PreparedIntent};
-use crate::storage::AuditRowV1;
+use crate::storage::{AuditRowV1, IntentRowV1};
 use crate::{ClientKeyBinding, Commit, KillSwitchChange, McpSession, StoreError, StoreWrite};
 
 impl StoreWrite for PgStore {
@@ -176,34 +176,36 @@ impl PgStore {
         let mut event = commit.event.clone();
         let mut intent_row = None;
         if let Some(record) = &commit.record {
-            // The lease's length as the engine meant it, from the database's now.
+            let (id, generation) = (record.key.as_str(), record.generation);
+            let what = format!("intent {id} generation {generation}");
+            // The lease the row holds now, if the commit replaces a checked row.
+            let mut current_lease = None;
+            if record.version == 0 {
+                if newest_intent_seal(conn, id, generation).await?.is_some()
+                    && fetch_intent(conn, id, generation, false).await?.is_none()
+                {
+                    return Err(rows::deleted(&what));
+                }
+            } else if let Some(current) = fetch_intent(conn, id, generation, true).await?
+                && current.version == i64::try_from(record.version).unwrap_or(-1)
+            {
+                // Locked (FOR UPDATE): no other commit can replace it before ours ends,
+                // so the seal read next is the one that wrote this version.
+                let value = check_row(conn, RowKind::Intent, &current, key).await?;
+                current_lease = IntentRowV1::from_body(value).ok().and_then(|r| r.lease);
+            }
             let prepared = rows::prepare_intent(record, |stored| {
-                if let Some(lease) = &mut stored.lease {
+                // A new or renewed lease runs for the length the engine meant, from the
+                // database's now. A lease the commit carries unchanged keeps its stored
+                // expiry: re-timing it by this gate's clock would move another holder's.
+                if let Some(lease) = &mut stored.lease
+                    && current_lease.as_ref() != Some(&*lease)
+                {
                     lease.expires_at = db_now
                         .saturating_add(lease.expires_at.duration_since(commit.event.at))
                         .unwrap_or(lease.expires_at);
                 }
             });
-            let stored = &prepared.stored;
-            let what = format!("intent {} generation {}", stored.key, stored.generation);
-            if record.version == 0 {
-                if newest_intent_seal(conn, &stored.key, stored.generation)
-                    .await?
-                    .is_some()
-                    && fetch_intent(conn, &stored.key, stored.generation, false)
-                        .await?
-                        .is_none()
-                {
-                    return Err(rows::deleted(&what));
-                }
-            } else if let Some(current) =
-                fetch_intent(conn, &stored.key, stored.generation, true).await?
-                && current.version == i64::try_from(record.version).unwrap_or(-1)
-            {
-                // Locked (FOR UPDATE): no other commit can replace it before ours ends,
-                // so the seal read next is the one that wrote this version.
-                check_row(conn, RowKind::Intent, &current, key).await?;
-            }
             intent_row = Some(prepared);
         }
         let mut approval_row = None;

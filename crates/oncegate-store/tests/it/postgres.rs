@@ -252,8 +252,8 @@ async fn leases_are_timed_and_judged_by_the_database_clock() {
     assert_eq!(after.version, 1, "nothing was written");
     assert_eq!(after.lease.unwrap().owner, "holder/1");
 
-    // The same write without the takeover flag (the holder's own heartbeat) passes, and
-    // a stale takeover is a plain conflict.
+    // The same write without the takeover flag passes, leaving the lease as it was,
+    // and a stale takeover is a plain conflict.
     store
         .commit(Commit::new(
             Some(stored.clone()),
@@ -262,6 +262,11 @@ async fn leases_are_timed_and_judged_by_the_database_clock() {
         ))
         .await
         .unwrap();
+    assert_eq!(
+        store.load(&rec.key).await.unwrap().unwrap().lease.unwrap().expires_at,
+        expires,
+        "a lease carried unchanged keeps its expiry (a fast clock does not move it)"
+    );
     let stale = store
         .commit(Commit::new(Some(takeover), None, event("ab01", fast, 4)).taking_over(true))
         .await;
