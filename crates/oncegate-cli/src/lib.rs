@@ -77,14 +77,34 @@ pub async fn open_store_with(
     registry: &Registry,
     mode: oncegate_store::OpenMode,
 ) -> anyhow::Result<oncegate_store::Store> {
+    open_registry_store(registry, mode, false).await
+}
+
+/// Opens the registry's store for `oncegate serve`: this process becomes its server,
+/// and a second server on an embedded (SQLite) store is refused.
+pub async fn open_serving_store(
+    registry: &Registry,
+    mode: oncegate_store::OpenMode,
+) -> anyhow::Result<oncegate_store::Store> {
+    open_registry_store(registry, mode, true).await
+}
+
+async fn open_registry_store(
+    registry: &Registry,
+    mode: oncegate_store::OpenMode,
+    serving: bool,
+) -> anyhow::Result<oncegate_store::Store> {
     let location =
         oncegate_store::registry_location(registry).map_err(|e| anyhow::anyhow!("{e}"))?;
-    oncegate_store::open_registry_store(registry, mode)
+    oncegate_store::open_registry_store_with(registry, mode, serving)
         .await
         .map_err(|e| match e {
-            // These say what happened and what to do; a wrapper would only bury that.
+            // These say what happened and what to do; a wrapper would only bury that
+            // (`Locked`: another `serve` holds the SQLite file; the message names
+            // PostgreSQL for several replicas).
             oncegate_store::StoreError::NotInitialised(_)
-            | oncegate_store::StoreError::AlreadyExists(_) => {
+            | oncegate_store::StoreError::AlreadyExists(_)
+            | oncegate_store::StoreError::Locked(_) => {
                 anyhow::anyhow!("{e} [{}]", e.code())
             }
             other => anyhow::anyhow!("cannot open the store at {location}: {other}"),

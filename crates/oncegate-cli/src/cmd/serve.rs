@@ -39,7 +39,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     } else {
         oncegate_store::OpenMode::Existing
     };
-    let store = crate::open_store_with(&registry, mode).await?;
+    // Serving makes this process the store's server: a second `serve` on the same
+    // SQLite file is refused (the embedded store is single-process; replicas share a
+    // PostgreSQL). `audit`, `intents` and `approvals` open it beside a running server.
+    let store = crate::open_serving_store(&registry, mode).await?;
     // The same probe as `check-config --probe`, in the background: an unreachable
     // upstream must not keep the gateway from serving the others, but an operator
     // should read at startup what the first call would otherwise reveal.

@@ -8,6 +8,7 @@ mod demo;
 mod gateway;
 mod late;
 mod mcp;
+mod single_server;
 mod store_faults;
 mod support;
 

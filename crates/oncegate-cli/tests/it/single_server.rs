@@ -1,0 +1,97 @@
+//! The embedded store is single-process, and says so: a second `oncegate serve` on one
+//! SQLite file is refused with a message naming PostgreSQL, the first keeps serving,
+//! CLI commands still open the store beside it, and once the first stops a new server
+//! starts. Real processes.
+
+use std::io::Read;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::oncegate;
+use crate::support::{Proc, Setup, client, effects};
+
+fn charge(gw: &Proc, order: &str) -> Value {
+    client()
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth("tok-planner")
+        .json(&json!({"capability": "charge_card", "arguments": {"order_id": order, "amount": "3.00"}}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
+#[test]
+fn a_second_serve_on_one_sqlite_file_is_refused_and_the_first_keeps_serving() {
+    let setup = Setup::example();
+    let first = setup.gateway();
+    assert_eq!(charge(&first, "SW-1")["status"], "applied");
+
+    // The second server, on the same file: it must exit by itself, non-zero.
+    let mut second = setup
+        .gateway_command(&[], "1h")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("the second serve did not exit within 30 s: it is serving the same file");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let mut stdout = String::new();
+    second
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(!status.success(), "refused: {stderr}");
+    assert!(!stdout.contains("listening"), "it never listened: {stdout}");
+    assert!(stderr.contains("PostgreSQL"), "names PostgreSQL: {stderr}");
+    assert!(
+        stderr.contains("already serves") && stderr.contains("oncegate.db"),
+        "says what holds which file: {stderr}"
+    );
+    assert!(stderr.contains("OG-0031"), "carries its code: {stderr}");
+
+    // The first keeps serving.
+    assert_eq!(charge(&first, "SW-2")["status"], "applied");
+    assert_eq!(charge(&first, "SW-1")["status"], "replayed");
+    // Commands that read the store still work beside the server.
+    let cfg = setup.dir.path().join("oncegate.toml");
+    let cfg = cfg.to_str().unwrap();
+    for args in [
+        vec!["audit", "verify", "--config", cfg],
+        vec!["intents", "list", "--config", cfg, "--json"],
+    ] {
+        let out = oncegate(&args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // Once the first stops, a new server starts on the file and carries on.
+    drop(first);
+    let next = setup.gateway();
+    assert_eq!(charge(&next, "SW-2")["status"], "replayed");
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 2);
+}
