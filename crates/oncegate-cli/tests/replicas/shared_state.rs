@@ -178,9 +178,9 @@ fn a_legacy_mcp_session_opened_on_one_replica_continues_on_another() {
         1
     );
 
-    // Ended by its owner on replica 1, it is gone there. (Replicas that cached the
-    // session's owner keep serving it until their cache entry idles out: the end does
-    // not reach them; see the replicas branch's report.)
+    // Ended by its owner on replica 1, it is gone there at once, and on the replicas
+    // that cached its owner within a second (they confirm a cached owner with the store
+    // at most a second old).
     let delete = client()
         .delete(format!("{}/mcp", cluster.url(1)))
         .bearer_auth("tok-planner")
@@ -192,4 +192,19 @@ fn a_legacy_mcp_session_opened_on_one_replica_continues_on_another() {
     let list = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"});
     let (code_, _, body) = post_legacy(cluster.url(1), "tok-planner", Some(&session), &list);
     assert_eq!(code_, 404, "an ended session: {body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    for replica in [0, 2] {
+        loop {
+            let (code_, _, body) =
+                post_legacy(cluster.url(replica), "tok-planner", Some(&session), &list);
+            if code_ == 404 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the session ended on replica 1 still answers {code_} on replica {replica}: {body}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
 }

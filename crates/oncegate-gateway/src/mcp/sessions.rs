@@ -10,7 +10,8 @@
 //! connected legacy client, which today's SDKs surface as an error instead of
 //! re-initialising.
 //!
-//! Owners are cached in memory; a miss reads the store. A session in use is touched in
+//! Owners are cached in memory for at most [`CONFIRM_EVERY`] (so a session ended on
+//! another replica is refused here within a second); a miss reads the store. A session in use is touched in
 //! the store every [`TOUCH_EVERY`], and sessions idle for longer than rmcp keeps an
 //! idle session ([`IDLE`]) are pruned from it.
 
@@ -35,6 +36,10 @@ pub const IDLE: SignedDuration =
 /// one store write per request.
 pub const TOUCH_EVERY: SignedDuration = SignedDuration::from_secs(60);
 
+/// How long a cached owner is trusted before the store is asked again: a session ended
+/// (DELETE) on another replica is refused here within this long.
+pub const CONFIRM_EVERY: SignedDuration = SignedDuration::from_secs(1);
+
 /// Who opened each MCP session, and rmcp's session state: in the store, owners cached.
 #[derive(Clone)]
 pub struct Sessions {
@@ -52,6 +57,8 @@ struct Cached {
     principal: String,
     used: Timestamp,
     touched: Timestamp,
+    /// When the store last said the session exists.
+    confirmed: Timestamp,
 }
 
 impl Sessions {
@@ -81,7 +88,10 @@ impl Sessions {
         let touch = {
             let mut owners = self.owners();
             match owners.get_mut(id) {
-                Some(cached) if now.duration_since(cached.used) < IDLE => {
+                Some(cached)
+                    if now.duration_since(cached.used) < IDLE
+                        && now.duration_since(cached.confirmed) < CONFIRM_EVERY =>
+                {
                     cached.used = now;
                     let due = now.duration_since(cached.touched) >= TOUCH_EVERY;
                     if due {
@@ -110,8 +120,11 @@ impl Sessions {
             return None;
         }
         let principal = stored.principal?;
-        // Another process has just used it: mark it used, as this process uses it now.
-        self.touch(id, now).await;
+        // Used now, here: mark it used in the store when that is due (another process,
+        // or this one before the cache went stale, may have marked it recently).
+        if now.duration_since(stored.updated_at) >= TOUCH_EVERY {
+            self.touch(id, now).await;
+        }
         self.remember(id, &principal, now);
         Some(principal)
     }
@@ -157,6 +170,7 @@ impl Sessions {
                 principal: principal.to_owned(),
                 used: now,
                 touched: now,
+                confirmed: now,
             },
         );
     }
