@@ -456,6 +456,34 @@ impl Gate {
             }
             _ => None,
         };
+        // The kill switches were read when the call began; a reconciliation wait since
+        // may have lasted a lease. Nothing executes past a switch set meanwhile (on any
+        // replica), and nothing executes when the switches cannot be read.
+        if action == Action::Execute
+            && let Some(r) = record.as_ref()
+        {
+            match self.kill_switch_for(&cap.name, &r.principal).await {
+                Ok(None) => {}
+                Ok(Some(why)) => {
+                    if let Some(work) = work {
+                        work.release(self).await;
+                    }
+                    let reason = oncegate_core::intent::Reason::new(
+                        oncegate_core::codes::Code::KillSwitch,
+                        why,
+                    );
+                    let mut refused = decide::outcome_of(r, intent::Status::Refused, Some(reason));
+                    refused.attempt = outcome.attempt;
+                    return Ok(Step::Settled(refused));
+                }
+                Err((e, _)) => {
+                    if let Some(work) = work {
+                        work.release(self).await;
+                    }
+                    return Err(StoreError::Unavailable(e.to_string()));
+                }
+            }
+        }
         if action != Action::Replay
             && let Err(e) = self
                 .store

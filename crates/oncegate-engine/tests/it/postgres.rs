@@ -160,3 +160,52 @@ fn rand_u64() -> u64 {
     );
     h.finish()
 }
+
+/// A holder whose clock lags the database's by 25 s (of a 30 s lease) heartbeats: by its
+/// own clock the stored expiry (database time) is later than `now + lease`, so the
+/// engine's never-shorter renewal leaves the expiry as it was; the store still re-times
+/// a heartbeat from the database's now, so the lease is extended and nobody may take the
+/// intent over while its holder is alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_clock_lags_still_extends_its_lease_by_heartbeat() {
+    let name = format!("og_engine_{:016x}", rand_u64());
+    admin(format!("CREATE DATABASE {name}")).await;
+    let url = with_database(&server_url(), &name);
+    let scratch = Scratch::new();
+    let registry = load_registry(&scratch.config()).unwrap_or_else(|e| panic!("{e}"));
+    let store = oncegate_store::open(
+        &url,
+        scratch.dir.path(),
+        OpenMode::CreateIfMissing,
+        StoreOptions::default(),
+    )
+    .await
+    .unwrap();
+    let slow = Gate::with_store(
+        registry,
+        store,
+        Arc::new(TokioClock::starting_at(
+            Timestamp::now() - SignedDuration::from_secs(25),
+        )),
+    );
+    let call = Call::new("pay", json!({"order_id": "HB-1", "amount": "3.00"}));
+    let claim = match slow.claim("agent", call).await.unwrap() {
+        Claimed::Execute(claim) => claim,
+        other => panic!("the holder claims: {other:?}"),
+    };
+    let expiry = || async {
+        let record = slow.store().load(&claim.intent_key).await.unwrap().unwrap();
+        record.lease.expect("in flight with a lease").expires_at
+    };
+    let before = expiry().await;
+    // Let the database's clock move on, so a renewal from its now is later.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    slow.heartbeat(&claim).await.unwrap();
+    let after = expiry().await;
+    assert!(
+        after > before,
+        "the heartbeat extended the lease: {before} -> {after}"
+    );
+    slow.store().close().await;
+    admin(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+}

@@ -398,3 +398,55 @@ async fn two_gates_expiring_one_approval_write_one_transition() {
         assert_eq!(approval.state, ApprovalState::Expired);
     }
 }
+
+/// A call that waited for another gate's reconciliation re-decides on its answer; when
+/// the answer is "never happened" it would execute. A kill switch set (on a third gate)
+/// while it waited stops that execution: the switches are read again before anything
+/// executes, not only when the call began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_set_while_a_call_waits_for_a_reconciliation_stops_its_execution() {
+    let scratch = Scratch::new();
+    let clock = ManualClock::new(Timestamp::now());
+    let a = scratch.gate(Arc::new(clock.clone())).await;
+    let b = replica(&scratch, &a, &clock);
+    let c = replica(&scratch, &a, &clock);
+    let Claimed::Execute(claim) = a.claim("agent", pay("O-9")).await.unwrap() else {
+        panic!("expected a claim");
+    };
+    // Long past the lease and any settle horizon: "not found" is proof of absence.
+    clock.advance(SignedDuration::from_hours(1));
+    let undecided = HeldRead::new(ReconcileResult::Undecidable {
+        message: "no record either way".into(),
+    });
+    undecided.go.add_permits(1);
+    assert_eq!(a.sweep_pass(|_| Some(undecided.clone())).await, 1);
+    clock.advance(SignedDuration::from_hours(1));
+
+    let read = HeldRead::new(ReconcileResult::NotFound);
+    let sweep_a = tokio::spawn({
+        let (a, read) = (a.clone(), read.clone());
+        async move { a.sweep_pass(|_| Some(read.clone())).await }
+    });
+    read.until_asked(1).await;
+    let repeat = tokio::spawn({
+        let (b, read) = (b.clone(), read.clone());
+        async move { b.claim_with("agent", pay("O-9"), read).await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!repeat.is_finished(), "B waits while A's read is out");
+    c.set_kill_switch("ops", "capability:pay", Some("incident 9".into()))
+        .await
+        .unwrap();
+    clock.advance(SignedDuration::from_secs(1));
+    read.go.add_permits(1);
+    sweep_a.await.unwrap();
+    match repeat.await.unwrap() {
+        Claimed::Settled(outcome) => {
+            assert_eq!(outcome.status, Status::Refused, "{outcome:?}");
+        }
+        Claimed::Execute(_) => panic!("B executed past a kill switch set while it waited"),
+        Claimed::Read(_) => panic!("not a read"),
+    }
+    let record = a.store().load(&claim.intent_key).await.unwrap().unwrap();
+    assert_eq!(record.executions, 1, "nothing executed again: {record:?}");
+}

@@ -138,24 +138,12 @@ impl StoreWrite for PgStore {
 
 impl PgStore {
     async fn commit_inner(&self, commit: &Commit) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        sqlx::query("BEGIN")
-            .execute(&mut *conn)
-            .await
-            .map_err(db_error)?;
-        match self.apply(&mut conn, commit).await {
-            Ok(()) => {
-                sqlx::query("COMMIT")
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(db_error)?;
-                Ok(())
-            }
+        let mut tx = self.begin("BEGIN").await?;
+        match self.apply(tx.conn(), commit).await {
+            Ok(()) => tx.end("COMMIT").await,
             Err(e) => {
-                if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
-                    // A connection in an unknown transaction state must not go back.
-                    conn.close_on_drop();
-                }
+                // A failed ROLLBACK closes the connection (InTransaction).
+                let _ = tx.end("ROLLBACK").await;
                 Err(e)
             }
         }
@@ -198,12 +186,23 @@ impl PgStore {
                 // A new or renewed lease runs for the length the engine meant, from the
                 // database's now. A lease the commit carries unchanged keeps its stored
                 // expiry: re-timing it by this gate's clock would move another holder's.
+                // A heartbeat is always re-timed, even when it left the expiry as it was:
+                // a holder whose clock lags the database's keeps the stored (database
+                // clock) expiry as its `max`, and would never extend its lease. A renewal
+                // by the same holder never moves the lease backwards.
+                let heartbeat = commit.event.detail.get("heartbeat").is_some();
                 if let Some(lease) = &mut stored.lease
-                    && current_lease.as_ref() != Some(&*lease)
+                    && (heartbeat || current_lease.as_ref() != Some(&*lease))
                 {
-                    lease.expires_at = db_now
+                    let mut expires_at = db_now
                         .saturating_add(lease.expires_at.duration_since(commit.event.at))
                         .unwrap_or(lease.expires_at);
+                    if let Some(current) = &current_lease
+                        && current.owner == lease.owner
+                    {
+                        expires_at = expires_at.max(current.expires_at);
+                    }
+                    lease.expires_at = expires_at;
                 }
             });
             intent_row = Some(prepared);

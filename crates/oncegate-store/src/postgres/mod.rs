@@ -207,6 +207,17 @@ impl PgStore {
     }
 
     /// A connection from the pool, timing the wait and updating the pool gauges.
+    /// A pooled connection inside a transaction begun with `begin` (e.g. `BEGIN`):
+    /// see [`InTransaction`].
+    pub(crate) async fn begin(&self, begin: &'static str) -> Result<InTransaction, StoreError> {
+        let mut conn = self.conn().await?;
+        sqlx::query(begin)
+            .execute(&mut *conn)
+            .await
+            .map_err(db_error)?;
+        Ok(InTransaction(Some(conn)))
+    }
+
     pub(crate) async fn conn(
         &self,
     ) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, StoreError> {
@@ -225,6 +236,47 @@ impl PgStore {
                 self.inner.shown
             ))
         })
+    }
+}
+
+/// A pooled connection inside a transaction this backend opened with a plain `BEGIN`
+/// statement (sqlx does not track those). Ended with [`InTransaction::end`] (`COMMIT` or
+/// `ROLLBACK`); dropped before that (a cancelled read, a panic), or when ending fails,
+/// the connection is closed instead of going back to the pool mid-transaction, where
+/// the next user would read an old snapshot or write inside someone else's transaction.
+/// Closing the session makes PostgreSQL roll the transaction back.
+pub(crate) struct InTransaction(Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
+
+impl InTransaction {
+    /// The connection, for the transaction's statements.
+    pub(crate) fn conn(&mut self) -> &mut sqlx::PgConnection {
+        self.0
+            .as_mut()
+            .map(|c| &mut **c)
+            .expect("the connection is held until the transaction ends")
+    }
+
+    /// Ends the transaction with `end` (`COMMIT` or `ROLLBACK`); the connection goes back
+    /// to the pool only when that succeeded.
+    pub(crate) async fn end(mut self, end: &'static str) -> Result<(), StoreError> {
+        let result = sqlx::query(end)
+            .execute(self.conn())
+            .await
+            .map(drop)
+            .map_err(db_error);
+        if result.is_ok() {
+            // Back to the pool, outside any transaction.
+            drop(self.0.take());
+        }
+        result
+    }
+}
+
+impl Drop for InTransaction {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.as_mut() {
+            conn.close_on_drop();
+        }
     }
 }
 

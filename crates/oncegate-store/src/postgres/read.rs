@@ -134,15 +134,13 @@ impl PgStore {
         &self,
         read: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.conn().await?;
-        sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        let result = read(&mut conn).await;
-        if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
-            conn.close_on_drop();
-        }
+        // A read dropped half-way (its caller gave up) closes the connection rather
+        // than returning it inside this transaction (InTransaction).
+        let mut tx = self
+            .begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await?;
+        let result = read(tx.conn()).await;
+        let _ = tx.end("ROLLBACK").await;
         result
     }
 
