@@ -251,8 +251,7 @@ impl InTransaction {
     /// The connection, for the transaction's statements.
     pub(crate) fn conn(&mut self) -> &mut sqlx::PgConnection {
         self.0
-            .as_mut()
-            .map(|c| &mut **c)
+            .as_deref_mut()
             .expect("the connection is held until the transaction ends")
     }
 
