@@ -188,7 +188,7 @@ impl PgStore {
                 // expiry: re-timing it by this gate's clock would move another holder's.
                 // A heartbeat is always re-timed, even when it left the expiry as it was:
                 // a holder whose clock lags the database's keeps the stored (database
-                // clock) expiry as its `max`, and would never extend its lease. A renewal
+                // clock) expiry as its `max`, and would never extend its lease. A heartbeat
                 // by the same holder never moves the lease backwards.
                 let heartbeat = commit.event.detail.get("heartbeat").is_some();
                 if let Some(lease) = &mut stored.lease
@@ -197,7 +197,8 @@ impl PgStore {
                     let mut expires_at = db_now
                         .saturating_add(lease.expires_at.duration_since(commit.event.at))
                         .unwrap_or(lease.expires_at);
-                    if let Some(current) = &current_lease
+                    if heartbeat
+                        && let Some(current) = &current_lease
                         && current.owner == lease.owner
                     {
                         expires_at = expires_at.max(current.expires_at);
