@@ -87,6 +87,11 @@ pub enum Code {
     /// settled otherwise since): nothing was recorded.
     #[serde(rename = "OG-0024")]
     StaleClaim,
+    /// The capability has no upstream in this gateway: its callers execute it through
+    /// the two-phase API (claim, execute, complete); `POST /v1/calls` and MCP
+    /// `tools/call` cannot.
+    #[serde(rename = "OG-0025")]
+    ClaimOnly,
     /// A stored intent or approval does not match the audit record that wrote it
     /// (edited, rolled back or deleted row): refused, never re-executed.
     #[serde(rename = "OG-0030")]
@@ -118,7 +123,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 32] = [
+    pub const ALL: [Code; 33] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -143,6 +148,7 @@ impl Code {
         Code::RequestRejected,
         Code::Settling,
         Code::StaleClaim,
+        Code::ClaimOnly,
         Code::StoreIntegrity,
         Code::StoreNotInitialised,
         Code::InvalidHeader,
@@ -180,6 +186,7 @@ impl Code {
             Code::RequestRejected => "OG-0022",
             Code::Settling => "OG-0023",
             Code::StaleClaim => "OG-0024",
+            Code::ClaimOnly => "OG-0025",
             Code::StoreIntegrity => "OG-0030",
             Code::StoreNotInitialised => "OG-0031",
             Code::InvalidHeader => "OG-0050",

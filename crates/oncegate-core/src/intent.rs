@@ -297,6 +297,9 @@ pub enum Status {
     DryRun,
     /// The upstream definitely said no (first time; repeats get `replayed`).
     Failed,
+    /// A human approved a held call of a claim-only capability: nothing executed yet;
+    /// the caller's next claim of the same intent executes it (an approver hears this).
+    Approved,
 }
 
 impl Status {
@@ -312,6 +315,7 @@ impl Status {
             Status::Refused => "refused",
             Status::DryRun => "dry_run",
             Status::Failed => "failed",
+            Status::Approved => "approved",
         }
     }
 }

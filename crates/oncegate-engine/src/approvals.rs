@@ -1,11 +1,12 @@
 //! Approvals: a human approves or denies a held intent. Approving executes it once,
-//! here, through the same claim and recording as `invoke`.
+//! here, through the same claim and recording as `invoke`; for a claim-only capability
+//! (an executor that executes nothing) it leaves the intent for the caller's next claim.
 
 use std::sync::Arc;
 
 use oncegate_core::codes::Code;
 use oncegate_core::config::Capability;
-use oncegate_core::decide::{self, Choice, Decision, decide_approval};
+use oncegate_core::decide::{self, Choice, Decision, Executes, decide_approval};
 use oncegate_core::intent::{self, IntentRecord, Outcome, Reason, Status};
 
 use oncegate_store::{StoreError, StoreRead};
@@ -57,6 +58,12 @@ impl Gate {
                 o.reason = Some(Reason::new(Code::KillSwitch, why));
                 return Ok(o);
             }
+            let holder = self.claim_holder();
+            let executes = if executor.executes() {
+                Executes::Here { owner: &holder }
+            } else {
+                Executes::OnNextClaim
+            };
             match decide_approval(
                 &record,
                 &approval,
@@ -64,7 +71,7 @@ impl Gate {
                 who.role,
                 choice,
                 &cap,
-                &self.claim_holder(),
+                executes,
                 self.clock.now(),
             ) {
                 decide::ApprovalDecision::Rejected(reason) => {

@@ -53,6 +53,14 @@ pub trait Executor: Send + Sync + 'static {
         let _ = intent;
         false
     }
+    /// Whether this executor executes the capability's effects at all. `false`: the
+    /// capability is claim-only here (its callers execute it through the two-phase API),
+    /// so approving a held call leaves it for the caller's next claim instead of
+    /// executing it (`oncegate_core::decide::Executes::OnNextClaim`). The default: it
+    /// does.
+    fn executes(&self) -> bool {
+        true
+    }
     /// Whether the call may proceed at all, checked after the key is derived and before
     /// anything is decided or claimed (`Err`: why not, answered as invalid arguments).
     /// The gateway renders the upstream URLs here and refuses `.`/`..` path segments.
@@ -91,6 +99,10 @@ where
 pub(crate) struct ClaimOnly;
 
 impl Executor for ClaimOnly {
+    fn executes(&self) -> bool {
+        false
+    }
+
     async fn execute(&self, intent: IntentHandle) -> EffectResult {
         EffectResult::NotSent {
             message: format!(

@@ -1,8 +1,9 @@
 //! The one front door: how a call or an approval reaches the engine, from any surface.
 //!
-//! `POST /v1/calls`, MCP `tools/call` and the approval routes each authenticate their own
-//! way (a header, the MCP middleware), then [`Door::open`] looks the capability up and
-//! builds its executor, and [`Door::call`] / [`Door::decide`] run the engine in a task of
+//! `POST /v1/calls`, MCP `tools/call`, `POST /v1/intents/claim` and the approval routes
+//! each authenticate their own way (a header, the MCP middleware), then [`Door::open`]
+//! looks the capability up and builds its executor, and [`Door::call`] / [`Door::claim`]
+//! / [`Door::decide`] run the engine in a task of
 //! their own: a caller that hangs up (a closed MCP stream is a cancel) never cancels a
 //! claim or an effect half-way, and the outcome, its alerts and its metrics are recorded
 //! whatever the caller does. The engine applies the read rate cap and the client-key
@@ -12,10 +13,12 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use axum::http::StatusCode;
+use oncegate_core::codes::Code;
 use oncegate_core::config::Capability;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{Outcome, Status};
-use oncegate_engine::{Call, Gate, GateError};
+use oncegate_engine::{Call, Claimed, Gate, GateError};
 
 use crate::error::ApiError;
 use crate::state::{AppState, Principal};
@@ -49,8 +52,20 @@ impl Door {
         &self.capability
     }
 
-    /// Decides and executes one call.
+    /// Decides and executes one call. A claim-only capability (no upstream here, and
+    /// not a dry run) is refused with `OG-0025`: its callers execute it themselves,
+    /// through [`Door::claim`].
     pub(crate) async fn call(self, principal: &Principal, call: Call) -> Result<Outcome, ApiError> {
+        if self.capability.upstream.is_none() && !self.capability.dry_run {
+            return Err(ApiError::Coded(
+                StatusCode::CONFLICT,
+                Code::ClaimOnly,
+                format!(
+                    "capability {} is executed by its callers (it has no upstream here): claim it with POST /v1/intents/claim, execute it, and complete the claim",
+                    self.capability.name
+                ),
+            ));
+        }
         let name = principal.name.clone();
         self.spawn(principal, "call", move |gate, executor| async move {
             gate.invoke_with(&name, call, executor).await
@@ -58,7 +73,23 @@ impl Door {
         .await
     }
 
-    /// Approves or denies a held call (approving executes it, once).
+    /// Decides and claims one call for its caller to execute (the two-phase API): the
+    /// caller executes what is claimed and completes it. The upstream executor is only
+    /// asked to admit the call and, for an unknown intent, for its reconciliation read.
+    pub(crate) async fn claim(
+        self,
+        principal: &Principal,
+        call: Call,
+    ) -> Result<Claimed, ApiError> {
+        let name = principal.name.clone();
+        self.spawn(principal, "claim", move |gate, executor| async move {
+            gate.claim_with(&name, call, executor).await
+        })
+        .await
+    }
+
+    /// Approves or denies a held call (approving executes it, once; for a claim-only
+    /// capability it leaves the call for its caller's next claim).
     pub(crate) async fn decide(
         self,
         principal: &Principal,
@@ -75,15 +106,16 @@ impl Door {
 
     /// Runs `work` in its own task, registered with the in-flight count; alerts and
     /// metrics are recorded in the task, so a caller that hangs up does not lose them.
-    async fn spawn<W, F>(
+    async fn spawn<W, F, T>(
         self,
         principal: &Principal,
         what: &'static str,
         work: W,
-    ) -> Result<Outcome, ApiError>
+    ) -> Result<T, ApiError>
     where
         W: FnOnce(Gate, Arc<UpstreamExecutor>) -> F + Send + 'static,
-        F: Future<Output = Result<Outcome, GateError>> + Send + 'static,
+        F: Future<Output = Result<T, GateError>> + Send + 'static,
+        T: Decided + Send + 'static,
     {
         let guard = self.state.inflight().enter();
         let principal = principal.name.clone();
@@ -94,18 +126,22 @@ impl Door {
         } = self;
         let task = tokio::spawn(async move {
             let _guard = guard;
-            let outcome = work(state.gate().clone(), executor).await;
-            if let Ok(o) = &outcome {
-                crate::alerts::send(
-                    &state.http(),
-                    state.gate().registry().gateway.alert_webhook.as_ref(),
-                    o,
-                    &capability.name,
-                    &principal,
-                );
-                record_decision(o, &capability.name);
+            let decided = work(state.gate().clone(), executor).await;
+            match decided.as_ref().map(Decided::outcome) {
+                Ok(Some(o)) => {
+                    crate::alerts::send(
+                        &state.http(),
+                        state.gate().registry().gateway.alert_webhook.as_ref(),
+                        o,
+                        &capability.name,
+                        &principal,
+                    );
+                    record_decision(o.status.as_str(), o.status, &capability.name);
+                }
+                Ok(None) => record_decision("claimed", Status::InFlight, &capability.name),
+                Err(_) => {}
             }
-            outcome
+            decided
         });
         task.await
             .map_err(|e| ApiError::internal(format!("the {what} task failed"), &e))?
@@ -124,10 +160,33 @@ pub(crate) fn executor(state: &AppState, capability: Arc<Capability>) -> Arc<Ups
     )
 }
 
-/// Counts a decision (every surface).
-fn record_decision(o: &Outcome, capability: &str) {
-    metrics::counter!("oncegate_decisions_total", "capability" => capability.to_owned(), "outcome" => o.status.as_str()).increment(1);
-    if matches!(o.status, Status::Replayed | Status::InFlight) {
+/// What a door's task answers: an outcome, or a claim handed to the caller (`None`:
+/// nothing to alert on; counted as `claimed`).
+pub(crate) trait Decided {
+    /// The outcome decided, if the answer is one.
+    fn outcome(&self) -> Option<&Outcome>;
+}
+
+impl Decided for Outcome {
+    fn outcome(&self) -> Option<&Outcome> {
+        Some(self)
+    }
+}
+
+impl Decided for Claimed {
+    fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            Claimed::Settled(o) => Some(o),
+            Claimed::Execute(_) | Claimed::Read(_) => None,
+        }
+    }
+}
+
+/// Counts a decision (every surface): `outcome` is the status, or `claimed` for a claim
+/// handed to its caller.
+fn record_decision(outcome: &'static str, status: Status, capability: &str) {
+    metrics::counter!("oncegate_decisions_total", "capability" => capability.to_owned(), "outcome" => outcome).increment(1);
+    if outcome != "claimed" && matches!(status, Status::Replayed | Status::InFlight) {
         metrics::counter!("oncegate_duplicates_prevented_total", "capability" => capability.to_owned()).increment(1);
     }
 }
@@ -179,7 +238,7 @@ url = "http://127.0.0.1:9/v1/charges"
         };
         let door = Door::open(&state, "charge").unwrap();
         let error = door
-            .spawn(&principal, "call", |_, _| async { panic!("secret detail") })
+            .spawn::<_, _, Outcome>(&principal, "call", |_, _| async { panic!("secret detail") })
             .await
             .unwrap_err();
         let (status, code, message) = error.parts();

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::openapi::openapi_json;
-use crate::routes::{admin, approvals, audit, calls, intents, ops};
+use crate::routes::{admin, approvals, audit, calls, claims, intents, ops};
 use crate::state::{AppState, MAX_BODY_BYTES};
 
 /// The router.
@@ -24,7 +24,10 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/openapi.json", get(openapi_json))
         .route("/v1/calls", post(calls::post_call))
         .route("/v1/intents", get(intents::list_intents))
+        .route("/v1/intents/claim", post(claims::post_claim))
         .route("/v1/intents/{key}", get(intents::get_intent))
+        .route("/v1/intents/{key}/complete", post(claims::complete))
+        .route("/v1/intents/{key}/heartbeat", post(claims::heartbeat))
         .route("/v1/approvals", get(approvals::list_approvals))
         .route("/v1/approvals/{id}/approve", post(approvals::approve))
         .route("/v1/approvals/{id}/deny", post(approvals::deny))

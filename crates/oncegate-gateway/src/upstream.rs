@@ -374,6 +374,11 @@ fn classify_error(e: &reqwest::Error) -> EffectResult {
 }
 
 impl Executor for UpstreamExecutor {
+    /// A capability without an upstream is claim-only: its callers execute it.
+    fn executes(&self) -> bool {
+        self.cap.upstream.is_some()
+    }
+
     async fn execute(&self, intent: IntentHandle) -> EffectResult {
         self.execute_attempt(intent).await.result
     }

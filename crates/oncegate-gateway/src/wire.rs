@@ -22,7 +22,9 @@ pub const OUTCOME_META_KEY: &str = "dev.oncegate/outcome";
 /// The outcome envelope on the wire.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Envelope {
-    /// applied, replayed, in_flight, unknown, pending_approval, denied, refused, dry_run, failed.
+    /// applied, replayed, in_flight, unknown, pending_approval, denied, refused, dry_run,
+    /// failed, approved (a claim-only capability's held call, approved: the caller's next
+    /// claim executes it).
     pub status: String,
     /// The intent key.
     pub intent_key: Option<String>,
@@ -67,6 +69,7 @@ pub fn model_line(o: &Outcome) -> String {
         Status::Refused => format!("REFUSED: {} - do not retry.", o.reason.as_ref().map_or("", |r| r.message.as_str())),
         Status::DryRun => "DRY RUN: nothing was executed.".into(),
         Status::Failed => format!("FAILED: {}", o.reason.as_ref().map_or("", |r| r.message.as_str())),
+        Status::Approved => "APPROVED: nothing executed yet; the caller's next claim of this intent executes it.".into(),
     }
 }
 
@@ -117,6 +120,25 @@ impl Envelope {
         }
     }
 
+    /// A read claimed through the two-phase API: nothing is claimed (reads are never
+    /// deduplicated); the caller runs it and completes nothing.
+    pub fn pass_through() -> Self {
+        Envelope {
+            status: "pass_through".to_owned(),
+            intent_key: None,
+            generation: 0,
+            attempt: 0,
+            state: None,
+            effect_ref: None,
+            result: None,
+            approval_id: None,
+            reason: None,
+            alerts: Vec::new(),
+            message: "PASS THROUGH: a read; run it yourself, there is nothing to complete."
+                .to_owned(),
+        }
+    }
+
     /// The MCP rendering: the value of `_meta[OUTCOME_META_KEY]` (camelCase, the
     /// reason's code only: the model line carries its message).
     pub fn mcp_meta(&self) -> Value {
@@ -152,7 +174,9 @@ impl Envelope {
 /// The HTTP status of a decided call.
 pub fn http_status(o: &Outcome) -> StatusCode {
     match o.status {
-        Status::Applied | Status::Replayed | Status::DryRun | Status::Failed => StatusCode::OK,
+        Status::Applied | Status::Replayed | Status::DryRun | Status::Failed | Status::Approved => {
+            StatusCode::OK
+        }
         Status::InFlight | Status::Unknown | Status::PendingApproval => StatusCode::ACCEPTED,
         Status::Denied => StatusCode::FORBIDDEN,
         Status::Refused => match o.reason.as_ref().map(|r| r.code) {

@@ -48,7 +48,7 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
         // Every value as it is written in the config, so the line can be checked
         // against the file.
         println!(
-            "  {:<16} {:<16} window {:#} ceiling {} on_unknown {} policy {}",
+            "  {:<16} {:<16} window {:#} ceiling {} on_unknown {} policy {} executed by {}",
             cap.name,
             cap.category.as_str(),
             cap.replay_window,
@@ -56,6 +56,19 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
                 .map_or("none".to_owned(), |c| c.to_string()),
             cap.on_unknown.as_str(),
             cap.policy_file.as_deref().unwrap_or("-"),
+            executed_by(cap),
+        );
+    }
+    let claim_only: Vec<&str> = registry
+        .capabilities()
+        .iter()
+        .filter(|c| is_claim_only(c))
+        .map(|c| c.name.as_str())
+        .collect();
+    if !claim_only.is_empty() {
+        println!(
+            "claim-only (no upstream: their callers execute them through POST /v1/intents/claim and complete the claim; POST /v1/calls and MCP refuse them): {}",
+            claim_only.join(", ")
         );
     }
     if !args.probe {
@@ -84,4 +97,19 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     }
     println!("probe: {} upstream(s) answered", findings.len());
     Ok(ExitCode::SUCCESS)
+}
+
+/// A capability without an upstream that is not a dry run: only the two-phase API
+/// reaches it.
+fn is_claim_only(cap: &oncegate_core::config::Capability) -> bool {
+    cap.upstream.is_none() && !cap.dry_run
+}
+
+/// Who executes a capability's effects, as `check-config` lists it.
+fn executed_by(cap: &oncegate_core::config::Capability) -> &'static str {
+    match &cap.upstream {
+        _ if cap.dry_run => "nobody (dry run)",
+        Some(_) => "the gateway",
+        None => "its callers (claim-only)",
+    }
 }

@@ -13,6 +13,19 @@ use crate::codes::Code;
 use crate::config::{Capability, Role};
 use crate::intent::{Approval, ApprovalState, IntentRecord, IntentState, Outcome, Reason, Status};
 
+/// Who executes an approved call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Executes<'a> {
+    /// The gate that decides the approval, right away, under a lease owned by `owner`.
+    Here {
+        /// The lease owner of the execution.
+        owner: &'a str,
+    },
+    /// Nobody here: the capability is claim-only, so approving leaves the intent held
+    /// and the caller's next claim of it executes it (see `decide`).
+    OnNextClaim,
+}
+
 /// Decides a human's approve or deny.
 #[expect(
     clippy::too_many_arguments,
@@ -25,7 +38,7 @@ pub fn decide_approval(
     role: Role,
     choice: Choice,
     cap: &Capability,
-    owner: &str,
+    executes: Executes<'_>,
     now: Timestamp,
 ) -> ApprovalDecision {
     if role == Role::Agent {
@@ -69,11 +82,18 @@ pub fn decide_approval(
         // that arrives after an approve, from a second approver) answers with the first
         // one's outcome and changes nothing.
         (ApprovalState::Approved, _) | (ApprovalState::Denied, Choice::Deny) => {
+            let mut outcome = standing_outcome(record);
+            if approval.state == ApprovalState::Approved
+                && record.state == IntentState::PendingApproval
+            {
+                // Approved for the caller's next claim, which has not come yet.
+                outcome.status = Status::Approved;
+            }
             return decided(
                 Action::Respond,
                 None,
                 None,
-                standing_outcome(record),
+                outcome,
                 json!({"approval_id": approval.id, "repeat": true, "first_decision": approval.state.as_str(), "decided_by": approval.decided_by}),
             );
         }
@@ -160,15 +180,30 @@ pub fn decide_approval(
     match choice {
         Choice::Approve => {
             ap.state = ApprovalState::Approved;
-            claim(&mut next, owner, cap, now);
-            let outcome = standing_outcome(&next);
-            decided(
-                Action::Execute,
-                Some(next),
-                Some(ap),
-                outcome,
-                json!({"approval_id": approval.id, "choice": "approve"}),
-            )
+            match executes {
+                Executes::Here { owner } => {
+                    claim(&mut next, owner, cap, now);
+                    let outcome = standing_outcome(&next);
+                    decided(
+                        Action::Execute,
+                        Some(next),
+                        Some(ap),
+                        outcome,
+                        json!({"approval_id": approval.id, "choice": "approve"}),
+                    )
+                }
+                Executes::OnNextClaim => {
+                    let mut outcome = standing_outcome(&next);
+                    outcome.status = Status::Approved;
+                    decided(
+                        Action::Respond,
+                        Some(next),
+                        Some(ap),
+                        outcome,
+                        json!({"approval_id": approval.id, "choice": "approve", "executes": "on_next_claim"}),
+                    )
+                }
+            }
         }
         Choice::Deny => {
             ap.state = ApprovalState::Denied;

@@ -214,6 +214,15 @@ pub fn decide(
                 let outcome = standing_outcome(&record);
                 finish(Action::Respond, record, Some(ap), outcome, alerts)
             }
+            // A claim-only capability's held call, approved: nobody in the gateway
+            // executes it, so this call (the caller's next claim of the same intent)
+            // does, once.
+            Some(ap)
+                if ap.state == ApprovalState::Approved
+                    && current.approval_id.as_deref() == Some(ap.id.as_str()) =>
+            {
+                approved_claim(record, ap, req, cap, now, alerts, &finish)
+            }
             _ => replay(Status::PendingApproval, None, alerts),
         },
         IntentState::Applied
@@ -236,6 +245,60 @@ pub fn decide(
             d
         }
     }
+}
+
+/// The first claim after a human approved a claim-only capability's held call: it
+/// executes, with the claim's own arguments (as a re-execution after `not_applied`
+/// does), unless the approval no longer covers it. An approval decided under another
+/// policy is void; one left unclaimed for longer than the capability's approval TTL
+/// since the decision has expired (an approval is not a standing permission).
+fn approved_claim(
+    mut record: IntentRecord,
+    ap: &Approval,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    now: Timestamp,
+    mut alerts: Vec<Alert>,
+    finish: &Finish<'_>,
+) -> Decision {
+    let decided_at = ap.decided_at.unwrap_or(ap.created_at);
+    let void = if ap.policy_hash != cap.policy_hash() {
+        Some((
+            ApprovalState::Void,
+            Reason::new(
+                Code::ApprovalVoid,
+                "the policy changed since the call was approved; the call must be asked again",
+            ),
+        ))
+    } else if now >= decided_at + cap.approval_ttl {
+        Some((
+            ApprovalState::Expired,
+            Reason::new(
+                Code::ApprovalExpired,
+                "the approved call was not claimed within the approval's time to live",
+            ),
+        ))
+    } else {
+        None
+    };
+    if let Some((state, reason)) = void {
+        let mut ap = ap.clone();
+        ap.state = state;
+        settle_refusal(&mut record, ap.reason, now);
+        record.error = Some(reason.clone());
+        let mut outcome = outcome_of(&record, Status::Denied, Some(reason));
+        outcome.approval_id = Some(ap.id.clone());
+        return finish(Action::Respond, record, Some(ap), outcome, alerts);
+    }
+    if let Some(refused) = over_ceiling(&mut record, cap, &mut alerts) {
+        return finish(Action::Respond, record, None, refused, alerts);
+    }
+    if !dedupe_is_proof(cap) {
+        record.arguments = req.arguments.clone();
+    }
+    claim(&mut record, req.owner, cap, now);
+    let outcome = standing_outcome(&record);
+    finish(Action::Execute, record, None, outcome, alerts)
 }
 
 /// The attempt ceiling, checked before an execution or a reconciliation read starts

@@ -30,7 +30,7 @@ mod complete;
 mod effect;
 mod reconcile;
 
-pub use approval::{decide_approval, reset_breaker};
+pub use approval::{Executes, decide_approval, reset_breaker};
 pub use call::decide;
 pub use complete::{Completion, complete_claim, heartbeat_claim, lease_nonce, stale_claim};
 pub use effect::{record_claim_effect, record_effect};

@@ -6,8 +6,8 @@ use jiff::{SignedDuration, Timestamp};
 use oncegate_core::codes::Code;
 use oncegate_core::config::{Capability, Role};
 use oncegate_core::decide::{
-    Action, ApprovalDecision, CallRequest, Choice, EffectResult, ReconcileResult, after_reconcile,
-    after_sweep, decide, decide_approval, record_effect,
+    Action, ApprovalDecision, CallRequest, Choice, EffectResult, Executes, ReconcileResult,
+    after_reconcile, after_sweep, decide, decide_approval, record_effect,
 };
 use oncegate_core::intent::{
     Alert, Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState, Lease, Status,
@@ -729,7 +729,7 @@ fn approvals_are_single_use_idempotent_and_bound() {
         Role::Agent,
         Choice::Approve,
         &f.cap,
-        "gw",
+        Executes::Here { owner: "gw" },
         t0(),
     );
     assert!(matches!(agent, ApprovalDecision::Rejected(r) if r.code == Code::Forbidden));
@@ -740,7 +740,7 @@ fn approvals_are_single_use_idempotent_and_bound() {
         Role::Approver,
         Choice::Approve,
         &f.cap,
-        "gw",
+        Executes::Here { owner: "gw" },
         t0(),
     );
     assert!(
@@ -760,7 +760,7 @@ fn approvals_are_single_use_idempotent_and_bound() {
         Role::Approver,
         Choice::Approve,
         &f.cap,
-        "gw",
+        Executes::Here { owner: "gw" },
         t0(),
     )
     else {
@@ -787,7 +787,7 @@ fn approvals_are_single_use_idempotent_and_bound() {
         Role::Approver,
         Choice::Approve,
         &f.cap,
-        "gw",
+        Executes::Here { owner: "gw" },
         t0(),
     )
     else {
@@ -811,7 +811,7 @@ fn approvals_are_single_use_idempotent_and_bound() {
         Role::Approver,
         Choice::Approve,
         &f.cap,
-        "gw",
+        Executes::Here { owner: "gw" },
         t0(),
     )
     else {
@@ -828,7 +828,7 @@ fn approvals_are_single_use_idempotent_and_bound() {
         Role::Approver,
         Choice::Approve,
         &f.cap,
-        "gw",
+        Executes::Here { owner: "gw" },
         t0() + SignedDuration::from_hours(25),
     ) else {
         panic!()
@@ -843,7 +843,7 @@ fn approvals_are_single_use_idempotent_and_bound() {
         Role::Approver,
         Choice::Approve,
         &f.cap,
-        "gw",
+        Executes::Here { owner: "gw" },
         t0(),
     ) else {
         panic!()
@@ -858,7 +858,7 @@ fn approvals_are_single_use_idempotent_and_bound() {
         Role::Approver,
         Choice::Deny,
         &f.cap,
-        "gw",
+        Executes::Here { owner: "gw" },
         t0(),
     ) else {
         panic!()
@@ -1043,7 +1043,7 @@ fn denying_the_re_execution_of_an_unknown_keeps_it_unknown() {
         Role::Approver,
         Choice::Deny,
         &f.cap,
-        "gw",
+        Executes::Here { owner: "gw" },
         t0(),
     ) else {
         panic!()
@@ -1077,7 +1077,7 @@ fn a_deny_after_an_approve_answers_the_first_outcome_and_changes_nothing() {
         Role::Approver,
         Choice::Deny,
         &f.cap,
-        "gw",
+        Executes::Here { owner: "gw" },
         t0(),
     )
     else {
@@ -1549,4 +1549,124 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
         )
         .is_err()
     );
+}
+
+#[test]
+fn a_claim_only_approval_executes_nothing_and_the_next_claim_of_the_intent_executes_it_once() {
+    let f = fixture("refund");
+    let mut held = f.record(IntentState::PendingApproval);
+    held.approval_id = Some("ap_1".into());
+    let ap = pending_approval(&f, &held);
+    let ApprovalDecision::Decided {
+        action,
+        record,
+        approval,
+        outcome,
+        ..
+    } = decide_approval(
+        &held,
+        &ap,
+        "alice",
+        Role::Approver,
+        Choice::Approve,
+        &f.cap,
+        Executes::OnNextClaim,
+        t0() + mins(5),
+    )
+    else {
+        panic!("approve must decide");
+    };
+    assert_eq!(
+        (action, outcome.status),
+        (Action::Respond, Status::Approved)
+    );
+    let approved = approval.unwrap();
+    let waiting = record.unwrap();
+    assert_eq!(approved.state, ApprovalState::Approved);
+    assert_eq!(
+        (waiting.state, waiting.executions),
+        (IntentState::PendingApproval, held.executions)
+    );
+    assert!(
+        waiting.lease.is_none(),
+        "nobody holds it until the caller claims"
+    );
+
+    // A second click answers the first decision, writes nothing.
+    let ApprovalDecision::Decided {
+        action,
+        record,
+        outcome,
+        ..
+    } = decide_approval(
+        &waiting,
+        &approved,
+        "bob",
+        Role::Approver,
+        Choice::Approve,
+        &f.cap,
+        Executes::OnNextClaim,
+        t0() + mins(6),
+    )
+    else {
+        panic!("a second approve answers");
+    };
+    assert_eq!(
+        (action, record.is_none(), outcome.status),
+        (Action::Respond, true, Status::Approved)
+    );
+
+    // The caller's next claim executes it.
+    let claim = decide(
+        Some(&waiting),
+        &f.req(Some(&approved), None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(10),
+    );
+    assert_eq!(claim.action, Action::Execute);
+    let running = claim.record.unwrap();
+    assert_eq!(running.state, IntentState::InFlight);
+    assert_eq!(running.executions, held.executions + 1);
+    // The one after it finds it in flight: nothing more to execute.
+    let repeat = decide(
+        Some(&running),
+        &f.req(Some(&approved), None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(10),
+    );
+    assert_eq!(
+        (repeat.action, repeat.outcome.status),
+        (Action::Replay, Status::InFlight)
+    );
+
+    // An approval is not a standing permission: unclaimed past its time to live since
+    // the decision, or under another policy, it no longer executes anything.
+    let late = decide(
+        Some(&waiting),
+        &f.req(Some(&approved), None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(5) + f.cap.approval_ttl,
+    );
+    assert_eq!(
+        (late.action, late.outcome.status),
+        (Action::Respond, Status::Denied)
+    );
+    assert_eq!(late.approval.unwrap().state, ApprovalState::Expired);
+    let mut other_policy = approved.clone();
+    other_policy.policy_hash = "another".into();
+    let void = decide(
+        Some(&waiting),
+        &f.req(Some(&other_policy), None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(10),
+    );
+    assert_eq!(
+        (void.action, void.outcome.status),
+        (Action::Respond, Status::Denied)
+    );
+    assert_eq!(void.approval.unwrap().state, ApprovalState::Void);
 }

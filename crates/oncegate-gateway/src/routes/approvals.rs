@@ -1,5 +1,6 @@
 //! `GET /v1/approvals` and `POST /v1/approvals/{id}/{approve,deny}`: held calls and
-//! their human decision (approving executes the call once, through the front door).
+//! their human decision (approving executes the call once, through the front door; a
+//! claim-only capability's call is left for its caller's next claim).
 
 use std::sync::Arc;
 
@@ -65,7 +66,7 @@ async fn decide_approval(
     Ok(envelope_response(&outcome, &capability))
 }
 
-#[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals", params(("id" = String, Path)), responses((status = 200, description = "executed once; a repeat returns the first result", body = Envelope), (status = 403, description = "not an approver, or own call")), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals", params(("id" = String, Path)), responses((status = 200, description = "executed once; a repeat returns the first result. For a claim-only capability: `approved`, executed by the caller's next claim of the intent", body = Envelope), (status = 403, description = "not an approver, or own call")), security(("bearer" = [])))]
 pub(crate) async fn approve(
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -40,30 +40,41 @@ pub(crate) async fn post_call(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let principal = state.authenticate(&headers)?;
-    let parsed: CallBody = json_body(&body)?;
-    exact_numbers(&body)?;
-    let body = parsed;
-    let door = Door::open(&state, &body.capability)?;
-    let client_key = header_string(&headers, "idempotency-key")?;
-    let call = Call {
-        capability: body.capability,
-        arguments: body.arguments,
-        run_id: header_string(&headers, "oncegate-run-id")?,
-        step_id: header_string(&headers, "oncegate-step-id")?,
-        client_key: client_key.clone(),
-    };
+    let call = read_call(&headers, &body)?;
+    let door = Door::open(&state, &call.capability)?;
+    let client_key = call.client_key.clone();
     let capability = Arc::clone(door.capability());
     let outcome = door.call(&principal, call).await?;
-    if client_key.is_some() && outcome.status == Status::InFlight {
-        // The IETF idempotency-key draft: a request whose key is still being processed is 409.
-        let mut envelope = Envelope::from(&outcome);
+    Ok(call_response(&outcome, &capability, client_key.is_some()))
+}
+
+/// The parts of a call every route that decides one reads from its request: the body
+/// (capability and arguments, numbers kept exact) and the orchestrator's headers.
+pub(crate) fn read_call(headers: &HeaderMap, body: &[u8]) -> Result<Call, ApiError> {
+    let parsed: CallBody = json_body(body)?;
+    exact_numbers(body)?;
+    Ok(Call {
+        capability: parsed.capability,
+        arguments: parsed.arguments,
+        run_id: header_string(headers, "oncegate-run-id")?,
+        step_id: header_string(headers, "oncegate-step-id")?,
+        client_key: header_string(headers, "idempotency-key")?,
+    })
+}
+
+/// The answer to a decided call: its envelope and HTTP status, and (the IETF
+/// idempotency-key draft) 409 while the first request with the caller's
+/// `Idempotency-Key` is still in flight.
+pub(crate) fn call_response(o: &Outcome, capability: &Capability, client_key: bool) -> Response {
+    if client_key && o.status == Status::InFlight {
+        let mut envelope = Envelope::from(o);
         envelope.reason = Some(reason(
             Code::ClientKeyInFlight,
             "the first request with this Idempotency-Key is still in flight",
         ));
-        return Ok((StatusCode::CONFLICT, Json(envelope)).into_response());
+        return (StatusCode::CONFLICT, Json(envelope)).into_response();
     }
-    Ok(envelope_response(&outcome, &capability))
+    envelope_response(o, capability)
 }
 
 /// The envelope of a decided call and its HTTP status (the decision is counted where it

@@ -7,6 +7,7 @@ pub(crate) mod admin;
 pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod calls;
+pub(crate) mod claims;
 pub(crate) mod intents;
 pub(crate) mod ops;
 

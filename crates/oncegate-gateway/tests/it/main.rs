@@ -1,5 +1,6 @@
 //! oncegate-gateway integration tests.
 
+mod claims;
 mod front_door;
 mod fuzz;
 mod mcp_surface;

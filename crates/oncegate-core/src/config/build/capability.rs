@@ -169,11 +169,16 @@ impl Builder<'_> {
             {
                 self.warn(&at(&["settle_horizon"]), format!("the settle horizon ({h:#}) is shorter than the upstream timeout ({:#}): a request the provider finishes late may land after oncegate concluded it never happened, and execute a second time", up.timeout));
             }
-        } else if rc.category.is_consequential() {
+        } else if rc.category.is_consequential()
+            && reconcile.is_none()
+            && !rc.dry_run.unwrap_or(false)
+        {
+            // Claim-only: its callers execute it (POST /v1/intents/claim). Without a
+            // reconciliation read, a claim whose lease expires unanswered is escalated.
             self.warn(
                 &at(&["upstream"]),
                 format!(
-                    "`{}` has no upstream: only in-process callers (Gate::invoke) can execute it",
+                    "`{}` has no upstream (claim-only: its callers execute it through POST /v1/intents/claim) and no [capabilities.reconcile] read: a claim that dies without completing waits for a human",
                     rc.name
                 ),
             );

@@ -44,6 +44,10 @@ pub struct IntentPlan {
     pub amount: &'static str,
     /// Whether the provider dedupes this capability's requests on the key.
     pub provider_honours_key: bool,
+    /// Executed by its callers through the two-phase API (claim, execute at the
+    /// provider, complete) instead of by the gateway; approvals leave it for the next
+    /// claim.
+    pub two_phase: bool,
     pub calls: Vec<CallPlan>,
 }
 
@@ -55,6 +59,21 @@ pub struct CallPlan {
     pub run: Option<&'static str>,
     /// An undeclared argument that drifts between re-plans (never enters the key).
     pub memo: u32,
+    /// What the caller's worker does with a claim it gets (two-phase intents only).
+    pub worker: Worker,
+}
+
+/// The caller's own worker, holding a claim: it may stall (a GC pause, a slow SDK)
+/// before the provider call or before completing, past its lease, and it may die
+/// (SIGKILL) without completing.
+#[derive(Clone, Debug, Default)]
+pub struct Worker {
+    pub stall_before: Duration,
+    pub stall_after: Duration,
+    /// Dies before calling the provider.
+    pub dies_before: bool,
+    /// Dies after the provider call, before completing.
+    pub dies_after: bool,
 }
 
 /// A gateway crash: every task of the running instance dies at `at`; a new instance
@@ -94,9 +113,32 @@ fn secs(rng: &mut StdRng, from: f64, to: f64) -> Duration {
     Duration::from_secs_f64(rng.random_range(from..to))
 }
 
+impl Worker {
+    fn draw(rng: &mut StdRng) -> Worker {
+        // Mostly prompt; sometimes a stall past the 30 s lease. Stalls stay well inside
+        // the settle horizon: a worker that starts its provider call after its lease
+        // AND the horizon have run out can make a second effect, which is the limit of
+        // the two-phase API (documented), not something the gateway can see.
+        let stall = |rng: &mut StdRng| match rng.random_range(0..10) {
+            0..=5 => Duration::ZERO,
+            6..=7 => secs(rng, 0.0, 5.0),
+            _ => secs(rng, 25.0, 45.0),
+        };
+        Worker {
+            stall_before: stall(rng),
+            stall_after: stall(rng),
+            dies_before: rng.random_bool(0.05),
+            dies_after: rng.random_bool(0.1),
+        }
+    }
+}
+
 impl Plan {
     pub fn draw(seed: u64, late_commits: bool) -> Plan {
         let mut rng = StdRng::seed_from_u64(seed);
+        // The two-phase draws come from a generator of their own, so adding them kept
+        // every earlier schedule's draws (and their regression value) as they were.
+        let mut workers = StdRng::seed_from_u64(seed ^ 0x2fa5_e000);
         let n_intents = rng.random_range(1..=3);
         let mut intents = Vec::new();
         for i in 0..n_intents {
@@ -136,6 +178,7 @@ impl Plan {
                         _ => Some("run-2"),
                     },
                     memo: rng.random_range(0..1000),
+                    worker: Worker::draw(&mut workers),
                 });
             }
             intents.push(IntentPlan {
@@ -143,6 +186,7 @@ impl Plan {
                 order: format!("O-{i}"),
                 amount,
                 provider_honours_key,
+                two_phase: workers.random_bool(0.35),
                 calls,
             });
         }

@@ -18,7 +18,9 @@ use oncegate_core::audit::verify_shard;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalReason, IntentState, Outcome, Status};
 use oncegate_core::{EffectResult, IntentKey, ReconcileResult, Registry};
-use oncegate_engine::{Call, Executor, Gate, IntentHandle, Process, TokioClock};
+use oncegate_engine::{
+    Call, Claim, Claimed, Executor, Gate, GateError, IntentHandle, Process, TokioClock,
+};
 use oncegate_store::{IntentFilter, MemoryStore, StoreRead};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -26,7 +28,7 @@ use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::plan::{CALM_AT, CallPlan, IntentPlan, Plan};
+use super::plan::{CALM_AT, CallPlan, IntentPlan, Plan, Worker};
 
 /// How often each gateway instance sweeps (the gateway's `--sweep-every`).
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -498,6 +500,28 @@ impl Executor for SimExecutor {
     }
 }
 
+/// The executor of a gateway for which a capability is claim-only: it reconciles like
+/// the gateway's, and executes nothing (approvals leave the call for the next claim).
+/// Counts what the gateway executed anyway (the checks want none).
+struct ByClaim(Arc<SimExecutor>, Arc<AtomicU64>);
+
+impl Executor for ByClaim {
+    fn executes(&self) -> bool {
+        false
+    }
+
+    async fn execute(&self, _intent: IntentHandle) -> EffectResult {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        EffectResult::NotSent {
+            message: "claim-only".into(),
+        }
+    }
+
+    async fn reconcile(&self, intent: IntentHandle) -> ReconcileResult {
+        self.0.reconcile(intent).await
+    }
+}
+
 /// One running gateway: its gate and its process.
 #[derive(Clone)]
 struct Instance {
@@ -530,6 +554,10 @@ pub struct World {
     calls_running: Arc<AtomicU64>,
     crashes_mid_effect: AtomicU64,
     crashes_mid_call: AtomicU64,
+    /// Completions of two-phase workers refused as stale.
+    stale_completions: AtomicU64,
+    /// Executions the gateway ran itself for a two-phase intent's approval (must be 0).
+    claim_only_executed: Arc<AtomicU64>,
     start: Instant,
 }
 
@@ -559,6 +587,8 @@ impl World {
             calls_running: Arc::default(),
             crashes_mid_effect: AtomicU64::new(0),
             crashes_mid_call: AtomicU64::new(0),
+            stale_completions: AtomicU64::new(0),
+            claim_only_executed: Arc::default(),
             start,
         })
     }
@@ -634,6 +664,31 @@ impl World {
         }
         let (gate, executor, agent) = (instance.gate.clone(), self.executor.clone(), call.agent);
         let running = self.calls_running.clone();
+        if plan.two_phase {
+            let task = instance.process.spawn(async move {
+                let _running = Running::start(&running);
+                gate.claim_with(agent, c, executor).await
+            });
+            match task.await {
+                Ok(Ok(Claimed::Execute(claim))) => self.work(claim, &call.worker).await,
+                Ok(Ok(Claimed::Settled(outcome))) => {
+                    let pending = (outcome.status == Status::PendingApproval)
+                        .then(|| outcome.approval_id.clone())
+                        .flatten();
+                    self.hear(agent, outcome);
+                    if let Some(id) = pending {
+                        self.clicks(id).await;
+                    }
+                }
+                Ok(Ok(Claimed::Read(_))) => lock(&self.errors)
+                    .push(format!("{agent}: a consequential claim passed through")),
+                Ok(Err(e)) => {
+                    lock(&self.errors).push(format!("{agent} claim failed to decide: {e}"))
+                }
+                Err(_) => {}
+            }
+            return;
+        }
         let task = instance.process.spawn(async move {
             let _running = Running::start(&running);
             gate.invoke_with(agent, c, executor).await
@@ -651,6 +706,44 @@ impl World {
             Ok(Err(e)) => lock(&self.errors).push(format!("{agent} call failed to decide: {e}")),
             // The gateway died under the call: the agent saw a reset.
             Err(_) => {}
+        }
+    }
+
+    /// The caller's worker with its claim: the provider call (through the same
+    /// simulated provider and its faults), then the completion, through whichever
+    /// gateway instance is up when it gets there. It runs in the agent's process, not
+    /// the gateway's: a gateway crash does not stop it. Its completion is retried while
+    /// no gateway answers (the client's retry); a stale claim's completion is refused,
+    /// which the checks then prove changed nothing.
+    async fn work(&self, claim: Claim, worker: &Worker) {
+        // Past the calm point workers behave too (the horizon checks what the engine
+        // made of the chaos, and repeats reuse the plan's calls).
+        let calm = Worker::default();
+        let worker = if self.provider.calm() { &calm } else { worker };
+        tokio::time::sleep(worker.stall_before).await;
+        if worker.dies_before {
+            return;
+        }
+        let result = self.executor.execute(claim.intent.clone()).await;
+        tokio::time::sleep(worker.stall_after).await;
+        if worker.dies_after {
+            return;
+        }
+        for _ in 0..10 {
+            if let Some(instance) = self.instance() {
+                match instance.gate.complete(&claim, result.clone()).await {
+                    Ok(outcome) => {
+                        self.hear(&claim.principal, outcome);
+                        return;
+                    }
+                    Err(GateError::StaleClaim(_)) => {
+                        self.stale_completions.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    Err(_) => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 
@@ -708,10 +801,24 @@ impl World {
             self.executor.clone(),
             approval_id.to_owned(),
         );
+        let two_phase = match self.store.approval(approval_id).await {
+            Ok(Some(a)) => self
+                .plan
+                .intents
+                .iter()
+                .any(|i| i.two_phase && i.cap.name() == a.capability),
+            _ => false,
+        };
         let running = self.calls_running.clone();
+        let executed = self.claim_only_executed.clone();
         let task = instance.process.spawn(async move {
             let _running = Running::start(&running);
-            gate.decide_approval(who, &id, choice, executor).await
+            if two_phase {
+                gate.decide_approval(who, &id, choice, Arc::new(ByClaim(executor, executed)))
+                    .await
+            } else {
+                gate.decide_approval(who, &id, choice, executor).await
+            }
         });
         // A store outage surfaces as an error, a crash as a cancelled task: the approver
         // sees an error page and nothing is heard.
@@ -762,6 +869,12 @@ impl World {
     /// The invariants. Returns every violation, with the evidence for each.
     pub async fn check(&self) -> Vec<String> {
         let mut bad = lock(&self.errors).clone();
+        let executed = self.claim_only_executed.load(Ordering::SeqCst);
+        if executed > 0 {
+            bad.push(format!(
+                "GATEWAY EXECUTED A CLAIM-ONLY CALL: {executed} approval(s) of two-phase intents executed in the gateway"
+            ));
+        }
         let records = match self
             .store
             .list_intents(&IntentFilter {
@@ -996,6 +1109,11 @@ impl World {
         *stats
             .entry("crashes cutting through a call's decision".into())
             .or_default() += self.crashes_mid_call.load(Ordering::SeqCst);
+        *stats
+            .entry("two-phase completions refused as stale".into())
+            .or_default() += self.stale_completions.load(Ordering::SeqCst);
+        let two_phase = self.plan.intents.iter().filter(|i| i.two_phase).count();
+        *stats.entry("two-phase intents".into()).or_default() += two_phase as u64;
     }
 }
 

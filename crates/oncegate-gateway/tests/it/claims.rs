@@ -1,0 +1,516 @@
+//! The two-phase API on a real socket, with the sandbox as the provider the caller's own
+//! code calls: claim, execute at the provider with the claim's key, complete. A claim-only
+//! capability (no upstream) throughout, reconciled by its read against the sandbox.
+//!
+//! Each case counts the provider's ledger: a second execution of one intent would show
+//! there as a second charge (the worker below sends the claim's key, which the sandbox
+//! dedupes, so the fencing cases use a fresh key per execution where the property
+//! needs a second execution to be visible).
+
+use std::time::Duration;
+
+use oncegate_gateway::server::{AppState, app, http_client, install_crypto};
+use oncegate_sandbox::{self as sandbox, SandboxConfig};
+use serde_json::{Value, json};
+
+use crate::upstream::registry_in;
+
+/// A gateway over a claim-only `charge` (keyed, reconciled by the sandbox's lookup) and
+/// a claim-only `email` without a reconciliation read (escalates), on a socket.
+struct Gw {
+    url: String,
+    sandbox: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn gateway(lease: &str) -> Gw {
+    install_crypto();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sandbox = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(sandbox::serve(listener, SandboxConfig::default()));
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"
+[store]
+url = "sqlite://gw.db"
+
+[[principals]]
+name = "agent"
+role = "agent"
+token_env = "UNUSED_TOKEN_AGENT"
+
+[[principals]]
+name = "alice"
+role = "approver"
+token_env = "UNUSED_TOKEN_ALICE"
+
+[[capabilities]]
+name = "charge"
+category = "keyed"
+lease = "{lease}"
+settle_horizon = "1s"
+on_unknown = "reconcile"
+key = {{ business_ref = "order_id", significant = [{{ arg = "amount", type = "money", default_currency = "USD" }}] }}
+
+[capabilities.reconcile]
+kind = "http"
+url = "{sandbox}/v1/charges?idempotency_key={{key}}"
+found = "/found"
+effect_ref = "/charge/id"
+result = "/charge"
+
+[[capabilities]]
+name = "email"
+category = "non_idempotent"
+lease = "{lease}"
+on_unknown = "escalate"
+key = {{ business_ref = "order_id", significant = [{{ arg = "to", type = "email" }}] }}
+"#
+    );
+    let registry = registry_in(dir.path(), &text);
+    let gate =
+        oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
+            .await
+            .unwrap();
+    let state = AppState::with_tokens(
+        gate,
+        http_client(),
+        vec![
+            ("agent".into(), "tok".into()),
+            ("alice".into(), "ali".into()),
+        ],
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+    Gw {
+        url,
+        sandbox,
+        _dir: dir,
+    }
+}
+
+async fn post(url: String, token: &str, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+impl Gw {
+    async fn claim(&self, capability: &str, arguments: Value) -> (u16, Value) {
+        post(
+            format!("{}/v1/intents/claim", self.url),
+            "tok",
+            json!({"capability": capability, "arguments": arguments}),
+        )
+        .await
+    }
+
+    async fn complete(&self, claim: &Value, body: Value) -> (u16, Value) {
+        let mut body = body;
+        body["fencing_token"] = claim["fencing_token"].clone();
+        post(
+            format!(
+                "{}/v1/intents/{}/complete",
+                self.url,
+                claim["intent_key"].as_str().unwrap()
+            ),
+            "tok",
+            body,
+        )
+        .await
+    }
+
+    async fn heartbeat(&self, claim: &Value) -> (u16, Value) {
+        post(
+            format!(
+                "{}/v1/intents/{}/heartbeat",
+                self.url,
+                claim["intent_key"].as_str().unwrap()
+            ),
+            "tok",
+            json!({"fencing_token": claim["fencing_token"]}),
+        )
+        .await
+    }
+
+    /// The caller's own provider call: a charge at the sandbox with `key`.
+    async fn charge(&self, order: &str, key: &str) -> Value {
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/charges", self.sandbox))
+            .header("idempotency-key", key)
+            .json(&json!({"order_id": order, "amount_minor": 1250, "currency": "USD"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+        r.json().await.unwrap()
+    }
+
+    async fn charges(&self, order: &str) -> usize {
+        let r: Value = reqwest::get(format!(
+            "{}/v1/effects?kind=charge&order_id={order}",
+            self.sandbox
+        ))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        r["effects"].as_array().unwrap().len()
+    }
+}
+
+#[tokio::test]
+async fn a_claimed_charge_executes_once_and_every_later_claim_replays_what_was_recorded() {
+    let gw = gateway("30s").await;
+    let (status, claim) = gw
+        .claim("charge", json!({"order_id": "o-1", "amount": "12.50"}))
+        .await;
+    assert_eq!(
+        (status, claim["status"].as_str()),
+        (200, Some("execute")),
+        "{claim}"
+    );
+    assert_eq!(claim["idempotency_key"], claim["intent_key"], "{claim}");
+    assert!(
+        claim["fencing_token"]
+            .as_str()
+            .unwrap()
+            .starts_with("g1.e1.")
+    );
+
+    // A re-plan while the claim is live: nothing to execute.
+    let (status, busy) = gw
+        .claim("charge", json!({"order_id": "o-1", "amount": 12.5}))
+        .await;
+    assert_eq!(
+        (status, busy["status"].as_str()),
+        (202, Some("in_flight")),
+        "{busy}"
+    );
+
+    let charge = gw
+        .charge("o-1", claim["idempotency_key"].as_str().unwrap())
+        .await;
+    let done = json!({"outcome": "applied", "effect_ref": charge["id"], "result": charge});
+    let (status, recorded) = gw.complete(&claim, done.clone()).await;
+    assert_eq!(
+        (status, recorded["status"].as_str()),
+        (200, Some("applied")),
+        "{recorded}"
+    );
+    assert_eq!(recorded["effect_ref"], charge["id"]);
+    // The caller retrying its own completion hears what was recorded.
+    let (status, again) = gw.complete(&claim, done).await;
+    assert_eq!(
+        (status, again["status"].as_str()),
+        (200, Some("applied")),
+        "{again}"
+    );
+
+    // A drifted re-plan after the result: the stored answer, nothing executed.
+    let (status, replay) = gw
+        .claim(
+            "charge",
+            json!({"order_id": "o-1", "amount": "12.50 USD", "memo": "again"}),
+        )
+        .await;
+    assert_eq!(
+        (status, replay["status"].as_str()),
+        (200, Some("replayed")),
+        "{replay}"
+    );
+    assert_eq!(replay["result"], charge, "{replay}");
+    assert_eq!(gw.charges("o-1").await, 1);
+
+    // A claim-only capability is not for the gateway to execute.
+    let (status, refused) = post(
+        format!("{}/v1/calls", gw.url),
+        "tok",
+        json!({"capability": "charge", "arguments": {"order_id": "o-2", "amount": "1.00"}}),
+    )
+    .await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (409, Some("OG-0025")),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn a_worker_that_stalled_past_its_lease_records_nothing_over_the_claim_that_replaced_it() {
+    let gw = gateway("1s").await;
+    let args = json!({"order_id": "o-stall", "amount": "5.00"});
+    let (_, first) = gw.claim("charge", args.clone()).await;
+    assert_eq!(first["status"], "execute", "{first}");
+    // The first worker stalls before it executes anything; its lease runs out.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (status, hb) = gw.heartbeat(&first).await;
+    assert_eq!(
+        (status, hb["error"]["code"].as_str()),
+        (409, Some("OG-0024")),
+        "{hb}"
+    );
+
+    // The next claim reconciles (the provider has nothing, but the settle horizon has not
+    // passed, so it stays unknown: a keyed repeat may re-execute with the same key).
+    let mut second = Value::Null;
+    for _ in 0..50 {
+        let (_, c) = gw.claim("charge", args.clone()).await;
+        if c["status"] == "execute" {
+            second = c;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        second["status"], "execute",
+        "the intent never became claimable again"
+    );
+    assert_eq!(second["idempotency_key"], first["idempotency_key"]);
+    assert_ne!(second["fencing_token"], first["fencing_token"]);
+    let charge = gw
+        .charge("o-stall", second["idempotency_key"].as_str().unwrap())
+        .await;
+    let (status, _) = gw
+        .complete(
+            &second,
+            json!({"outcome": "applied", "effect_ref": charge["id"], "result": charge}),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // The stalled worker wakes up and reports: refused, and nothing it says is recorded.
+    for body in [
+        json!({"outcome": "failed", "error": "declined", "result": {"error": "card_declined"}}),
+        json!({"outcome": "not_sent"}),
+        json!({"outcome": "applied", "effect_ref": "ch_forged", "result": {"id": "ch_forged"}}),
+    ] {
+        let (status, stale) = gw.complete(&first, body).await;
+        assert_eq!(
+            (status, stale["error"]["code"].as_str()),
+            (409, Some("OG-0024")),
+            "{stale}"
+        );
+    }
+    let (_, replay) = gw.claim("charge", args).await;
+    assert_eq!(replay["status"], "replayed", "{replay}");
+    assert_eq!(replay["effect_ref"], charge["id"], "{replay}");
+    assert_eq!(gw.charges("o-stall").await, 1);
+}
+
+#[tokio::test]
+async fn a_heartbeat_keeps_a_long_execution_s_claim_and_a_dead_claim_is_reconciled_from_the_provider()
+ {
+    let gw = gateway("1s").await;
+    let (_, claim) = gw
+        .claim("charge", json!({"order_id": "o-long", "amount": "7.00"}))
+        .await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (status, hb) = gw.heartbeat(&claim).await;
+        assert_eq!(
+            (status, hb["status"].as_str()),
+            (200, Some("in_flight")),
+            "{hb}"
+        );
+        assert_eq!(hb["fencing_token"], claim["fencing_token"]);
+        // Nobody else may take it meanwhile.
+        let (_, busy) = gw
+            .claim("charge", json!({"order_id": "o-long", "amount": "7.00"}))
+            .await;
+        assert_eq!(busy["status"], "in_flight", "{busy}");
+    }
+    let charge = gw
+        .charge("o-long", claim["idempotency_key"].as_str().unwrap())
+        .await;
+    let (status, done) = gw
+        .complete(
+            &claim,
+            json!({"outcome": "applied", "effect_ref": charge["id"], "result": charge}),
+        )
+        .await;
+    assert_eq!(
+        (status, done["status"].as_str()),
+        (200, Some("applied")),
+        "{done}"
+    );
+
+    // A worker that executes and dies before completing: after its lease, the next claim
+    // asks the provider and replays what it finds, without a second execution.
+    let args = json!({"order_id": "o-dead", "amount": "3.00"});
+    let (_, dead) = gw.claim("charge", args.clone()).await;
+    let charge = gw
+        .charge("o-dead", dead["idempotency_key"].as_str().unwrap())
+        .await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (status, found) = gw.claim("charge", args).await;
+    assert_eq!(
+        (status, found["status"].as_str()),
+        (200, Some("replayed")),
+        "{found}"
+    );
+    assert_eq!(found["effect_ref"], charge["id"], "{found}");
+    assert_eq!(gw.charges("o-dead").await, 1);
+}
+
+#[tokio::test]
+async fn not_sent_lets_the_next_claim_execute_and_unknown_without_a_read_waits_for_a_human_whose_approval_the_next_claim_executes()
+ {
+    let gw = gateway("30s").await;
+    let args = json!({"order_id": "o-ns", "amount": "2.00"});
+    let (_, first) = gw.claim("charge", args.clone()).await;
+    let (status, ns) = gw
+        .complete(
+            &first,
+            json!({"outcome": "not_sent", "error": "connection refused"}),
+        )
+        .await;
+    assert_eq!(
+        (status, ns["state"].as_str()),
+        (200, Some("not_applied")),
+        "{ns}"
+    );
+    let (_, again) = gw.claim("charge", args).await;
+    assert_eq!(again["status"], "execute", "{again}");
+    assert_eq!(again["idempotency_key"], first["idempotency_key"]);
+
+    // An email whose outcome is unknown, and no read to ask: a human decides.
+    let email = json!({"order_id": "o-mail", "to": "Ann@Example.com"});
+    let (_, claim) = gw.claim("email", email.clone()).await;
+    let (status, unknown) = gw
+        .complete(&claim, json!({"outcome": "unknown", "error": "timed out"}))
+        .await;
+    assert_eq!(
+        (status, unknown["status"].as_str()),
+        (202, Some("unknown")),
+        "{unknown}"
+    );
+    let (status, held) = gw.claim("email", email.clone()).await;
+    assert_eq!(
+        (status, held["status"].as_str()),
+        (202, Some("pending_approval")),
+        "{held}"
+    );
+    let approval = held["approval_id"].as_str().unwrap().to_owned();
+    let approve = format!("{}/v1/approvals/{approval}/approve", gw.url);
+    let (status, approved) = post(approve.clone(), "ali", json!({})).await;
+    assert_eq!(
+        (status, approved["status"].as_str()),
+        (200, Some("approved")),
+        "{approved}"
+    );
+    // A second click answers the first decision; nothing was executed by the gateway.
+    let (_, twice) = post(approve, "ali", json!({})).await;
+    assert_eq!(twice["status"], "approved", "{twice}");
+    // The agent's next claim executes it, once.
+    let (status, go) = gw.claim("email", email.clone()).await;
+    assert_eq!(
+        (status, go["status"].as_str()),
+        (200, Some("execute")),
+        "{go}"
+    );
+    let (_, busy) = gw.claim("email", email.clone()).await;
+    assert_eq!(busy["status"], "in_flight", "{busy}");
+    let (_, sent) = gw
+        .complete(
+            &go,
+            json!({"outcome": "applied", "effect_ref": "em_1", "result": {"id": "em_1"}}),
+        )
+        .await;
+    assert_eq!(sent["status"], "applied", "{sent}");
+    let (_, replay) = gw.claim("email", email).await;
+    assert_eq!(replay["status"], "replayed", "{replay}");
+}
+
+#[tokio::test]
+async fn malformed_completions_are_clear_errors_that_change_nothing() {
+    let gw = gateway("30s").await;
+    let (_, claim) = gw
+        .claim("charge", json!({"order_id": "o-bad", "amount": "1.00"}))
+        .await;
+    let key = claim["intent_key"].as_str().unwrap();
+    let complete = |k: &str| format!("{}/v1/intents/{k}/complete", gw.url);
+    for (url, token, body, status, code) in [
+        (
+            complete(key),
+            "tok",
+            json!({"fencing_token": "nope", "outcome": "applied"}),
+            400,
+            "OG-0009",
+        ),
+        (
+            complete(key),
+            "tok",
+            json!({"fencing_token": claim["fencing_token"], "outcome": "maybe"}),
+            400,
+            "OG-0009",
+        ),
+        (
+            complete(key),
+            "tok",
+            json!({"fencing_token": claim["fencing_token"], "outcome": "applied", "extra": 1}),
+            400,
+            "OG-0009",
+        ),
+        (
+            complete("zz"),
+            "tok",
+            json!({"fencing_token": claim["fencing_token"], "outcome": "applied"}),
+            404,
+            "OG-0021",
+        ),
+        (
+            complete(&"a".repeat(64)),
+            "tok",
+            json!({"fencing_token": claim["fencing_token"], "outcome": "applied"}),
+            404,
+            "OG-0021",
+        ),
+        (
+            complete(key),
+            "ali",
+            json!({"fencing_token": claim["fencing_token"], "outcome": "applied"}),
+            403,
+            "OG-0013",
+        ),
+        (
+            complete(key),
+            "wrong",
+            json!({"fencing_token": claim["fencing_token"], "outcome": "applied"}),
+            401,
+            "OG-0054",
+        ),
+        // Another claim's nonce with this claim's numbers.
+        (
+            complete(key),
+            "tok",
+            json!({"fencing_token": "g1.e1.00000000000000000000000000000000", "outcome": "applied"}),
+            409,
+            "OG-0024",
+        ),
+    ] {
+        let (s, answer) = post(url, token, body).await;
+        assert_eq!(
+            (s, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{answer}"
+        );
+    }
+    // The claim still holds, untouched.
+    let (status, done) = gw
+        .complete(&claim, json!({"outcome": "applied", "effect_ref": "ch_x"}))
+        .await;
+    assert_eq!(
+        (status, done["status"].as_str()),
+        (200, Some("applied")),
+        "{done}"
+    );
+}
