@@ -16,7 +16,7 @@
 use oncegate_core::codes::Code;
 use oncegate_core::config::Capability;
 use oncegate_core::decide::{self, Completion, EffectResult};
-use oncegate_core::intent::{IntentRecord, Outcome, Reason, Status};
+use oncegate_core::intent::{IntentRecord, IntentState, Outcome, Reason, Status};
 
 use oncegate_store::{Commit, StoreError, StoreRead, StoreWrite};
 
@@ -64,7 +64,18 @@ impl Gate {
                 Completion::Record(decision) => decision,
                 Completion::Recorded(outcome) => return Ok(outcome),
                 Completion::Stale(reason) => {
-                    tracing::warn!(key = %fence.intent_key, generation = fence.generation, execution = fence.execution, result = ?result, why = %reason.message, "a stale claim's completion was refused; nothing recorded");
+                    if let EffectResult::Applied { effect_ref, .. } = &result
+                        && (record.state != IntentState::Applied
+                            || record.effect_ref != *effect_ref)
+                    {
+                        // Refused all the same (the claim is not this worker's any more),
+                        // but it is evidence: the provider may hold an effect the store
+                        // does not know about, or a second one. A human must look.
+                        metrics::counter!("oncegate_stale_effects_total", "capability" => cap.name.clone()).increment(1);
+                        tracing::error!(alert = "stale_effect", key = %fence.intent_key, generation = fence.generation, execution = fence.execution, effect_ref = ?effect_ref, state = record.state.as_str(), recorded_ref = ?record.effect_ref, "a worker whose claim was lost reports an effect the intent does not record; nothing recorded, check the provider");
+                    } else {
+                        tracing::warn!(key = %fence.intent_key, generation = fence.generation, execution = fence.execution, result = ?result, why = %reason.message, "a stale claim's completion was refused; nothing recorded");
+                    }
                     return Err(GateError::StaleClaim(reason.message));
                 }
             };

@@ -195,6 +195,7 @@ mod tests {
             Status::Refused,
             Status::DryRun,
             Status::Failed,
+            Status::Approved,
         ];
         let spell = |values: Vec<Value>| {
             values

@@ -48,6 +48,21 @@ use plan::{Cap, Plan};
 /// stays on as the regression guard of that fix.
 const LATE_COMMITS_ENABLED: bool = true;
 
+/// TWO-PHASE CALLERS (issue 12): about a third of the intents are executed by their
+/// callers' own workers (claim, provider call, complete) instead of by the gateway; a
+/// worker may stall past its lease before its provider call or before completing, or
+/// die, and approvals of those intents leave the call for the next claim.
+///
+/// The first run found the limit of the fence, on seed 1819: a worker stalled 32 s
+/// after its claim and before its provider call; its lease expired, the next claim
+/// re-executed with the same key, the provider declined it (and kept no record of a
+/// declined key), the intent settled `failed`, and then the stalled worker's request
+/// went out and was charged. Its completion was refused (stale), as it must be, but the
+/// effect was real. The gateway cannot stop a request it never sees, so a worker checks
+/// its lease before it sends (the Python client does, and the world's workers do); a
+/// stale completion that reports an effect the intent does not record is logged as an
+/// error (`alert=stale_effect`) and counted in `oncegate_stale_effects_total`.
+///
 /// The registry every schedule runs: one capability per recovery path.
 const REGISTRY: &str = r#"
 [gateway]

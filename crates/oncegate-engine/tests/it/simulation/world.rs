@@ -19,7 +19,7 @@ use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalReason, IntentState, Outcome, Status};
 use oncegate_core::{EffectResult, IntentKey, ReconcileResult, Registry};
 use oncegate_engine::{
-    Call, Claim, Claimed, Executor, Gate, GateError, IntentHandle, Process, TokioClock,
+    Call, Claim, Claimed, Clock, Executor, Gate, GateError, IntentHandle, Process, TokioClock,
 };
 use oncegate_store::{IntentFilter, MemoryStore, StoreRead};
 use rand::rngs::StdRng;
@@ -721,7 +721,12 @@ impl World {
         let calm = Worker::default();
         let worker = if self.provider.calm() { &calm } else { worker };
         tokio::time::sleep(worker.stall_before).await;
-        if worker.dies_before {
+        // A worker checks its lease before it sends anything (the Python client does):
+        // a claim whose lease ran out may already be someone else's, and a provider
+        // request sent after that is an effect the fence cannot stop (a provider that
+        // keeps no record of a refused key would carry it out). A pause between this
+        // check and the send is within the lease, which is what the lease is for.
+        if worker.dies_before || self.clock.now() >= claim.lease_expires_at {
             return;
         }
         let result = self.executor.execute(claim.intent.clone()).await;
