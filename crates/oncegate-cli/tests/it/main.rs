@@ -8,6 +8,7 @@ mod demo;
 mod gateway;
 mod late;
 mod mcp;
+mod python_client;
 mod single_server;
 mod store_faults;
 mod support;
@@ -219,5 +220,73 @@ fn audit_verify_and_intents_read_the_store() {
     assert!(
         out.contains("BROKEN: shard") && out.contains("at seq 1"),
         "{out}"
+    );
+}
+
+#[test]
+fn check_config_says_which_capabilities_are_claim_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("oncegate.toml");
+    std::fs::write(
+        &config,
+        r#"
+[store]
+url = "sqlite://oncegate.db"
+
+[[principals]]
+name = "worker"
+role = "agent"
+token_env = "ONCEGATE_TOKEN_WORKER"
+
+[[capabilities]]
+name = "charge_card"
+category = "keyed"
+key = { business_ref = "order_id" }
+
+[capabilities.reconcile]
+kind = "http"
+url = "http://127.0.0.1:9/v1/charges?idempotency_key={key}"
+found = "/found"
+
+[[capabilities]]
+name = "send_email"
+category = "non_idempotent"
+key = { business_ref = "order_id" }
+
+[[capabilities]]
+name = "lookup"
+category = "read"
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:9/v1/orders"
+"#,
+    )
+    .unwrap();
+    let out = oncegate(&["check-config", "--config", config.to_str().unwrap()]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("claim-only (no upstream")
+            && stdout.contains("): charge_card, send_email\n"),
+        "{stdout}"
+    );
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(line("charge_card").ends_with("executed by its callers (claim-only)"));
+    assert!(line("lookup").ends_with("executed by the gateway"));
+    // Without a reconciliation read, a dead claim waits for a human: said once, where.
+    assert!(
+        stderr.contains("`send_email` has no upstream (claim-only")
+            && !stderr.contains("`charge_card` has no upstream"),
+        "{stderr}"
     );
 }

@@ -413,15 +413,15 @@ fn client_args(gw: &Proc, sandbox: &Proc, order: &str) -> Vec<String> {
 }
 
 /// Where `tests/clients/setup.sh` put the clients.
-struct Clients {
-    root: PathBuf,
+pub(crate) struct Clients {
+    pub(crate) root: PathBuf,
     python: PathBuf,
     node_dir: PathBuf,
 }
 
 /// Installs the clients once per test process; the script itself is cached and locked
 /// across the processes nextest runs in parallel.
-fn clients() -> &'static Clients {
+pub(crate) fn clients() -> &'static Clients {
     static CLIENTS: OnceLock<Clients> = OnceLock::new();
     CLIENTS.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -447,7 +447,7 @@ fn clients() -> &'static Clients {
 }
 
 /// Runs a client to its end (killed after `limit`); returns success and everything it printed.
-fn run_client(mut cmd: Command, limit: Duration) -> (bool, String) {
+pub(crate) fn run_client(mut cmd: Command, limit: Duration) -> (bool, String) {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
