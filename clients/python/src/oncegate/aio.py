@@ -20,7 +20,7 @@ import httpx
 
 from . import _wire
 from ._protect import EffectRefRule, NotSentRule, Spec, add_note, error_text, failure_outcome, not_sent_predicate
-from .client import DEFAULT_TIMEOUT, _key_and_token
+from .client import DEFAULT_TIMEOUT, MIN_BEAT, _key_and_token
 from .errors import (
     CompletionNotRecorded,
     GatewayUnavailable,
@@ -444,7 +444,7 @@ class _AsyncHeartbeat:
         return self.claim
 
     def _interval(self) -> float:
-        return max(0.05, self.claim.lease_seconds / 3)
+        return max(MIN_BEAT, self.claim.lease_seconds / 3)
 
     async def _run(self) -> None:
         while True:

@@ -53,6 +53,9 @@ R = TypeVar("R")
 DEFAULT_TIMEOUT = 30.0
 """Seconds per request: a claim may wait for the gateway to reconcile an earlier attempt."""
 
+MIN_BEAT = 0.1
+"""The shortest heartbeat interval, so a lease that looks expired is not hammered."""
+
 
 class Client:
     """A connection to one oncegate gateway, as one principal (the token's).
@@ -528,7 +531,7 @@ class _Heartbeat:
         return self.claim
 
     def _interval(self) -> float:
-        return max(0.05, self.claim.lease_seconds / 3)
+        return max(MIN_BEAT, self.claim.lease_seconds / 3)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval()):

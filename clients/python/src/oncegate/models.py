@@ -235,24 +235,32 @@ def parse_outcome(body: dict[str, Any], http_status: int) -> Outcome:
 def lease_seconds(
     expires_at: datetime.datetime, server_date: str | None, local_now: datetime.datetime | None = None
 ) -> float:
-    """How long a lease has left, by the smaller of two estimates.
+    """How long a lease has left, without trusting this machine's clock blindly.
 
-    The local clock may be off from the gateway's; the HTTP ``Date`` header is the
-    gateway's clock but truncated to the second (so it overestimates by up to one).
-    The smaller of the two is never later than the truth unless both are wrong the
-    same way, and heartbeating early costs one request where heartbeating late costs
-    the claim.
+    ``expires_at`` is the gateway's clock. The answer's HTTP ``Date`` is the gateway's
+    clock too, truncated to the second, so ``expires_at - Date`` overestimates what is
+    left by up to one second. The local clock is exact when it agrees with the gateway,
+    and arbitrary when it does not: it is used only when it falls within that
+    truncation (plus half a second of transit); otherwise the Date's estimate, reduced
+    by the second it may overstate (never below half of itself, so a short lease still
+    gets beats spaced apart). Heartbeating early costs a request; late costs the claim.
     """
     now = local_now or datetime.datetime.now(datetime.timezone.utc)
-    estimates = [(expires_at - now).total_seconds()]
+    local = (expires_at - now).total_seconds()
+    served: datetime.datetime | None = None
     if server_date:
         try:
             served = parsedate_to_datetime(server_date)
         except (TypeError, ValueError):
             served = None
-        if served is not None and served.tzinfo is not None:
-            estimates.append((expires_at - served).total_seconds())
-    return max(0.0, min(estimates))
+        if served is not None and served.tzinfo is None:
+            served = None
+    if served is None:
+        return max(0.0, local)
+    by_server = (expires_at - served).total_seconds()
+    if by_server - 1.5 <= local <= by_server + 0.5:
+        return max(0.0, min(local, by_server))
+    return max(0.0, by_server - 1.0, by_server / 2)
 
 
 def parse_execute(body: dict[str, Any], server_date: str | None = None) -> Execute:

@@ -73,16 +73,23 @@ def test_execute_answer() -> None:
     assert oncegate.Claim is oncegate.Execute
 
 
-def test_lease_estimate_takes_the_smaller_clock() -> None:
-    expires = datetime.datetime(2026, 12, 1, 17, 0, 30, tzinfo=datetime.timezone.utc)
-    local = datetime.datetime(2026, 12, 1, 17, 0, 20, tzinfo=datetime.timezone.utc)
-    # The server says 30 s are left, the local clock 10 s: trust the smaller.
-    assert lease_seconds(expires, "Tue, 01 Dec 2026 17:00:00 GMT", local) == 10
-    # Local clock behind by a minute: the server's Date wins.
-    behind = datetime.datetime(2026, 12, 1, 16, 59, 0, tzinfo=datetime.timezone.utc)
-    assert lease_seconds(expires, "Tue, 01 Dec 2026 17:00:27 GMT", behind) == 3
-    assert lease_seconds(expires, None, local) == 10
-    assert lease_seconds(expires, "garbage", local) == 10
+def test_lease_estimate_trusts_the_local_clock_only_when_it_agrees() -> None:
+    utc = datetime.timezone.utc
+    expires = datetime.datetime(2026, 12, 1, 17, 0, 30, tzinfo=utc)
+    # In sync (the Date truncates 17:00:20.4 to :20): the exact local figure.
+    local = datetime.datetime(2026, 12, 1, 17, 0, 20, 400000, tzinfo=utc)
+    assert lease_seconds(expires, "Tue, 01 Dec 2026 17:00:20 GMT", local) == pytest.approx(9.6)
+    # The local clock a minute behind: the gateway's Date decides, less the second it may overstate.
+    behind = datetime.datetime(2026, 12, 1, 16, 59, 0, tzinfo=utc)
+    assert lease_seconds(expires, "Tue, 01 Dec 2026 17:00:27 GMT", behind) == 2
+    # The local clock an hour ahead (the lease looks long expired): still the Date.
+    ahead = datetime.datetime(2026, 12, 1, 18, 0, 0, tzinfo=utc)
+    assert lease_seconds(expires, "Tue, 01 Dec 2026 17:00:27 GMT", ahead) == 2
+    # A one-second lease: never estimated at (nearly) nothing because of the truncation.
+    assert lease_seconds(expires, "Tue, 01 Dec 2026 17:00:29 GMT", ahead) == 0.5
+    # No usable Date: the local clock is all there is.
+    assert lease_seconds(expires, None, local) == pytest.approx(9.6)
+    assert lease_seconds(expires, "garbage", local) == pytest.approx(9.6)
     assert lease_seconds(expires, None, expires + datetime.timedelta(seconds=5)) == 0
 
 
