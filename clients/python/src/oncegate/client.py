@@ -24,6 +24,7 @@ from . import _wire
 from ._protect import EffectRefRule, NotSentRule, Spec, add_note, error_text, failure_outcome, not_sent_predicate
 from .errors import (
     CompletionNotRecorded,
+    GatewayError,
     GatewayUnavailable,
     IntentNotRecorded,
     OncegateError,
@@ -52,6 +53,9 @@ R = TypeVar("R")
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds per request: a claim may wait for the gateway to reconcile an earlier attempt."""
+
+_RESULT_REFUSED = (400, 413, 422)
+"""Statuses of a completion refused for its body (a result too large or not exact JSON)."""
 
 MIN_BEAT = 0.1
 """The shortest heartbeat interval, so a lease that looks expired is not hammered."""
@@ -322,7 +326,15 @@ class Client:
         claim = beat.stop() if beat is not None else answer
         ref, stored, problem = spec.applied_record(value)
         try:
-            self.complete(claim, "applied", effect_ref=ref, result=stored)
+            try:
+                self.complete(claim, "applied", effect_ref=ref, result=stored)
+            except GatewayError as exc:
+                if isinstance(exc, StaleClaim) or stored is None or exc.status_code not in _RESULT_REFUSED:
+                    raise
+                # The gateway refused the result itself (too large, a number it cannot
+                # hold exactly): the effect happened all the same, so record it without.
+                self.complete(claim, "applied", effect_ref=ref)
+                problem = TypeError(f"the gateway refused to store the result: {exc}")
         except (StaleClaim, CompletionNotRecorded) as exc:
             exc.value = value
             if beat is not None and beat.lost is not None and isinstance(exc, StaleClaim):
@@ -330,8 +342,8 @@ class Client:
             raise
         if problem is not None:
             raise TypeError(
-                f"{spec.function.__qualname__} returned a value that cannot be stored as JSON ({problem}); "
-                "the effect was recorded as applied without a result: pass result= to convert it"
+                f"{spec.function.__qualname__} returned a value that could not be stored ({problem}); "
+                "the effect was recorded as applied without a result: pass result= to convert or trim it"
             ) from problem
         return value
 
