@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 import httpx
 
 from . import _wire
+from ._json import to_json
 from ._protect import EffectRefRule, NotSentRule, Spec, add_note, error_text, failure_outcome, not_sent_predicate
 from .client import _RESULT_REFUSED, DEFAULT_TIMEOUT, MIN_BEAT, _key_and_token
 from .errors import (
@@ -418,6 +419,9 @@ class AsyncIntent:
             raise Replayed(self.replay)
         if self.claim is None:
             raise TypeError("a read capability (pass_through) has no intent to record")
+        # Converted before the record counts as tried: a result that is not JSON raises
+        # here, and the block's exit still records unknown for the effect that ran.
+        result = to_json(result)
         await self._stop_beat()
         self._record_tried = True
         recorded = await _shielded(

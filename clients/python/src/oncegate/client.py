@@ -21,6 +21,7 @@ from typing import Any, TypeVar, cast
 import httpx
 
 from . import _wire
+from ._json import to_json
 from ._protect import EffectRefRule, NotSentRule, Spec, add_note, error_text, failure_outcome, not_sent_predicate
 from .errors import (
     CompletionNotRecorded,
@@ -509,6 +510,9 @@ class Intent:
             raise Replayed(self.replay)
         if self.claim is None:
             raise TypeError("a read capability (pass_through) has no intent to record")
+        # Converted before the record counts as tried: a result that is not JSON raises
+        # here, and the block's exit still records unknown for the effect that ran.
+        result = to_json(result)
         self._stop_beat()
         self._record_tried = True
         recorded = self._client.complete(self.claim, outcome, effect_ref=effect_ref, result=result, error=error)

@@ -467,3 +467,12 @@ def test_a_result_the_gateway_refuses_is_recorded_without_it() -> None:
     first, second = rec.bodies("complete")
     assert first["result"] == {"id": "ch_big", "amount": 10**30}
     assert second == {"fencing_token": TOKEN, "outcome": "applied", "effect_ref": "ch_big"}
+
+
+def test_intent_block_with_a_result_that_is_not_json_still_records_unknown() -> None:
+    rec = Recorder(answers({"claim": (200, execute()), "complete": (202, envelope("unknown"))}))
+    gate = client(rec)
+    with pytest.raises(TypeError):
+        with gate.intent("refund", {"order_id": "o1"}) as claim:
+            claim.applied(effect_ref="re_1", result=object())
+    assert [b["outcome"] for b in rec.bodies("complete")] == ["unknown"]
