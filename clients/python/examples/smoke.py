@@ -65,6 +65,14 @@ headers = { Authorization = "Bearer {env.SANDBOX_API_KEY}" }
 found = "/found"
 effect_ref = "/charge/id"
 result = "/charge"
+
+# Keyed per run: the run id comes from the Oncegate-Run-Id header the client sends.
+[[capabilities]]
+name = "append_ledger"
+category = "non_idempotent"
+lease = "2s"
+on_unknown = "escalate"
+key = { business_ref = "entry_ref", scope = "run", significant = [{ arg = "account", type = "id" }] }
 """
 
 
@@ -237,10 +245,44 @@ def run_checks(gateway: str, sandbox: str) -> None:
     with gate.intent("charge_card", {"order_id": "S-1", "amount": "12.50"}) as claim:
         check(claim.replayed and not claim.execute and claim.result == first, "intent(): a replay skips the body's effect")
 
-    # Run ids reach the gateway (derive shows the same key: scope global ignores them).
-    with oncegate.run("run-smoke", step="1"):
-        explained = gate.derive_key("charge_card", {"order_id": "S-1", "amount": "12.50"})
-    check(len(explained.key) == 64 and "memo" not in str(explained.inputs), "derive_key explains the key", explained)
+    # Run ids reach the gateway: a run-scoped intent is one per run.
+    entry = {"entry_ref": "E-1", "account": "acct_1"}
+    with oncegate.run("run-a", step="1"):
+        in_a = gate.derive_key("append_ledger", entry).key
+        claim_a = gate.claim("append_ledger", entry)
+    with oncegate.run("run-b"):
+        in_b = gate.derive_key("append_ledger", entry).key
+    check(isinstance(claim_a, oncegate.Execute) and claim_a.intent_key == in_a != in_b,
+          "oncegate.run(): the run id keys run-scoped intents (claim and derive agree)", (claim_a, in_a, in_b))
+    assert isinstance(claim_a, oncegate.Execute)
+    gate.complete(claim_a, "applied", effect_ref="le_1")
+    with oncegate.run("run-a"):
+        repeat = gate.claim("append_ledger", entry)
+    check(isinstance(repeat, oncegate.Outcome) and repeat.status == "replayed", "the same run replays", repeat)
+
+    # 16 threads, one order, one shared Client: one execution.
+    import threading
+
+    outcomes: list[Any] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        try:
+            r: Any = charge_card("S-7", "12.50")
+        except oncegate.OncegateError as exc:
+            r = exc
+        with lock:
+            outcomes.append(r)
+
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    executed = calls.count("S-7")
+    kinds = sorted({type(o).__name__ for o in outcomes})
+    check(executed == 1 and len(charges(sandbox, "S-7")) == 1,
+          f"16 threads: 1 execution, 1 charge (answers: {kinds})", outcomes)
     gate.close()
     admin.close()
 
