@@ -31,7 +31,16 @@ import httpx
 import oncegate
 
 API_KEY = "sk_test_smoke"
-TOKENS = {"ONCEGATE_TOKEN_AGENT": "tok-agent", "ONCEGATE_TOKEN_OPS": "tok-ops"}
+TOKENS = {"ONCEGATE_TOKEN_AGENT": "tok-agent", "ONCEGATE_TOKEN_OPS": "tok-ops", "ONCEGATE_TOKEN_ALICE": "tok-alice"}
+
+POLICIES = """
+permit (principal, action, resource) when { principal.role == "agent" };
+
+@id("refund-over-limit")
+@oncegate("require_approval")
+permit (principal, action == Action::"refund", resource)
+when { principal.role == "agent" && context.amount > 10000 };
+"""
 
 REGISTRY = """
 [gateway]
@@ -49,6 +58,11 @@ token_env = "ONCEGATE_TOKEN_AGENT"
 name = "ops"
 role = "admin"
 token_env = "ONCEGATE_TOKEN_OPS"
+
+[[principals]]
+name = "alice"
+role = "approver"
+token_env = "ONCEGATE_TOKEN_ALICE"
 
 [[capabilities]]
 name = "charge_card"
@@ -73,6 +87,24 @@ category = "non_idempotent"
 lease = "2s"
 on_unknown = "escalate"
 key = { business_ref = "entry_ref", scope = "run", significant = [{ arg = "account", type = "id" }] }
+
+# Claim-only and held for a human above 100.00.
+[[capabilities]]
+name = "refund"
+category = "keyed"
+lease = "2s"
+settle_horizon = "1s"
+on_unknown = "reconcile"
+policy = "policies.cedar"
+key = { business_ref = "order_id", significant = [{ arg = "amount", type = "money", default_currency = "USD" }] }
+
+[capabilities.reconcile]
+kind = "http"
+url = "{env.SANDBOX_URL}/v1/refunds?idempotency_key={key}"
+headers = { Authorization = "Bearer {env.SANDBOX_API_KEY}" }
+found = "/found"
+effect_ref = "/refund/id"
+result = "/refund"
 """
 
 
@@ -118,6 +150,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "oncegate.toml"), "w") as f:
             f.write(REGISTRY)
+        with open(os.path.join(tmp, "policies.cedar"), "w") as f:
+            f.write(POLICIES)
         with process([binary, "sandbox", "--listen", "127.0.0.1:0", "--api-key", API_KEY], {}, tmp) as sandbox:
             env = {"SANDBOX_URL": sandbox, "SANDBOX_API_KEY": API_KEY, **TOKENS}
             serve = [binary, "serve", "--config", "oncegate.toml", "--listen", "127.0.0.1:0", "--init", "--sweep-every", "1s"]
@@ -283,6 +317,30 @@ def run_checks(gateway: str, sandbox: str) -> None:
     kinds = sorted({type(o).__name__ for o in outcomes})
     check(executed == 1 and len(charges(sandbox, "S-7")) == 1,
           f"16 threads: 1 execution, 1 charge (answers: {kinds})", outcomes)
+    # Held for a human: PendingApproval, an approver approves, the next call executes once.
+    approver = oncegate.Client(gateway, "tok-alice")
+    refunds: list[str] = []
+
+    @gate.protect("refund")
+    def refund(order_id: str, amount: str, *, idempotency_key: str) -> dict[str, Any]:
+        refunds.append(order_id)
+        r = httpx.post(f"{sandbox}/v1/refunds", headers={"Authorization": f"Bearer {API_KEY}", "Idempotency-Key": idempotency_key},
+                       json={"order_id": order_id, "amount_minor": 15000, "currency": "USD"})
+        r.raise_for_status()
+        body: dict[str, Any] = r.json()
+        return body
+
+    try:
+        refund("S-1", "150.00")
+        check(False, "a refund over the limit is held")
+    except oncegate.PendingApproval as held:
+        check(bool(held.approval_id) and refunds == [], f"a refund over the limit is held ({held.approval_id}), nothing ran")
+        decided = approver.approve(str(held.approval_id))
+        check(decided.status == "approved", "the approver's decision answers approved (claim-only)", decided)
+    done = refund("S-1", "150.00")
+    again = refund("S-1", "150")
+    check(refunds == ["S-1"] and again == done, "after approval the next call executes once; a repeat replays", (refunds, done, again))
+    approver.close()
     gate.close()
     admin.close()
 
