@@ -345,7 +345,13 @@ def test_a_lost_claim_still_tries_to_complete_then_raises_claim_lost() -> None:
 
 
 def test_completion_is_retried_with_the_same_body_then_given_up() -> None:
-    replies = iter([(503, {"error": {"code": "OG-0007", "message": "store down"}})] * 2 + [applied])
+    replies = iter(
+        [
+            (503, {"error": {"code": "OG-0007", "message": "store down"}}),
+            (503, envelope("refused", reason={"code": "OG-0007", "message": "store unavailable"})),
+            applied,
+        ]
+    )
 
     def complete(body: dict[str, Any]) -> tuple[int, Any]:
         reply = next(replies)
