@@ -314,6 +314,20 @@ class Client:
                 raise err
             return spec.replay_value(answer)
 
+        if answer.lease_left() <= 0:
+            # This process paused between the claim and the call for longer than the
+            # lease: the claim may be another attempt's already, and a request sent now
+            # would race it where no fence can stop it (the gateway never sees it).
+            # Send nothing, and say so.
+            try:
+                self.complete(answer, "not_sent", error="the lease ran out before the effect was sent")
+            except OncegateError:
+                pass
+            raise StaleClaim(
+                f"the claim on {answer.intent_key} expired before {spec.function.__qualname__} was called; "
+                "nothing was sent: call again to see where the intent stands",
+                intent_key=answer.intent_key,
+            )
         beat = _Heartbeat(self, answer) if spec.heartbeat else None
         if beat is not None:
             beat.start()

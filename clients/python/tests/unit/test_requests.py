@@ -483,3 +483,43 @@ def test_intent_block_with_a_result_that_is_not_json_still_records_unknown() -> 
         with gate.intent("refund", {"order_id": "o1"}) as claim:
             claim.applied(effect_ref="re_1", result=object())
     assert [b["outcome"] for b in rec.bodies("complete")] == ["unknown"]
+
+
+def test_a_claim_whose_lease_ran_out_before_the_call_sends_nothing_to_the_provider() -> None:
+    # The lease has already run out when the claim's answer arrives (a process paused
+    # between the claim and the call): the function must not run, and the client says
+    # "not sent" to the gateway, which refuses it as stale or records it.
+    stale = (409, {"error": {"code": "OG-0024", "message": "the claim's lease expired"}})
+    rec = Recorder(answers({"claim": (200, execute(seconds=-5)), "complete": stale}))
+    called: list[str] = []
+
+    with client(rec) as gate:
+
+        @gate.protect("charge_card")
+        def charge(order_id: str, *, idempotency_key: str) -> dict[str, Any]:
+            called.append(idempotency_key)
+            return {"id": "ch_1"}
+
+        with pytest.raises(oncegate.StaleClaim) as err:
+            charge("A-1")
+    assert called == []
+    assert err.value.intent_key == KEY
+    assert [b["outcome"] for b in rec.bodies("complete")] == ["not_sent"]
+
+
+@pytest.mark.asyncio
+async def test_async_a_claim_whose_lease_ran_out_before_the_call_sends_nothing() -> None:
+    stale = (409, {"error": {"code": "OG-0024", "message": "the claim's lease expired"}})
+    rec = Recorder(answers({"claim": (200, execute(seconds=-5)), "complete": stale}))
+    called: list[str] = []
+    async with aclient(rec) as gate:
+
+        @gate.protect("charge_card")
+        async def charge(order_id: str, *, idempotency_key: str) -> dict[str, Any]:
+            called.append(idempotency_key)
+            return {"id": "ch_1"}
+
+        with pytest.raises(oncegate.StaleClaim):
+            await charge("A-1")
+    assert called == []
+    assert [b["outcome"] for b in rec.bodies("complete")] == ["not_sent"]
