@@ -244,6 +244,43 @@ def create_charge(
     `fault` asks the sandbox to misbehave on this one request (`stall_after_commit`:
     commit the charge, then answer only after `fault_delay_ms`, past `timeout`).
     """
+    url, headers, body = _charge_request(
+        sandbox_url, order_id, amount, memo, idempotency_key, fault, fault_delay_ms
+    )
+    response = httpx.post(url, headers=headers, json=body, timeout=timeout)
+    response.raise_for_status()
+    charge: dict[str, Any] = response.json()
+    return charge
+
+
+async def acreate_charge(
+    sandbox_url: str,
+    *,
+    order_id: str,
+    amount: str | float | int,
+    memo: str,
+    idempotency_key: str,
+    timeout: float = 5.0,
+) -> dict[str, Any]:
+    """`create_charge` for async code, over httpx.AsyncClient."""
+    url, headers, body = _charge_request(sandbox_url, order_id, amount, memo, idempotency_key)
+    async with httpx.AsyncClient(timeout=timeout) as http:
+        response = await http.post(url, headers=headers, json=body)
+    response.raise_for_status()
+    charge: dict[str, Any] = response.json()
+    return charge
+
+
+def _charge_request(
+    sandbox_url: str,
+    order_id: str,
+    amount: str | float | int,
+    memo: str,
+    idempotency_key: str,
+    fault: str | None = None,
+    fault_delay_ms: int | None = None,
+) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """URL, headers and body of a charge, shared by the sync and async SDK calls."""
     minor, currency = money_minor(amount)
     headers = {
         "Authorization": f"Bearer {SANDBOX_API_KEY}",
@@ -253,15 +290,8 @@ def create_charge(
         headers["Sandbox-Fault"] = fault
         if fault_delay_ms is not None:
             headers["Sandbox-Fault-Delay-Ms"] = str(fault_delay_ms)
-    response = httpx.post(
-        f"{sandbox_url}/v1/charges",
-        headers=headers,
-        json={"order_id": order_id, "amount_minor": minor, "currency": currency, "memo": memo},
-        timeout=timeout,
-    )
-    response.raise_for_status()
-    charge: dict[str, Any] = response.json()
-    return charge
+    body = {"order_id": order_id, "amount_minor": minor, "currency": currency, "memo": memo}
+    return f"{sandbox_url}/v1/charges", headers, body
 
 
 def new_order(prefix: str) -> str:
