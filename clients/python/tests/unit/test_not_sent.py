@@ -1,0 +1,185 @@
+"""Which failures may be recorded as ``not_sent``: real exceptions from real sockets.
+
+Each exception here is produced by actually trying to talk to a port on this machine
+(closed, or open and silent, or open and hanging up), not constructed by hand, because
+the classification is only worth what the libraries really raise. A misclassification
+in the unsafe direction (a sent request called not_sent) is a second effect.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import requests
+
+import oncegate
+from oncegate import not_sent
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound, then released)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = int(s.getsockname()[1])
+    s.close()
+    return port
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections (kernel backlog) and never answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    yield int(s.getsockname()[1])
+    s.close()
+
+
+@pytest.fixture
+def hangup_port() -> Iterator[int]:
+    """A port that reads the request, then closes without answering: the request was sent."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    stop = threading.Event()
+
+    def serve() -> None:
+        s.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                continue
+            conn.recv(65536)
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield int(s.getsockname()[1])
+    stop.set()
+    t.join()
+    s.close()
+
+
+def raised(fn: object) -> BaseException:
+    assert callable(fn)
+    with pytest.raises(BaseException) as info:
+        fn()
+    return info.value
+
+
+def test_httpx_connection_refused_is_not_sent() -> None:
+    exc = raised(lambda: httpx.post(f"http://127.0.0.1:{closed_port()}/v1/charges", json={}))
+    assert isinstance(exc, httpx.ConnectError)
+    assert not_sent.is_not_sent(exc)
+
+
+def test_httpx_dns_failure_is_not_sent() -> None:
+    exc = raised(lambda: httpx.post("http://no-such-host.invalid/v1/charges", json={}, timeout=5))
+    assert isinstance(exc, httpx.ConnectError)
+    assert not_sent.is_not_sent(exc)
+
+
+def test_httpx_read_timeout_may_have_been_sent(silent_port: int) -> None:
+    exc = raised(
+        lambda: httpx.post(f"http://127.0.0.1:{silent_port}/v1/charges", json={}, timeout=httpx.Timeout(0.3))
+    )
+    assert isinstance(exc, httpx.ReadTimeout)
+    assert not not_sent.is_not_sent(exc)
+
+
+def test_httpx_hang_up_after_send_may_have_been_sent(hangup_port: int) -> None:
+    exc = raised(lambda: httpx.post(f"http://127.0.0.1:{hangup_port}/v1/charges", json={}, timeout=5))
+    assert isinstance(exc, httpx.RemoteProtocolError)
+    assert not not_sent.is_not_sent(exc)
+
+
+def test_socket_refused_and_dns_are_not_sent() -> None:
+    refused = raised(lambda: socket.create_connection(("127.0.0.1", closed_port()), timeout=2))
+    assert isinstance(refused, ConnectionRefusedError)
+    assert not_sent.is_not_sent(refused)
+    dns = raised(lambda: socket.getaddrinfo("no-such-host.invalid", 80))
+    assert isinstance(dns, socket.gaierror)
+    assert not_sent.is_not_sent(dns)
+
+
+def test_urllib_refused_is_not_sent_but_its_read_timeout_is_not(silent_port: int) -> None:
+    refused = raised(lambda: urllib.request.urlopen(f"http://127.0.0.1:{closed_port()}/", data=b"{}", timeout=2))
+    assert isinstance(refused, urllib.error.URLError)
+    assert not_sent.is_not_sent(refused)
+    timeout = raised(lambda: urllib.request.urlopen(f"http://127.0.0.1:{silent_port}/", data=b"{}", timeout=0.3))
+    assert not not_sent.is_not_sent(timeout)
+
+
+def test_requests_connect_failure_is_not_sent_but_a_hang_up_is_not(hangup_port: int) -> None:
+    refused = raised(lambda: requests.post(f"http://127.0.0.1:{closed_port()}/v1/charges", json={}, timeout=2))
+    assert isinstance(refused, requests.exceptions.ConnectionError)
+    assert not_sent.is_not_sent(refused)
+    # The same exception class, but the request went out: requests says ConnectionError
+    # ("Connection aborted") for both, and only the cause tells them apart.
+    aborted = raised(lambda: requests.post(f"http://127.0.0.1:{hangup_port}/v1/charges", json={}, timeout=2))
+    assert isinstance(aborted, requests.exceptions.ConnectionError)
+    assert not not_sent.is_not_sent(aborted)
+
+
+def test_requests_read_timeout_may_have_been_sent(silent_port: int) -> None:
+    exc = raised(lambda: requests.post(f"http://127.0.0.1:{silent_port}/v1/charges", json={}, timeout=(2, 0.3)))
+    assert isinstance(exc, requests.exceptions.ReadTimeout)
+    assert not not_sent.is_not_sent(exc)
+
+
+def test_everything_else_is_unknown() -> None:
+    for exc in (ConnectionResetError(), BrokenPipeError(), TimeoutError(), ValueError("x"), KeyboardInterrupt()):
+        assert not not_sent.is_not_sent(exc), exc
+
+
+def test_an_explicit_cause_counts_and_an_implicit_context_does_not() -> None:
+    refused = raised(lambda: httpx.post(f"http://127.0.0.1:{closed_port()}/", json={}))
+
+    class SdkError(Exception):
+        pass
+
+    wrapped = SdkError("could not connect")
+    wrapped.__cause__ = refused
+    assert not_sent.is_not_sent(wrapped)
+
+    during = SdkError("failed while handling another error")
+    during.__context__ = refused
+    assert not not_sent.is_not_sent(during)
+
+
+def test_register_extends_the_list_with_subclasses() -> None:
+    class MyConnectError(Exception):
+        pass
+
+    class MySubError(MyConnectError):
+        pass
+
+    assert not not_sent.is_not_sent(MySubError())
+    oncegate.not_sent.register(MyConnectError)
+    assert MyConnectError in not_sent.registered()
+    assert not_sent.is_not_sent(MySubError())
+    with pytest.raises(TypeError):
+        not_sent.register("ConnectError")  # type: ignore[arg-type]
+
+
+def test_register_predicate() -> None:
+    class CodedError(Exception):
+        def __init__(self, code: str) -> None:
+            super().__init__(code)
+            self.code = code
+
+    not_sent.register_predicate(lambda e: isinstance(e, CodedError) and e.code == "connect_failed")
+    assert not_sent.is_not_sent(CodedError("connect_failed"))
+    assert not not_sent.is_not_sent(CodedError("read_timeout"))
+
+
+def test_never_rule() -> None:
+    refused = raised(lambda: httpx.post(f"http://127.0.0.1:{closed_port()}/", json={}))
+    assert not not_sent.never(refused)
