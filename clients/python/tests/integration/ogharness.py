@@ -14,6 +14,7 @@ being hidden by the provider's own dedupe. That is what lets each test fail.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -356,6 +357,15 @@ class Stack:
             raise AssertionError(f"GET /v1/intents/{key}: {r.status_code} {r.text}")
         record: dict[str, Any] = r.json()
         return record
+
+    def audit(self, key: str) -> list[dict[str, Any]]:
+        """The audit events of intent `key`, oldest first (GET /v1/audit, admin token)."""
+        with self._http() as http:
+            r = http.get(f"{self.url}/v1/audit", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        if r.status_code != 200:
+            raise AssertionError(f"GET /v1/audit: {r.status_code} {r.text}")
+        events = [json.loads(line)["record"]["event"] for line in r.text.splitlines() if line.strip()]
+        return [e for e in events if e.get("key") == key]
 
     def intent_key(self, arguments: Mapping[str, Any]) -> str:
         """The key the gateway derives for a charge_card call (POST /v1/keys/derive)."""

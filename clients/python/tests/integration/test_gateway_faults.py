@@ -115,6 +115,12 @@ def test_timeout_after_commit_then_drifting_replans_charge_once(stack: Stack) ->
     assert record["state"] == "applied"
     assert record["effect_ref"] == charge_id
     assert record["executions"] == 1
+    # What the gateway heard: the client's `unknown`, then a reconciliation that found
+    # the provider's charge (by the sweep or by a re-plan's claim).
+    moves = [(e["kind"], e["to"]) for e in stack.audit(key)]
+    assert ("effect", "unknown") in moves, moves
+    assert ("reconcile", "applied") in moves, moves
+    assert moves.index(("effect", "unknown")) < moves.index(("reconcile", "applied")), moves
 
 
 def test_a_worker_stalled_past_its_lease_cannot_complete(stack: Stack) -> None:
@@ -246,6 +252,10 @@ def test_sigkill_after_the_provider_committed_is_reconciled_and_replayed(stack: 
     record = stack.wait_state(key, "applied", timeout=LEASE_SECONDS + 15)
     assert record["effect_ref"] == charge_id
     assert record["executions"] == 1
+    # Nobody completed it: the sweep took the expired claim and found the charge.
+    [reconciled] = [e for e in stack.audit(key) if e["to"] == "applied"]
+    assert reconciled["kind"] == "reconcile", reconciled
+    assert reconciled["detail"]["effect_ref"] == charge_id
 
     rerun = _worker(stack, order, "normal")
     out, err = rerun.communicate(timeout=60)
