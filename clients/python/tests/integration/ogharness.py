@@ -411,7 +411,10 @@ def start_stack(dir: Path) -> Stack:
     binary = str(oncegate_bin())
     dir.mkdir(parents=True, exist_ok=True)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("ONCEGATE_", "SANDBOX_"))}
-    base_env.setdefault("RUST_LOG", "info")
+    # Info level: the sandbox logs each committed effect and the gateway its decisions,
+    # which is what a failing test's report shows. ONCEGATE_LOG overrides.
+    base_env["ONCEGATE_LOG"] = os.environ.get("ONCEGATE_LOG", "info,rmcp=off")
+    base_env["NO_COLOR"] = "1"
     sandbox = spawn(
         "sandbox",
         [
