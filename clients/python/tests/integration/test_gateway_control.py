@@ -18,7 +18,8 @@ def test_control_replans_without_oncegate_are_four_charges(stack: Stack) -> None
     """The drifting re-plans of the timeout test, sent straight to the provider with one
     and the same key: four charges, since the sandbox honours no key for charges."""
     order = new_order("control")
-    for amount, memo in [("12.50", "a"), (12.5, "b"), ("12.50 USD", "c"), ("12.50", "d")]:
+    replans: list[tuple[str | float, str]] = [("12.50", "a"), (12.5, "b"), ("12.50 USD", "c"), ("12.50", "d")]
+    for amount, memo in replans:
         create_charge(
             stack.sandbox_url,
             order_id=order,
