@@ -79,6 +79,10 @@ class Spec:
     ) -> Spec:
         if not capability:
             raise ValueError("protect() needs the capability's name")
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            # A generator's body runs after the call returns: there would be nothing to
+            # record when the decorator records, and the effect would run unclaimed.
+            raise TypeError(f"{function.__qualname__} is a generator; protect() needs a function that performs the effect")
         signature = inspect.signature(function)
         param = signature.parameters.get(key_param)
         accepts_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())

@@ -184,7 +184,9 @@ def decode(response: httpx.Response, *, intent_key: str | None = None) -> dict[s
         body = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), dict) and "status" not in body:
+    # Only a 4xx/5xx is an error answer: an intent record (200) has an "error" member of
+    # its own, the attempt's.
+    if status >= 400 and isinstance(body, dict) and isinstance(body.get("error"), dict) and "status" not in body:
         err = body["error"]
         code = err.get("code") if isinstance(err.get("code"), str) else None
         message = str(err.get("message") or code or f"HTTP {status}")

@@ -19,10 +19,12 @@ from typing import Any, TypeVar, cast
 import httpx
 
 from . import _wire
+from ._json import to_json
 from ._protect import EffectRefRule, NotSentRule, Spec, add_note, error_text, failure_outcome, not_sent_predicate
-from .client import DEFAULT_TIMEOUT, MIN_BEAT, _key_and_token
+from .client import _RESULT_REFUSED, DEFAULT_TIMEOUT, MIN_BEAT, _key_and_token
 from .errors import (
     CompletionNotRecorded,
+    GatewayError,
     GatewayUnavailable,
     IntentNotRecorded,
     OncegateError,
@@ -258,7 +260,15 @@ class AsyncClient:
         claim = await beat.stop() if beat is not None else answer
         ref, stored, problem = spec.applied_record(value)
         try:
-            await _shielded(self.complete(claim, "applied", effect_ref=ref, result=stored))
+            try:
+                await _shielded(self.complete(claim, "applied", effect_ref=ref, result=stored))
+            except GatewayError as exc:
+                if isinstance(exc, StaleClaim) or stored is None or exc.status_code not in _RESULT_REFUSED:
+                    raise
+                # The gateway refused the result itself (too large, a number it cannot
+                # hold exactly): the effect happened all the same, so record it without.
+                await _shielded(self.complete(claim, "applied", effect_ref=ref))
+                problem = TypeError(f"the gateway refused to store the result: {exc}")
         except (StaleClaim, CompletionNotRecorded) as exc:
             exc.value = value
             if beat is not None and beat.lost is not None and isinstance(exc, StaleClaim):
@@ -266,8 +276,8 @@ class AsyncClient:
             raise
         if problem is not None:
             raise TypeError(
-                f"{spec.function.__qualname__} returned a value that cannot be stored as JSON ({problem}); "
-                "the effect was recorded as applied without a result: pass result= to convert it"
+                f"{spec.function.__qualname__} returned a value that could not be stored ({problem}); "
+                "the effect was recorded as applied without a result: pass result= to convert or trim it"
             ) from problem
         return value
 
@@ -409,6 +419,9 @@ class AsyncIntent:
             raise Replayed(self.replay)
         if self.claim is None:
             raise TypeError("a read capability (pass_through) has no intent to record")
+        # Converted before the record counts as tried: a result that is not JSON raises
+        # here, and the block's exit still records unknown for the effect that ran.
+        result = to_json(result)
         await self._stop_beat()
         self._record_tried = True
         recorded = await _shielded(

@@ -21,9 +21,11 @@ from typing import Any, TypeVar, cast
 import httpx
 
 from . import _wire
+from ._json import to_json
 from ._protect import EffectRefRule, NotSentRule, Spec, add_note, error_text, failure_outcome, not_sent_predicate
 from .errors import (
     CompletionNotRecorded,
+    GatewayError,
     GatewayUnavailable,
     IntentNotRecorded,
     OncegateError,
@@ -52,6 +54,9 @@ R = TypeVar("R")
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds per request: a claim may wait for the gateway to reconcile an earlier attempt."""
+
+_RESULT_REFUSED = (400, 413, 422)
+"""Statuses of a completion refused for its body (a result too large or not exact JSON)."""
 
 MIN_BEAT = 0.1
 """The shortest heartbeat interval, so a lease that looks expired is not hammered."""
@@ -322,7 +327,15 @@ class Client:
         claim = beat.stop() if beat is not None else answer
         ref, stored, problem = spec.applied_record(value)
         try:
-            self.complete(claim, "applied", effect_ref=ref, result=stored)
+            try:
+                self.complete(claim, "applied", effect_ref=ref, result=stored)
+            except GatewayError as exc:
+                if isinstance(exc, StaleClaim) or stored is None or exc.status_code not in _RESULT_REFUSED:
+                    raise
+                # The gateway refused the result itself (too large, a number it cannot
+                # hold exactly): the effect happened all the same, so record it without.
+                self.complete(claim, "applied", effect_ref=ref)
+                problem = TypeError(f"the gateway refused to store the result: {exc}")
         except (StaleClaim, CompletionNotRecorded) as exc:
             exc.value = value
             if beat is not None and beat.lost is not None and isinstance(exc, StaleClaim):
@@ -330,8 +343,8 @@ class Client:
             raise
         if problem is not None:
             raise TypeError(
-                f"{spec.function.__qualname__} returned a value that cannot be stored as JSON ({problem}); "
-                "the effect was recorded as applied without a result: pass result= to convert it"
+                f"{spec.function.__qualname__} returned a value that could not be stored ({problem}); "
+                "the effect was recorded as applied without a result: pass result= to convert or trim it"
             ) from problem
         return value
 
@@ -497,6 +510,9 @@ class Intent:
             raise Replayed(self.replay)
         if self.claim is None:
             raise TypeError("a read capability (pass_through) has no intent to record")
+        # Converted before the record counts as tried: a result that is not JSON raises
+        # here, and the block's exit still records unknown for the effect that ran.
+        result = to_json(result)
         self._stop_beat()
         self._record_tried = True
         recorded = self._client.complete(self.claim, outcome, effect_ref=effect_ref, result=result, error=error)

@@ -147,6 +147,14 @@ def test_sync_and_async_are_not_mixed() -> None:
     gate.close()
 
 
+def test_generators_are_refused() -> None:
+    def gen(order_id: str, *, idempotency_key: str) -> Any:
+        yield order_id
+
+    with pytest.raises(TypeError, match="generator"):
+        spec(gen)
+
+
 def test_effect_ref_must_be_a_pointer() -> None:
     with pytest.raises(ValueError):
         spec(charge, effect_ref="id")

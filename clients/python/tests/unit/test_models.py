@@ -163,6 +163,11 @@ def test_decode_error_bodies() -> None:
         _wire.decode(gateway_html)
 
 
+def test_decode_an_intent_record_with_an_error_member_is_not_an_error() -> None:
+    record = {"key": KEY, "state": "not_applied", "error": {"code": "OG-0010", "message": "connection refused"}}
+    assert _wire.decode(response(200, record)) == record
+
+
 def test_decode_envelopes_with_4xx_statuses() -> None:
     body = _wire.decode(response(409, envelope(status="refused", reason={"code": "OG-0012", "message": "kill"})))
     assert body["status"] == "refused"

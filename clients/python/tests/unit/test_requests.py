@@ -447,3 +447,32 @@ async def test_async_intent_block() -> None:
             await claim.applied(effect_ref="re_2", result={"id": "re_2"})
     assert claim.effect_ref == "re_2"
     assert [b["outcome"] for b in rec.bodies("complete")] == ["applied"]
+
+
+def test_a_result_the_gateway_refuses_is_recorded_without_it() -> None:
+    def complete(body: dict[str, Any]) -> tuple[int, Any]:
+        if "result" in body:
+            return 422, {"error": {"code": "OG-0009", "message": "the JSON number 1e400 cannot be held exactly"}}
+        return applied(body)
+
+    rec = Recorder(answers({"claim": (200, execute()), "complete": complete}))
+    gate = client(rec)
+
+    @gate.protect("charge_card")
+    def charge_card(order_id: str, *, idempotency_key: str) -> dict[str, Any]:
+        return {"id": "ch_big", "amount": 10**30}
+
+    with pytest.raises(TypeError, match="refused to store the result"):
+        charge_card("A-1")
+    first, second = rec.bodies("complete")
+    assert first["result"] == {"id": "ch_big", "amount": 10**30}
+    assert second == {"fencing_token": TOKEN, "outcome": "applied", "effect_ref": "ch_big"}
+
+
+def test_intent_block_with_a_result_that_is_not_json_still_records_unknown() -> None:
+    rec = Recorder(answers({"claim": (200, execute()), "complete": (202, envelope("unknown"))}))
+    gate = client(rec)
+    with pytest.raises(TypeError):
+        with gate.intent("refund", {"order_id": "o1"}) as claim:
+            claim.applied(effect_ref="re_1", result=object())
+    assert [b["outcome"] for b in rec.bodies("complete")] == ["unknown"]
