@@ -164,13 +164,17 @@ def test_a_worker_stalled_past_its_lease_cannot_complete(stack: Stack) -> None:
         assert done.status == "applied"
         assert done.effect_ref == charge["id"]
 
-        # A wakes up.
-        with pytest.raises(oncegate.StaleClaim):
+        # A wakes up: every move of its claim is a 409 OG-0024 that records nothing.
+        with pytest.raises(oncegate.StaleClaim) as stale:
             gate.heartbeat(a)
-        with pytest.raises(oncegate.StaleClaim):
+        assert (stale.value.status_code, stale.value.code) == (409, "OG-0024")
+        with pytest.raises(oncegate.StaleClaim) as stale:
             gate.complete(a, "applied", effect_ref="ch_made_up_by_a", result={"id": "ch_made_up_by_a"})
+        assert (stale.value.status_code, stale.value.code) == (409, "OG-0024")
         with pytest.raises(oncegate.StaleClaim):
             gate.complete(a, "not_sent")
+        with pytest.raises(oncegate.StaleClaim):
+            gate.complete(a, "failed", error="worker A gave up")
 
         record = stack.intent(a.intent_key)
         assert record["state"] == "applied"
