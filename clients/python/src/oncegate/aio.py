@@ -126,7 +126,11 @@ class AsyncClient:
                 await asyncio.sleep(delays[attempt - 1])
             try:
                 response = await self._send(req, f"record {outcome}", key)
-                return parse_outcome(_wire.decode(response, intent_key=key), response.status_code)
+                recorded = parse_outcome(_wire.decode(response, intent_key=key), response.status_code)
+                if recorded.http_status == 503:
+                    # An envelope refused for the store (OG-0007): nothing recorded yet.
+                    raise GatewayUnavailable(recorded.message, intent_key=key, status_code=503, code=recorded.reason_code)
+                return recorded
             except GatewayUnavailable as exc:
                 last = exc
                 log.warning("oncegate: recording %s for %s failed (try %d): %s", outcome, key, attempt + 1, exc)

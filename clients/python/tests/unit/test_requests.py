@@ -15,7 +15,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -345,11 +345,18 @@ def test_a_lost_claim_still_tries_to_complete_then_raises_claim_lost() -> None:
 
 
 def test_completion_is_retried_with_the_same_body_then_given_up() -> None:
-    replies = iter([(503, {"error": {"code": "OG-0007", "message": "store down"}})] * 2 + [applied])
+    replies: Iterator[Any] = iter(
+        [
+            (503, {"error": {"code": "OG-0007", "message": "store down"}}),
+            (503, envelope("refused", reason={"code": "OG-0007", "message": "store unavailable"})),
+            applied,
+        ]
+    )
 
     def complete(body: dict[str, Any]) -> tuple[int, Any]:
         reply = next(replies)
-        return reply(body) if callable(reply) else reply
+        got: tuple[int, Any] = reply(body) if callable(reply) else reply
+        return got
 
     rec = Recorder(answers({"complete": complete}))
     gate = client(rec, complete_retries=2)
