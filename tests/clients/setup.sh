@@ -1,25 +1,56 @@
 #!/usr/bin/env bash
-# Installs the real MCP clients the integration tests drive (crates/oncegate-cli/tests/it/mcp.rs):
-#   - PyPI `mcp` into a virtualenv at target/mcp-clients/venv (python/requirements.txt),
-#   - npm `@modelcontextprotocol/sdk` into node/node_modules (`npm ci` from the lock file).
-# Idempotent and cached: a stamp holding a hash of the requirement files skips the work
-# when nothing changed. Safe to run concurrently (nextest runs tests in parallel
-# processes, each of which may call it): one flock serialises the runs.
+# Installs the real clients the integration tests drive, each into its own virtualenv:
+#   - mcp-clients (crates/oncegate-cli/tests/it/mcp.rs): PyPI `mcp` into
+#     target/mcp-clients/venv (python/requirements.txt), and npm `@modelcontextprotocol/sdk`
+#     into node/node_modules (`npm ci` from the lock file);
+#   - python-client (clients/python/tests, run by the Rust driver): the oncegate Python
+#     client from clients/python with its pinned test requirements (pytest, mypy,
+#     langgraph, langchain-core, openai-agents, every transitive dependency:
+#     clients/python/tests/requirements.txt) into target/python-client/venv. A virtualenv
+#     of its own, since openai-agents pulls a `mcp` of its own choosing.
+# `setup.sh` does both; `setup.sh mcp-clients` or `setup.sh python-client` one of them.
+# Idempotent and cached: per part, a stamp holding a hash of what it was built from (for
+# the Python client, its sources too) skips the work when nothing changed. Safe to run
+# concurrently (nextest runs tests in parallel processes, each of which may call it): one
+# flock serialises the runs of every part.
 # This script is the only place these clients are installed; .ci/run and the Rust test
 # harness both call it.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-out="$root/target/mcp-clients"
-venv="$out/venv"
+mcp_out="$root/target/mcp-clients"
+mcp_venv="$mcp_out/venv"
 node_dir="$here/node"
-mkdir -p "$out"
+client_src="$root/clients/python"
+client_out="$root/target/python-client"
+client_venv="$client_out/venv"
+client_reqs="$client_src/tests/requirements.txt"
 
-exec 9>"$out/.lock"
+parts=("$@")
+[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client)
+for part in "${parts[@]}"; do
+  case "$part" in
+    mcp-clients | python-client) ;;
+    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client)" >&2; exit 2 ;;
+  esac
+done
+
+# The lock stays where it always was, so an older copy of this script running beside a
+# newer one still serialises with it.
+mkdir -p "$mcp_out" "$client_out"
+exec 9>"$mcp_out/.lock"
 flock 9
 
-fingerprint() {
+# Every file of the client package except its tests (they are run from the work tree,
+# not installed) and build leftovers, by path and content: a changed source reinstalls.
+client_sources() {
+  (cd "$client_src" && find . \( -name tests -o -name build -o -name dist -o -name '*.egg-info' \
+      -o -name __pycache__ -o -name .mypy_cache -o -name .pytest_cache \) -prune -o -type f -print \
+    | LC_ALL=C sort | while IFS= read -r f; do printf '%s\n' "$f"; sha256sum <"$f"; done)
+}
+
+mcp_fingerprint() {
   {
     cat "$here/setup.sh" "$here/python/requirements.txt" "$node_dir/package.json" "$node_dir/package-lock.json"
     python3 --version 2>&1
@@ -27,27 +58,80 @@ fingerprint() {
   } | sha256sum | cut -d' ' -f1
 }
 
-for tool in python3 node npm; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "mcp-clients: FATAL: $tool is not on PATH" >&2; exit 1; }
+client_fingerprint() {
+  {
+    cat "$here/setup.sh" "$client_reqs"
+    client_sources
+    python3 --version 2>&1
+  } | sha256sum | cut -d' ' -f1
+}
+
+setup_mcp_clients() {
+  for tool in python3 node npm; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "mcp-clients: FATAL: $tool is not on PATH" >&2; exit 1; }
+  done
+  local want stamp
+  want="$(mcp_fingerprint)"
+  stamp="$mcp_out/stamp"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$mcp_venv/bin/python" && -d "$node_dir/node_modules/@modelcontextprotocol/sdk" ]]; then
+    return 0
+  fi
+  rm -f "$stamp"
+
+  echo "mcp-clients: creating the Python virtualenv at $mcp_venv" >&2
+  rm -rf "$mcp_venv"
+  python3 -m venv "$mcp_venv"
+  "$mcp_venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    -r "$here/python/requirements.txt" >&2
+  "$mcp_venv/bin/python" -c 'import mcp, mcp_types; from mcp.client.client import Client' >&2
+
+  echo "mcp-clients: npm ci in $node_dir" >&2
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+  node -e 'require.resolve("@modelcontextprotocol/sdk/package.json", {paths: [process.argv[1]]})' "$node_dir" >&2
+
+  echo "$want" >"$stamp"
+  echo "mcp-clients: ready" >&2
+}
+
+setup_python_client() {
+  command -v python3 >/dev/null 2>&1 || { echo "python-client: FATAL: python3 is not on PATH" >&2; exit 1; }
+  [[ -f "$client_src/pyproject.toml" ]] || { echo "python-client: FATAL: no $client_src/pyproject.toml" >&2; exit 1; }
+  [[ -f "$client_reqs" ]] || { echo "python-client: FATAL: no $client_reqs" >&2; exit 1; }
+  local want stamp pkg
+  want="$(client_fingerprint)"
+  stamp="$client_out/stamp"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$client_venv/bin/python" ]]; then
+    return 0
+  fi
+  rm -f "$stamp"
+
+  echo "python-client: creating the virtualenv at $client_venv" >&2
+  rm -rf "$client_venv"
+  python3 -m venv "$client_venv"
+  local pip=("$client_venv/bin/python" -m pip --disable-pip-version-check --no-input)
+  # First everything pinned (setuptools, the build backend, included), then the client
+  # from a scratch copy of its sources with that setuptools and no dependency
+  # resolution of its own: nothing unpinned enters, and the work tree gets no build/ or
+  # *.egg-info. `pip check` proves the pins satisfy the client's own requirements.
+  "${pip[@]}" install --quiet -r "$client_reqs" >&2
+  pkg="$client_out/src-copy"
+  rm -rf "$pkg"
+  mkdir -p "$pkg"
+  (cd "$client_src" && tar --exclude=./tests --exclude=./build --exclude=./dist --exclude='*.egg-info' \
+      --exclude=__pycache__ --exclude=.mypy_cache --exclude=.pytest_cache -cf - .) | (cd "$pkg" && tar -xf -)
+  "${pip[@]}" install --quiet --no-build-isolation --no-deps "$pkg" >&2
+  rm -rf "$pkg"
+  "${pip[@]}" check >&2
+  # Run from / so the import cannot pick up a stray source directory.
+  (cd / && "$client_venv/bin/python" -c 'import oncegate, httpx, pytest, mypy, langgraph, langchain_core, agents' >&2)
+
+  echo "$want" >"$stamp"
+  echo "python-client: ready" >&2
+}
+
+for part in "${parts[@]}"; do
+  case "$part" in
+    mcp-clients) setup_mcp_clients ;;
+    python-client) setup_python_client ;;
+  esac
 done
-
-want="$(fingerprint)"
-stamp="$out/stamp"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$venv/bin/python" && -d "$node_dir/node_modules/@modelcontextprotocol/sdk" ]]; then
-  exit 0
-fi
-rm -f "$stamp"
-
-echo "mcp-clients: creating the Python virtualenv at $venv" >&2
-rm -rf "$venv"
-python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-  -r "$here/python/requirements.txt" >&2
-"$venv/bin/python" -c 'import mcp, mcp_types; from mcp.client.client import Client' >&2
-
-echo "mcp-clients: npm ci in $node_dir" >&2
-(cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
-node -e 'require.resolve("@modelcontextprotocol/sdk/package.json", {paths: [process.argv[1]]})' "$node_dir" >&2
-
-echo "$want" >"$stamp"
-echo "mcp-clients: ready" >&2
