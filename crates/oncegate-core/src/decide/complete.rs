@@ -53,6 +53,11 @@ pub fn stale_claim(
             "the claim is for generation {generation}; the intent is at generation {} now",
             record.generation
         )
+    } else if execution > record.executions {
+        format!(
+            "the intent has had {} execution(s); no claim holds execution {execution}",
+            record.executions
+        )
     } else if record.executions != execution {
         format!(
             "execution {execution} was superseded by execution {} of this intent",
