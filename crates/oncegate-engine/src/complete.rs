@@ -16,7 +16,7 @@
 use oncegate_core::codes::Code;
 use oncegate_core::config::Capability;
 use oncegate_core::decide::{self, Completion, EffectResult};
-use oncegate_core::intent::{IntentRecord, IntentState, Outcome, Reason, Status};
+use oncegate_core::intent::{IntentRecord, Outcome, Reason, Status};
 
 use oncegate_store::{Commit, StoreError, StoreRead, StoreWrite};
 
@@ -63,16 +63,21 @@ impl Gate {
             let decision = match completion {
                 Completion::Record(decision) => decision,
                 Completion::Recorded(outcome) => return Ok(outcome),
-                Completion::Stale(reason) => {
-                    if let EffectResult::Applied { effect_ref, .. } = &result
-                        && (record.state != IntentState::Applied
-                            || record.effect_ref != *effect_ref)
-                    {
+                Completion::Stale(reason, evidence) => {
+                    if let Some(evidence) = evidence {
                         // Refused all the same (the claim is not this worker's any more),
                         // but it is evidence: the provider may hold an effect the store
-                        // does not know about, or a second one. A human must look.
+                        // does not know about, or a second one. Into the audit chain (the
+                        // intent unchanged), a metric and an error a human must act on.
                         metrics::counter!("oncegate_stale_effects_total", "capability" => cap.name.clone()).increment(1);
-                        tracing::error!(alert = "stale_effect", key = %fence.intent_key, generation = fence.generation, execution = fence.execution, effect_ref = ?effect_ref, state = record.state.as_str(), recorded_ref = ?record.effect_ref, "a worker whose claim was lost reports an effect the intent does not record; nothing recorded, check the provider");
+                        tracing::error!(alert = "stale_effect", key = %fence.intent_key, generation = fence.generation, execution = fence.execution, result = ?result, state = record.state.as_str(), recorded_ref = ?record.effect_ref, "a worker whose claim was lost reports an effect the intent does not record; nothing recorded, check the provider");
+                        if let Err(e) = self
+                            .store
+                            .commit(Commit::new(None, None, evidence.event))
+                            .await
+                        {
+                            tracing::error!(key = %fence.intent_key, error = %e, "the stale completion's evidence could not be audited");
+                        }
                     } else {
                         tracing::warn!(key = %fence.intent_key, generation = fence.generation, execution = fence.execution, result = ?result, why = %reason.message, "a stale claim's completion was refused; nothing recorded");
                     }

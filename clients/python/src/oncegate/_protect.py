@@ -165,26 +165,31 @@ class Spec:
         """The keyword arguments to call the function with, the oncegate key included."""
         return {**kwargs, self.key_param: key}
 
-    def applied_record(self, value: Any) -> tuple[str | None, Any, TypeError | None]:
+    def applied_record(self, value: Any) -> tuple[str | None, Any, Exception | None]:
         """(effect_ref, result JSON, conversion error) to record for a return value.
 
-        The effect happened whatever the conversion says, so a result that cannot be
-        stored is recorded as applied WITHOUT a result and the error is raised after
-        the record: the truth is kept, and the bug is loud.
+        The effect happened whatever the conversion says, so a result or reference that
+        cannot be taken (a value that is not JSON, a `result=` or `effect_ref=` callable
+        that raises, a pydantic serialisation error) is recorded as applied without it,
+        and the error is raised after the record: the truth is kept, and the bug is loud.
+        Never raises: an exception here would leave the effect unrecorded.
         """
-        problem: TypeError | None = None
+        problem: Exception | None = None
         try:
             stored = self.result(value) if self.result is not None else value
             stored = to_json(stored)
-        except TypeError as exc:
+        except Exception as exc:
             stored, problem = None, exc
         ref: str | None = None
         rule = self.effect_ref
-        if callable(rule):
-            raw_ref = rule(value)
-            ref = None if raw_ref is None else str(raw_ref)
-        elif isinstance(rule, str) and stored is not None:
-            ref = effect_ref_at(stored, rule)
+        try:
+            if callable(rule):
+                raw_ref = rule(value)
+                ref = None if raw_ref is None else str(raw_ref)
+            elif isinstance(rule, str) and stored is not None:
+                ref = effect_ref_at(stored, rule)
+        except Exception as exc:
+            ref, problem = None, problem or exc
         return ref, stored, problem
 
     def failure_outcome(self, exc: BaseException) -> CompletionOutcome:

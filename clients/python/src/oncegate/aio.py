@@ -28,6 +28,7 @@ from .errors import (
     GatewayUnavailable,
     IntentNotRecorded,
     OncegateError,
+    OutcomeError,
     Replayed,
     StaleClaim,
     error_for_outcome,
@@ -239,6 +240,9 @@ class AsyncClient:
         answer = await self.claim(spec.capability, claim_args)
         if isinstance(answer, Outcome) and answer.status == "approved":
             answer = await self.claim(spec.capability, claim_args)
+            if isinstance(answer, Outcome) and answer.status == "approved":
+                # Never a success: nothing was executed and the function must not run.
+                raise OutcomeError(answer)
         if isinstance(answer, PassThrough):
             return await spec.function(*args, **spec.with_key(kwargs, None))
         if isinstance(answer, Outcome):
@@ -247,8 +251,8 @@ class AsyncClient:
                 raise err
             return spec.replay_value(answer)
 
-        if answer.lease_left() <= 0:
-            # This process paused between the claim and the call for longer than the
+        if answer.lease_left() <= min(1.0, answer.lease_seconds / 2):
+            # This process paused between the claim and the call for (nearly) the whole
             # lease: the claim may be another attempt's already, and a request sent now
             # would race it where no fence can stop it (the gateway never sees it).
             # Send nothing, and say so.
@@ -318,10 +322,22 @@ class AsyncClient:
             answer = await self.claim(
                 capability, arguments, idempotency_key=idempotency_key, run_id=run_id, step_id=step_id
             )
+        if isinstance(answer, Outcome) and answer.status == "approved":
+            raise OutcomeError(answer)
         if isinstance(answer, Outcome):
             err = error_for_outcome(answer)
             if err is not None:
                 raise err
+        if isinstance(answer, Execute) and answer.lease_left() <= min(1.0, answer.lease_seconds / 2):
+            # As in protect(): the lease (nearly) ran out before the block could start.
+            try:
+                await self.complete(answer, "not_sent", error="the lease ran out before the effect was sent")
+            except OncegateError:
+                pass
+            raise StaleClaim(
+                f"the claim on {answer.intent_key} expired before the intent() block started; nothing was sent",
+                intent_key=answer.intent_key,
+            )
         handle = AsyncIntent(self, answer)
         if isinstance(answer, Execute) and heartbeat:
             handle._beat = _AsyncHeartbeat(self, answer)
@@ -394,7 +410,17 @@ class AsyncIntent:
         """The key to send to the provider. Raises :class:`Replayed` on a replay."""
         if self.replay is not None:
             raise Replayed(self.replay)
-        return self.claim.idempotency_key if self.claim is not None else None
+        if self.claim is None:
+            return None
+        current = self._beat.claim if self._beat is not None else self.claim
+        if current.lease_left() <= 0:
+            # The block paused past its lease before sending: the claim may be another
+            # attempt's now, and the gateway would never see a request sent with it.
+            raise StaleClaim(
+                f"the claim on {current.intent_key} expired before its key was read; do not send the effect",
+                intent_key=current.intent_key,
+            )
+        return self.claim.idempotency_key
 
     @property
     def result(self) -> Any:
@@ -475,7 +501,13 @@ class _AsyncHeartbeat:
         return self.claim
 
     def _interval(self) -> float:
-        return max(MIN_BEAT, self.claim.lease_seconds / 3)
+        # A third of what is LEFT of the lease (not of its length): a claim that arrived
+        # late, or a beat that failed, makes the next one come sooner.
+        return max(MIN_BEAT, self.claim.lease_left() / 3)
+
+    def _beat_timeout(self) -> float:
+        # Shorter than an interval, so one hung beat does not use up the lease.
+        return max(0.5, self.claim.lease_seconds / 6)
 
     async def _run(self) -> None:
         while True:
@@ -485,7 +517,7 @@ class _AsyncHeartbeat:
             except asyncio.TimeoutError:
                 pass
             try:
-                self.claim = await self._client.heartbeat(self.claim, timeout=max(0.5, self._interval()))
+                self.claim = await self._client.heartbeat(self.claim, timeout=self._beat_timeout())
             except StaleClaim as exc:
                 self.lost = exc
                 log.warning("oncegate: claim on %s lost: %s", self.claim.intent_key, exc)

@@ -244,7 +244,8 @@ def error_for_outcome(outcome: Outcome) -> OutcomeError | None:
     cls = _BY_STATUS.get(outcome.status)
     if cls is not None:
         return cls(outcome)
-    if outcome.succeeded:
+    if outcome.succeeded or outcome.status == "approved":
+        # "approved" answers an approver (nothing executed yet); a claim never gets it.
         return None
     # A status this client does not know: not a success it can vouch for.
     return OutcomeError(outcome)

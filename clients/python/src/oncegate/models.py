@@ -85,7 +85,7 @@ class Outcome:
     @property
     def succeeded(self) -> bool:
         """True when the effect took place (now, before, or by reconciliation)."""
-        return self.status in ("applied", "replayed", "approved") and not self.failed
+        return self.status in ("applied", "replayed") and not self.failed
 
     def raise_for_status(self) -> Outcome:
         """Raises the typed error for an outcome that is not a success; returns self otherwise.

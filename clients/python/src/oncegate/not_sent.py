@@ -89,15 +89,15 @@ def never(exc: BaseException) -> bool:
 
 
 def is_not_sent(exc: BaseException) -> bool:
-    """True when ``exc`` (or its explicit ``__cause__`` chain) proves nothing was sent."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if _is_not_sent_here(current):
-            return True
-        current = current.__cause__
-    return False
+    """True when ``exc`` itself proves nothing was sent.
+
+    The ``__cause__`` chain is deliberately not followed: SDKs retry by default (the
+    OpenAI and Anthropic SDKs, several email SDKs), so an SDK error caused by a refused
+    connection may come from the third try of a request whose first try reached the
+    provider and timed out. Register an SDK's own connect error (``register``) or a
+    ``register_predicate`` that knows how that SDK retries.
+    """
+    return _is_not_sent_here(exc)
 
 
 def _is_not_sent_here(exc: BaseException) -> bool:

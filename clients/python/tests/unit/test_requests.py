@@ -523,3 +523,34 @@ async def test_async_a_claim_whose_lease_ran_out_before_the_call_sends_nothing()
             await charge("A-1")
     assert called == []
     assert [b["outcome"] for b in rec.bodies("complete")] == ["not_sent"]
+
+
+def test_an_effect_ref_rule_that_raises_still_records_applied_then_raises() -> None:
+    # The function returned: the effect happened. A broken effect_ref= rule must not
+    # leave it unrecorded (the lease would expire into unknown and a human might
+    # approve a second execution).
+    rec = Recorder(answers({"claim": (200, execute()), "complete": applied}))
+    with client(rec) as gate:
+
+        @gate.protect("charge_card", effect_ref=lambda r: r["missing"])
+        def charge(order_id: str, *, idempotency_key: str) -> dict[str, Any]:
+            return {"id": "ch_1"}
+
+        with pytest.raises(TypeError) as err:
+            charge("A-1")
+    assert isinstance(err.value.__cause__, KeyError)
+    [body] = rec.bodies("complete")
+    assert (body["outcome"], body.get("effect_ref")) == ("applied", None)
+    assert body["result"] == {"id": "ch_1"}
+
+
+def test_an_intent_block_whose_lease_ran_out_does_not_run() -> None:
+    stale = (409, {"error": {"code": "OG-0024", "message": "the claim's lease expired"}})
+    rec = Recorder(answers({"claim": (200, execute(seconds=-5)), "complete": stale}))
+    ran: list[bool] = []
+    with client(rec) as gate:
+        with pytest.raises(oncegate.StaleClaim):
+            with gate.intent("refund", {"order_id": "o1"}):
+                ran.append(True)
+    assert ran == []
+    assert [b["outcome"] for b in rec.bodies("complete")] == ["not_sent"]

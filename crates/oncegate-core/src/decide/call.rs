@@ -221,7 +221,7 @@ pub fn decide(
                 if ap.state == ApprovalState::Approved
                     && current.approval_id.as_deref() == Some(ap.id.as_str()) =>
             {
-                approved_claim(record, ap, req, cap, now, alerts, &finish)
+                approved_claim(record, ap, req, cap, verdict, now, alerts, &finish, &refuse)
             }
             _ => replay(Status::PendingApproval, None, alerts),
         },
@@ -252,15 +252,45 @@ pub fn decide(
 /// does), unless the approval no longer covers it. An approval decided under another
 /// policy is void; one left unclaimed for longer than the capability's approval TTL
 /// since the decision has expired (an approval is not a standing permission).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "private step of decide(), every input explicit"
+)]
 fn approved_claim(
     mut record: IntentRecord,
     ap: &Approval,
     req: &CallRequest<'_>,
     cap: &Capability,
+    verdict: &PolicyVerdict,
     now: Timestamp,
     mut alerts: Vec<Alert>,
     finish: &Finish<'_>,
+    refuse: &Refuse<'_>,
 ) -> Decision {
+    // An approval is bound to the principal whose call was held: a parallel sub-agent
+    // that re-plans the same intent does not execute what a human approved for another.
+    if req.principal != ap.principal {
+        let reason = Reason::new(
+            Code::Forbidden,
+            format!(
+                "a human approved `{}`'s call of this intent; only its next claim executes it",
+                ap.principal
+            ),
+        );
+        return refuse(outcome_of(&record, Status::Refused, Some(reason)), alerts);
+    }
+    // The policy still has its say over this claim (the approval answered a
+    // require-approval; it does not outrank a deny or a dry run).
+    match verdict {
+        PolicyVerdict::Deny { reason } => {
+            let reason = Reason::new(Code::PolicyDenied, reason.clone());
+            return refuse(outcome_of(&record, Status::Denied, Some(reason)), alerts);
+        }
+        PolicyVerdict::DryRun => {
+            return refuse(outcome_of(&record, Status::DryRun, None), alerts);
+        }
+        PolicyVerdict::Allow | PolicyVerdict::RequireApproval { .. } => {}
+    }
     let decided_at = ap.decided_at.unwrap_or(ap.created_at);
     let void = if ap.policy_hash != cap.policy_hash() {
         Some((
@@ -286,7 +316,13 @@ fn approved_claim(
         ap.state = state;
         settle_refusal(&mut record, ap.reason, now);
         record.error = Some(reason.clone());
-        let mut outcome = outcome_of(&record, Status::Denied, Some(reason));
+        // An approval asked about an unknown first attempt leaves the intent unknown
+        // (it may have happened): the caller hears that, not a denial.
+        let status = match record.state {
+            IntentState::Unknown => Status::Unknown,
+            _ => Status::Denied,
+        };
+        let mut outcome = outcome_of(&record, status, Some(reason));
         outcome.approval_id = Some(ap.id.clone());
         return finish(Action::Respond, record, Some(ap), outcome, alerts);
     }

@@ -6,7 +6,9 @@ use jiff::Timestamp;
 use serde_json::json;
 
 use super::effect::settle_result;
-use super::{Action, Decision, EffectResult, event, outcome_of, record_claim_effect};
+use super::{
+    Action, Decision, EffectResult, event, outcome_of, record_claim_effect, standing_outcome,
+};
 use crate::audit::AuditKind;
 use crate::codes::Code;
 use crate::config::Capability;
@@ -25,8 +27,10 @@ pub enum Completion {
     /// This claim's completion with the same result was recorded already (a client
     /// retrying its own complete): answer what was recorded, write nothing.
     Recorded(Outcome),
-    /// The claim no longer holds the intent: record nothing (`OG-0024`).
-    Stale(Reason),
+    /// The claim no longer holds the intent: record nothing (`OG-0024`). When it reports
+    /// an effect the intent does not record, `evidence` is an audit event to append
+    /// (the intent unchanged): the provider may hold an effect a human must look at.
+    Stale(Reason, Option<Decision>),
 }
 
 /// The part of a lease's owner that names one claim: a claim's lease is owned by
@@ -126,7 +130,33 @@ pub fn complete_claim(
             return Completion::Recorded(outcome_of(record, status, None));
         }
     }
-    Completion::Stale(stale)
+    let evidence = match &result {
+        EffectResult::Applied { effect_ref, .. }
+            if record.state != IntentState::Applied || record.effect_ref != *effect_ref =>
+        {
+            let outcome = standing_outcome(record);
+            let event = event(
+                AuditKind::Effect,
+                now,
+                actor,
+                Some(record),
+                None,
+                &outcome,
+                &cap.name,
+                record.run_id.as_deref(),
+                json!({"stale_completion": {"generation": generation, "execution": execution, "effect_ref": effect_ref, "why": stale.message}}),
+            );
+            Some(Decision {
+                action: Action::Respond,
+                record: None,
+                approval: None,
+                outcome,
+                event,
+            })
+        }
+        _ => None,
+    };
+    Completion::Stale(stale, evidence)
 }
 
 /// A heartbeat of the claim `(generation, execution)`: a live lease runs on to `now`

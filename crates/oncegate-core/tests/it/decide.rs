@@ -1400,7 +1400,7 @@ fn an_outside_completion_is_fenced_by_execution_lease_and_state() {
         result: json!({"id": "ch_1"}),
     };
     let stale = |c: Completion| match c {
-        Completion::Stale(reason) => {
+        Completion::Stale(reason, _) => {
             assert_eq!(reason.code, Code::StaleClaim);
             reason.message
         }
@@ -1669,4 +1669,61 @@ fn a_claim_only_approval_executes_nothing_and_the_next_claim_of_the_intent_execu
         (Action::Respond, Status::Denied)
     );
     assert_eq!(void.approval.unwrap().state, ApprovalState::Void);
+}
+
+#[test]
+fn a_claim_only_approval_executes_only_for_the_principal_it_was_asked_for_and_under_the_policy()
+{
+    let f = fixture("refund");
+    let mut held = f.record(IntentState::PendingApproval);
+    held.approval_id = Some("ap_1".into());
+    let mut approved = pending_approval(&f, &held);
+    approved.state = ApprovalState::Approved;
+    approved.decided_by = Some("alice".into());
+    approved.decided_at = Some(t0());
+    let mut other = f.req(Some(&approved), None);
+    other.principal = "subagent";
+    let d = decide(Some(&held), &other, &f.cap, &PolicyVerdict::Allow, t0() + mins(1));
+    assert_eq!((d.action, d.outcome.status), (Action::Respond, Status::Refused));
+    assert!(d.record.is_none(), "nothing changes for the approved principal's next claim");
+    let denied = decide(
+        Some(&held),
+        &f.req(Some(&approved), None),
+        &f.cap,
+        &PolicyVerdict::Deny { reason: "no".into() },
+        t0() + mins(1),
+    );
+    assert_eq!((denied.action, denied.outcome.status), (Action::Respond, Status::Denied));
+    let dry = decide(
+        Some(&held),
+        &f.req(Some(&approved), None),
+        &f.cap,
+        &PolicyVerdict::DryRun,
+        t0() + mins(1),
+    );
+    assert_eq!((dry.action, dry.outcome.status), (Action::Respond, Status::DryRun));
+    let go = decide(
+        Some(&held),
+        &f.req(Some(&approved), None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(1),
+    );
+    assert_eq!(go.action, Action::Execute);
+
+    // An approved unknown-first-attempt left unclaimed past its TTL: the intent stays
+    // unknown (it may have happened), and the caller hears unknown, not denied.
+    let mut unknown_held = held.clone();
+    unknown_held.attempts = 1;
+    let mut ap = approved.clone();
+    ap.reason = ApprovalReason::UnknownFirstAttempt;
+    let late = decide(
+        Some(&unknown_held),
+        &f.req(Some(&ap), None),
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + f.cap.approval_ttl,
+    );
+    assert_eq!(late.outcome.status, Status::Unknown);
+    assert_eq!(late.record.unwrap().state, IntentState::Unknown);
 }

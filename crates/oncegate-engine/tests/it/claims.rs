@@ -179,6 +179,17 @@ async fn a_stale_completion_after_the_lease_expired_and_another_claim_changes_no
         stored(&gate, &second).await.effect_ref.as_deref(),
         Some("ch_2")
     );
+    // But what it reported is evidence (a second effect, perhaps): in the audit chain,
+    // once per report, with the reference it claimed.
+    let mut reported = Vec::new();
+    for shard in gate.store().audit_shards().await.unwrap() {
+        for r in gate.store().audit_shard(shard).await.unwrap() {
+            if let Some(s) = r.event.detail.get("stale_completion") {
+                reported.push(s["effect_ref"].clone());
+            }
+        }
+    }
+    assert_eq!(reported, vec![json!("ch_stale"), json!("ch_stale")]);
 }
 
 #[tokio::test]

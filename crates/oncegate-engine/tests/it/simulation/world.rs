@@ -677,7 +677,7 @@ impl World {
                         .flatten();
                     self.hear(agent, outcome);
                     if let Some(id) = pending {
-                        self.clicks(id).await;
+                        self.clicks(id, true).await;
                     }
                 }
                 Ok(Ok(Claimed::Read(_))) => lock(&self.errors)
@@ -700,7 +700,7 @@ impl World {
                     .flatten();
                 self.hear(agent, outcome);
                 if let Some(id) = pending {
-                    self.clicks(id).await;
+                    self.clicks(id, false).await;
                 }
             }
             Ok(Err(e)) => lock(&self.errors).push(format!("{agent} call failed to decide: {e}")),
@@ -764,7 +764,7 @@ impl World {
     /// approving, at nearly the same time (double clicks, two approvers). Approvals that
     /// ask about an unknown first attempt are left alone: a human would look at the
     /// provider first, which is outside the engine.
-    async fn clicks(self: &Arc<Self>, approval_id: String) {
+    async fn clicks(self: &Arc<Self>, approval_id: String, two_phase: bool) {
         let Ok(Some(approval)) = self.store.approval(&approval_id).await else {
             return;
         };
@@ -792,12 +792,14 @@ impl World {
             let id = approval_id.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                world.click(who, &id, choice).await;
+                world.click(who, &id, choice, two_phase).await;
             });
         }
     }
 
-    async fn click(&self, who: &'static str, approval_id: &str, choice: Choice) {
+    /// `two_phase`: the held call came from a claim (its capability is claim-only for
+    /// this caller), so the approval leaves it for the next claim.
+    async fn click(&self, who: &'static str, approval_id: &str, choice: Choice, two_phase: bool) {
         let Some(instance) = self.instance() else {
             return;
         };
@@ -806,14 +808,6 @@ impl World {
             self.executor.clone(),
             approval_id.to_owned(),
         );
-        let two_phase = match self.store.approval(approval_id).await {
-            Ok(Some(a)) => self
-                .plan
-                .intents
-                .iter()
-                .any(|i| i.two_phase && i.cap.name() == a.capability),
-            _ => false,
-        };
         let running = self.calls_running.clone();
         let executed = self.claim_only_executed.clone();
         let task = instance.process.spawn(async move {
