@@ -1672,8 +1672,7 @@ fn a_claim_only_approval_executes_nothing_and_the_next_claim_of_the_intent_execu
 }
 
 #[test]
-fn a_claim_only_approval_executes_only_for_the_principal_it_was_asked_for_and_under_the_policy()
-{
+fn a_claim_only_approval_executes_only_for_the_principal_it_was_asked_for_and_under_the_policy() {
     let f = fixture("refund");
     let mut held = f.record(IntentState::PendingApproval);
     held.approval_id = Some("ap_1".into());
@@ -1683,17 +1682,34 @@ fn a_claim_only_approval_executes_only_for_the_principal_it_was_asked_for_and_un
     approved.decided_at = Some(t0());
     let mut other = f.req(Some(&approved), None);
     other.principal = "subagent";
-    let d = decide(Some(&held), &other, &f.cap, &PolicyVerdict::Allow, t0() + mins(1));
-    assert_eq!((d.action, d.outcome.status), (Action::Respond, Status::Refused));
-    assert!(d.record.is_none(), "nothing changes for the approved principal's next claim");
+    let d = decide(
+        Some(&held),
+        &other,
+        &f.cap,
+        &PolicyVerdict::Allow,
+        t0() + mins(1),
+    );
+    assert_eq!(
+        (d.action, d.outcome.status),
+        (Action::Respond, Status::Refused)
+    );
+    assert!(
+        d.record.is_none(),
+        "nothing changes for the approved principal's next claim"
+    );
     let denied = decide(
         Some(&held),
         &f.req(Some(&approved), None),
         &f.cap,
-        &PolicyVerdict::Deny { reason: "no".into() },
+        &PolicyVerdict::Deny {
+            reason: "no".into(),
+        },
         t0() + mins(1),
     );
-    assert_eq!((denied.action, denied.outcome.status), (Action::Respond, Status::Denied));
+    assert_eq!(
+        (denied.action, denied.outcome.status),
+        (Action::Respond, Status::Denied)
+    );
     let dry = decide(
         Some(&held),
         &f.req(Some(&approved), None),
@@ -1701,7 +1717,10 @@ fn a_claim_only_approval_executes_only_for_the_principal_it_was_asked_for_and_un
         &PolicyVerdict::DryRun,
         t0() + mins(1),
     );
-    assert_eq!((dry.action, dry.outcome.status), (Action::Respond, Status::DryRun));
+    assert_eq!(
+        (dry.action, dry.outcome.status),
+        (Action::Respond, Status::DryRun)
+    );
     let go = decide(
         Some(&held),
         &f.req(Some(&approved), None),
