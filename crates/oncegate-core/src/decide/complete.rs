@@ -17,10 +17,6 @@ use crate::intent::{IntentRecord, IntentState, Outcome, Reason, Status};
 /// What a completion of a claim from outside the gate's own execution does (see
 /// [`complete_claim`]).
 #[derive(Clone, Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "built once per completion; boxing buys nothing"
-)]
 pub enum Completion {
     /// The claim still holds the intent: commit this (its outcome is the answer).
     Record(Decision),
