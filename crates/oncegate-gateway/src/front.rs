@@ -56,7 +56,7 @@ impl Door {
     /// not a dry run) is refused with `OG-0025`: its callers execute it themselves,
     /// through [`Door::claim`].
     pub(crate) async fn call(self, principal: &Principal, call: Call) -> Result<Outcome, ApiError> {
-        if self.capability.upstream.is_none() && !self.capability.dry_run {
+        if self.capability.is_claim_only() {
             return Err(ApiError::Coded(
                 StatusCode::CONFLICT,
                 Code::ClaimOnly,

@@ -76,12 +76,7 @@ class Wire:
         run_id: str | None = None,
         step_id: str | None = None,
     ) -> Request:
-        return Request(
-            "POST",
-            "/v1/intents/claim",
-            {"capability": capability, "arguments": _arguments(arguments)},
-            self.headers(run_id=run_id, step_id=step_id, idempotency_key=idempotency_key),
-        )
+        return self._decided("/v1/intents/claim", capability, arguments, idempotency_key, run_id, step_id)
 
     def call(
         self,
@@ -92,9 +87,21 @@ class Wire:
         run_id: str | None = None,
         step_id: str | None = None,
     ) -> Request:
+        return self._decided("/v1/calls", capability, arguments, idempotency_key, run_id, step_id)
+
+    def _decided(
+        self,
+        path: str,
+        capability: str,
+        arguments: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+        run_id: str | None,
+        step_id: str | None,
+    ) -> Request:
+        """A request the gateway decides (a claim or a call): the same body and headers."""
         return Request(
             "POST",
-            "/v1/calls",
+            path,
             {"capability": capability, "arguments": _arguments(arguments)},
             self.headers(run_id=run_id, step_id=step_id, idempotency_key=idempotency_key),
         )

@@ -318,7 +318,7 @@ class Client:
                 raise err
             return spec.replay_value(answer)
 
-        if answer.lease_left() <= min(1.0, answer.lease_seconds / 2):
+        if answer.too_late_to_send():
             # This process paused between the claim and the call for (nearly) the whole
             # lease: the claim may be another attempt's already, and a request sent now
             # would race it where no fence can stop it (the gateway never sees it).
@@ -410,7 +410,7 @@ class Client:
             err = error_for_outcome(answer)
             if err is not None:
                 raise err
-        if isinstance(answer, Execute) and answer.lease_left() <= min(1.0, answer.lease_seconds / 2):
+        if isinstance(answer, Execute) and answer.too_late_to_send():
             # As in protect(): the lease (nearly) ran out before the block could start.
             try:
                 self.complete(answer, "not_sent", error="the lease ran out before the effect was sent")

@@ -129,6 +129,16 @@ class Execute:
         now = time.monotonic() if now is None else now
         return self.lease_seconds - (now - self.received_at)
 
+    def too_late_to_send(self) -> bool:
+        """True when (nearly) the whole lease is gone before the effect was sent.
+
+        The claim may be another attempt's by now, and a request sent with it would
+        race that attempt where no fence reaches (the gateway never sees it). The margin
+        covers ``lease_seconds`` being estimated from a ``Date`` header truncated to the
+        second.
+        """
+        return self.lease_left() <= min(1.0, self.lease_seconds / 2)
+
 
 @dataclasses.dataclass(frozen=True)
 class PassThrough:

@@ -311,13 +311,15 @@ def test_protect_with_the_gateway_down_never_calls_the_function() -> None:
 
 
 def test_heartbeats_while_the_function_runs_then_complete() -> None:
-    renewed = {**execute(0.6), "status": "in_flight"}
-    rec = Recorder(answers({"claim": (200, execute(0.6)), "heartbeat": (200, renewed), "complete": applied}))
+    # A lease long enough that a loaded machine still hands the function a claim with
+    # time to send (the client refuses to start one whose lease is nearly gone).
+    renewed = {**execute(1.5), "status": "in_flight"}
+    rec = Recorder(answers({"claim": (200, execute(1.5)), "heartbeat": (200, renewed), "complete": applied}))
     gate = client(rec)
 
     @gate.protect("charge_card")
     def charge_card(order_id: str, *, idempotency_key: str) -> dict[str, str]:
-        time.sleep(0.5)
+        time.sleep(0.8)
         return {"id": "ch_1"}
 
     charge_card("A-1")
@@ -329,12 +331,13 @@ def test_heartbeats_while_the_function_runs_then_complete() -> None:
 
 def test_a_lost_claim_still_tries_to_complete_then_raises_claim_lost() -> None:
     stale = (409, {"error": {"code": "OG-0024", "message": "stale claim"}})
-    rec = Recorder(answers({"claim": (200, execute(0.3)), "heartbeat": stale, "complete": stale}))
+    # Long enough to be started on a loaded machine (see the test above).
+    rec = Recorder(answers({"claim": (200, execute(1.2)), "heartbeat": stale, "complete": stale}))
     gate = client(rec)
 
     @gate.protect("charge_card")
     def charge_card(order_id: str, *, idempotency_key: str) -> dict[str, str]:
-        time.sleep(0.3)
+        time.sleep(0.8)
         return {"id": "ch_late"}
 
     with pytest.raises(oncegate.ClaimLost) as info:

@@ -62,7 +62,7 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     let claim_only: Vec<&str> = registry
         .capabilities()
         .iter()
-        .filter(|c| is_claim_only(c))
+        .filter(|c| c.is_claim_only())
         .map(|c| c.name.as_str())
         .collect();
     if !claim_only.is_empty() {
@@ -97,12 +97,6 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     }
     println!("probe: {} upstream(s) answered", findings.len());
     Ok(ExitCode::SUCCESS)
-}
-
-/// A capability without an upstream that is not a dry run: only the two-phase API
-/// reaches it.
-fn is_claim_only(cap: &oncegate_core::config::Capability) -> bool {
-    cap.upstream.is_none() && !cap.dry_run
 }
 
 /// Who executes a capability's effects, as `check-config` lists it.

@@ -399,6 +399,12 @@ pub struct Capability {
 }
 
 impl Capability {
+    /// Executed by its callers through the two-phase API, never by the gateway: no
+    /// upstream, and not a dry run (which executes nothing anyway).
+    pub fn is_claim_only(&self) -> bool {
+        self.upstream.is_none() && !self.dry_run
+    }
+
     /// The policy hash approvals are bound to ("none" without policies).
     pub fn policy_hash(&self) -> &str {
         self.policy.as_deref().map_or("none", PolicyEngine::hash)
