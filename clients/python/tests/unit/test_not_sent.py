@@ -9,6 +9,7 @@ in the unsafe direction (a sent request called not_sent) is a second effect.
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import urllib.error
 import urllib.request
@@ -41,6 +42,33 @@ def silent_port() -> Iterator[int]:
     s.close()
 
 
+def read_request(conn: socket.socket) -> None:
+    """Reads one whole HTTP request (headers and Content-Length body).
+
+    Closing with unread bytes in the receive buffer makes the kernel answer with a
+    reset instead of a clean end of stream, which a client reports differently; reading
+    everything first makes the hang-up the same on every run.
+    """
+    conn.settimeout(5)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        body += chunk
+
+
 @pytest.fixture
 def hangup_port() -> Iterator[int]:
     """A port that reads the request, then closes without answering: the request was sent."""
@@ -56,7 +84,34 @@ def hangup_port() -> Iterator[int]:
                 conn, _ = s.accept()
             except OSError:
                 continue
-            conn.recv(65536)
+            read_request(conn)
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield int(s.getsockname()[1])
+    stop.set()
+    t.join()
+    s.close()
+
+
+@pytest.fixture
+def reset_port() -> Iterator[int]:
+    """A port that reads the request, then resets the connection (SO_LINGER 0): sent, then RST."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    stop = threading.Event()
+
+    def serve() -> None:
+        s.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                continue
+            read_request(conn)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             conn.close()
 
     t = threading.Thread(target=serve, daemon=True)
@@ -96,8 +151,21 @@ def test_httpx_read_timeout_may_have_been_sent(silent_port: int) -> None:
 
 def test_httpx_hang_up_after_send_may_have_been_sent(hangup_port: int) -> None:
     exc = raised(lambda: httpx.post(f"http://127.0.0.1:{hangup_port}/v1/charges", json={}, timeout=5))
-    assert isinstance(exc, httpx.RemoteProtocolError)
+    # A clean end of stream; a reset (ReadError) would be just as sent, and just as unknown.
+    assert isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError))
     assert not not_sent.is_not_sent(exc)
+
+
+def test_a_reset_after_send_may_have_been_sent(reset_port: int) -> None:
+    exc = raised(lambda: httpx.post(f"http://127.0.0.1:{reset_port}/v1/charges", json={}, timeout=5))
+    assert isinstance(exc, httpx.ReadError)
+    assert not not_sent.is_not_sent(exc)
+    raw = socket.create_connection(("127.0.0.1", reset_port), timeout=5)
+    raw.sendall(b"POST /v1/charges HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    reset = raised(lambda: raw.recv(1))
+    raw.close()
+    assert isinstance(reset, ConnectionResetError)
+    assert not not_sent.is_not_sent(reset)
 
 
 def test_socket_refused_and_dns_are_not_sent() -> None:
