@@ -2,7 +2,8 @@
 //!
 //! `cmd` holds one module per subcommand (its arguments and its printing); `demo` (a
 //! sandbox and gateways driven as processes) and `verify` (the Gate against a simulated
-//! upstream) are the machinery behind the two red-team subcommands.
+//! upstream) are the machinery behind the two red-team subcommands, and `bench` (a load
+//! generator and what it drives) the machinery behind `oncegate bench`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,6 +12,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use oncegate_core::Registry;
 
+mod bench;
 mod cmd;
 mod demo;
 mod verify;
@@ -52,6 +54,8 @@ enum Command {
     /// List and decide approvals on a running gateway.
     #[command(subcommand)]
     Approvals(cmd::approvals::ApprovalsCommand),
+    /// Measure what the gateway costs next to its upstream and the raw store floor.
+    Bench(cmd::bench::BenchArgs),
 }
 
 /// `--config PATH`, shared by every subcommand.
@@ -121,7 +125,10 @@ pub fn run() -> ExitCode {
                 // and recorded by oncegate itself) as errors: off unless asked for with
                 // ONCEGATE_LOG=rmcp=debug.
                 .unwrap_or_else(|_| {
-                    if matches!(cli.command, Command::Demo(_) | Command::Verify(_)) {
+                    if matches!(
+                        cli.command,
+                        Command::Demo(_) | Command::Verify(_) | Command::Bench(_)
+                    ) {
                         "error,rmcp=off".into()
                     } else {
                         "warn,rmcp=off".into()
@@ -142,6 +149,7 @@ pub fn run() -> ExitCode {
         Command::Migrate(a) => runtime().and_then(|rt| rt.block_on(cmd::migrate::migrate(a))),
         Command::Sandbox(a) => runtime().and_then(|rt| rt.block_on(cmd::sandbox::run(a))),
         Command::Approvals(c) => runtime().and_then(|rt| rt.block_on(cmd::approvals::run(c))),
+        Command::Bench(a) => runtime().and_then(|rt| rt.block_on(cmd::bench::run(a))),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod bench;
 pub mod check_config;
 pub mod demo;
 pub mod init;

@@ -1,0 +1,526 @@
+//! `oncegate bench`: what oncegate costs, measured against what it stands in front of.
+//!
+//! Every row is a pair: a subject (oncegate doing its job) and a baseline (the same load
+//! without oncegate: the sandbox called directly, or the raw database floor with the
+//! same durability). The two are measured interleaved, round by round, at the same
+//! concurrency in the same run, so the ratio survives a noisy machine even when the
+//! absolute numbers do not.
+//!
+//! - `load`: the closed-loop generator and its histograms;
+//! - `http`: the bare HTTP/1 client the generator drives servers with;
+//! - `targets`: what is driven (gateway surfaces, the sandbox, the in-process `Gate`,
+//!   the SQLite and PostgreSQL floors);
+//! - `world`: the sandbox and the gateway as child processes on a scratch store.
+
+mod http;
+mod load;
+mod targets;
+mod world;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::future::BoxFuture;
+use indicatif::{ProgressBar, ProgressStyle};
+use oncegate_engine::{Gate, SystemClock};
+use oncegate_store::{OpenMode, SqliteStore, StoreOptions};
+use serde::Serialize;
+
+use load::{Sample, Target, closed_loop};
+use targets::{
+    GateTarget, Mode, PgFloor, REPLAY_SET, SqliteBatchedFloor, SqliteFloor, gateway_calls,
+    gateway_mcp, sandbox_charges, sandbox_mcp,
+};
+use world::World;
+
+/// How long and how wide each row runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    /// Concurrent workers, one row each.
+    pub concurrencies: Vec<usize>,
+    /// Interleaved rounds per row (subject, baseline, subject, baseline, ...).
+    pub rounds: u32,
+    /// One side of one round.
+    #[serde(with = "seconds")]
+    pub segment: Duration,
+    /// Run (and thrown away) before the first round, per side.
+    #[serde(with = "seconds")]
+    pub warmup: Duration,
+}
+
+impl Plan {
+    /// The full run: five concurrencies, three rounds of 2 s.
+    pub fn full() -> Self {
+        Self {
+            concurrencies: vec![1, 8, 32, 128, 512],
+            rounds: 3,
+            segment: Duration::from_secs(2),
+            warmup: Duration::from_millis(500),
+        }
+    }
+
+    /// The smoke run (about 20 seconds of load): two concurrencies, one short round.
+    pub fn quick() -> Self {
+        Self {
+            concurrencies: vec![1, 32],
+            rounds: 1,
+            segment: Duration::from_millis(600),
+            warmup: Duration::from_millis(150),
+        }
+    }
+}
+
+mod seconds {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub plan: Plan,
+    /// PostgreSQL server for the PostgreSQL rows (a scratch database is created there
+    /// and dropped afterwards).
+    pub postgres: Option<String>,
+    /// Where the scratch stores go (a directory on the disk being measured).
+    pub dir: Option<PathBuf>,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+}
+
+/// One side of a row.
+#[derive(Clone, Debug, Serialize)]
+pub struct Stats {
+    /// What was driven.
+    pub name: String,
+    /// Successful requests (or rows) per second.
+    pub rate: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    /// Successful requests (or rows).
+    pub ops: u64,
+    pub errors: u64,
+    /// The first error, when there were any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+impl Stats {
+    fn of(name: &str, s: &Sample) -> Self {
+        Self {
+            name: name.to_owned(),
+            rate: s.rate(),
+            p50_ms: s.quantile_ms(0.5),
+            p99_ms: s.quantile_ms(0.99),
+            p999_ms: s.quantile_ms(0.999),
+            ops: s.ops,
+            errors: s.errors,
+            first_error: s.first_error.clone(),
+        }
+    }
+}
+
+/// One line of the table: a subject against its baseline at one concurrency.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub group: &'static str,
+    pub concurrency: usize,
+    pub subject: Stats,
+    pub baseline: Stats,
+    /// subject rate / baseline rate.
+    pub ratio: f64,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub plan: Plan,
+    pub rows: Vec<Row>,
+    /// Groups not run, and why.
+    pub skipped: Vec<String>,
+    /// Wall time of the whole run, seconds.
+    pub seconds: f64,
+}
+
+impl Report {
+    /// Requests that failed, over every row.
+    pub fn errors(&self) -> u64 {
+        self.rows
+            .iter()
+            .map(|r| r.subject.errors + r.baseline.errors)
+            .sum()
+    }
+}
+
+/// A target behind a trait object, with the request counter its rounds share.
+trait Drive: Send + Sync {
+    fn drive(&self, concurrency: usize, duration: Duration) -> BoxFuture<'static, Sample>;
+}
+
+struct Driven<T: Target> {
+    target: Arc<T>,
+    numbers: Arc<AtomicU64>,
+}
+
+impl<T: Target> Drive for Driven<T> {
+    fn drive(&self, concurrency: usize, duration: Duration) -> BoxFuture<'static, Sample> {
+        Box::pin(closed_loop(
+            self.target.clone(),
+            concurrency,
+            duration,
+            self.numbers.clone(),
+        ))
+    }
+}
+
+fn driven<T: Target>(target: T) -> Box<dyn Drive> {
+    Box::new(Driven {
+        target: Arc::new(target),
+        numbers: Arc::default(),
+    })
+}
+
+/// A group of targets measured together, and the (subject, baseline) pairs it reports.
+struct Group {
+    name: &'static str,
+    targets: Vec<(&'static str, Box<dyn Drive>)>,
+    pairs: Vec<(usize, usize)>,
+}
+
+impl Group {
+    fn segments(&self, plan: &Plan) -> u64 {
+        (self.targets.len() * plan.concurrencies.len()) as u64 * u64::from(plan.rounds + 1)
+    }
+
+    /// Runs every target at every concurrency, interleaved, and makes the rows.
+    async fn run(&self, plan: &Plan, bar: &ProgressBar) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for &c in &plan.concurrencies {
+            let mut samples: Vec<Option<Sample>> = vec![None; self.targets.len()];
+            for (name, target) in &self.targets {
+                bar.set_message(format!("{}: {name}, concurrency {c} (warm-up)", self.name));
+                target.drive(c, plan.warmup).await;
+                bar.inc(1);
+            }
+            for round in 0..plan.rounds {
+                for (i, (name, target)) in self.targets.iter().enumerate() {
+                    bar.set_message(format!(
+                        "{}: {name}, concurrency {c}, round {}/{}",
+                        self.name,
+                        round + 1,
+                        plan.rounds
+                    ));
+                    let s = target.drive(c, plan.segment).await;
+                    match &mut samples[i] {
+                        Some(total) => total.absorb(s),
+                        slot => *slot = Some(s),
+                    }
+                    bar.inc(1);
+                }
+            }
+            for &(subject, baseline) in &self.pairs {
+                let (Some(s), Some(b)) = (&samples[subject], &samples[baseline]) else {
+                    continue;
+                };
+                rows.push(Row {
+                    group: self.name,
+                    concurrency: c,
+                    subject: Stats::of(self.targets[subject].0, s),
+                    baseline: Stats::of(self.targets[baseline].0, b),
+                    ratio: if b.rate() > 0.0 {
+                        s.rate() / b.rate()
+                    } else {
+                        0.0
+                    },
+                });
+            }
+        }
+        rows
+    }
+}
+
+/// Runs the benchmark.
+pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
+    let started = std::time::Instant::now();
+    let dir = match &options.dir {
+        Some(d) => tempfile::Builder::new()
+            .prefix("oncegate-bench-")
+            .tempdir_in(d),
+        None => tempfile::Builder::new().prefix("oncegate-bench-").tempdir(),
+    }
+    .context("cannot make a scratch directory")?;
+    let world = World::start(exe, dir.path(), "sqlite://bench.db")
+        .await
+        .context("cannot start the sandbox and the gateway")?;
+    let mut skipped = Vec::new();
+    let mut groups = vec![
+        gate_group(&world, dir.path()).await?,
+        calls_group(&world).await?,
+        mcp_group(&world)?,
+    ];
+    let pg = match &options.postgres {
+        Some(url) => Some(PgScratch::create(url).await?),
+        None => {
+            skipped.push("PostgreSQL: skipped, no PostgreSQL URL (--postgres URL)".to_owned());
+            None
+        }
+    };
+    if let Some(pg) = &pg {
+        groups.push(pg_group(&world, pg, &options.plan).await?);
+    }
+
+    let total: u64 = groups.iter().map(|g| g.segments(&options.plan)).sum();
+    let bar = if options.progress {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}")
+            .expect("a valid progress template")
+            .progress_chars("=> "),
+    );
+    let mut rows = Vec::new();
+    for group in &groups {
+        rows.extend(group.run(&options.plan, &bar).await);
+    }
+    bar.finish_and_clear();
+    drop(groups);
+    if let Some(pg) = pg {
+        pg.drop_database().await;
+    }
+    Ok(Report {
+        plan: options.plan.clone(),
+        rows,
+        skipped,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// In-process `Gate` on a SQLite store vs the raw SQLite floor.
+async fn gate_group(world: &World, dir: &Path) -> anyhow::Result<Group> {
+    let registry = crate::load(&world.config)?;
+    let store = SqliteStore::scratch(&dir.join("gate.db")).await?;
+    let gate = Gate::with_store(registry, store, Arc::new(SystemClock));
+    let replays = GateTarget::new(gate.clone(), "GR", Mode::Replay);
+    seed_gate(&gate, "GR").await?;
+    Ok(Group {
+        name: "in-process Gate (SQLite)",
+        targets: vec![
+            (
+                "Gate, distinct intents",
+                driven(GateTarget::new(gate, "GD", Mode::Distinct)),
+            ),
+            ("Gate, replays", driven(replays)),
+            (
+                "SQLite floor, 1 row/txn",
+                driven(SqliteFloor::open(&dir.join("floor1.db")).await?),
+            ),
+            (
+                "SQLite floor, group commit",
+                driven(SqliteBatchedFloor::open(&dir.join("floorb.db")).await?),
+            ),
+        ],
+        pairs: vec![(0, 2), (0, 3), (1, 3)],
+    })
+}
+
+/// Settles the intents a replay row repeats.
+async fn seed_gate(gate: &Gate, prefix: &str) -> anyhow::Result<()> {
+    let seed = GateTarget::new(gate.clone(), prefix, Mode::Distinct);
+    for n in 0..REPLAY_SET {
+        seed.call(&mut (), n)
+            .await
+            .map_err(|e| anyhow::anyhow!("seeding replays: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Settles the intents an HTTP replay row repeats, through a distinct-mode twin.
+async fn seed_http(twin: http::HttpTarget) -> anyhow::Result<()> {
+    for n in 0..REPLAY_SET {
+        twin.once(n)
+            .await
+            .map_err(|e| anyhow::anyhow!("seeding replays: {e}"))?;
+    }
+    Ok(())
+}
+
+/// `POST /v1/calls` through `oncegate serve` vs the same charges straight at the sandbox.
+async fn calls_group(world: &World) -> anyhow::Result<Group> {
+    let (gw, sb) = (&world.gateway.url, &world.sandbox.url);
+    seed_http(gateway_calls(gw, "charge_card", "CR", Mode::Distinct)?).await?;
+    seed_http(sandbox_charges(sb, "SR", Mode::Distinct)?).await?;
+    Ok(Group {
+        name: "/v1/calls, HTTP upstream",
+        targets: vec![
+            (
+                "/v1/calls, distinct",
+                driven(gateway_calls(gw, "charge_card", "CD", Mode::Distinct)?),
+            ),
+            (
+                "sandbox direct, distinct",
+                driven(sandbox_charges(sb, "SD", Mode::Distinct)?),
+            ),
+            (
+                "/v1/calls, replays",
+                driven(gateway_calls(gw, "charge_card", "CR", Mode::Replay)?),
+            ),
+            (
+                "sandbox direct, replays",
+                driven(sandbox_charges(sb, "SR", Mode::Replay)?),
+            ),
+        ],
+        pairs: vec![(0, 1), (2, 3)],
+    })
+}
+
+/// MCP through the gateway vs the sandbox's MCP server; MCP upstream vs HTTP upstream.
+fn mcp_group(world: &World) -> anyhow::Result<Group> {
+    let (gw, sb) = (&world.gateway.url, &world.sandbox.url);
+    Ok(Group {
+        name: "MCP",
+        targets: vec![
+            ("/mcp tools/call, distinct", driven(gateway_mcp(gw, "MD")?)),
+            (
+                "sandbox MCP direct, distinct",
+                driven(sandbox_mcp(sb, "SM")?),
+            ),
+            (
+                "/v1/calls, MCP upstream",
+                driven(gateway_calls(gw, "charge_card_mcp", "UM", Mode::Distinct)?),
+            ),
+            (
+                "/v1/calls, HTTP upstream",
+                driven(gateway_calls(gw, "charge_card", "UH", Mode::Distinct)?),
+            ),
+        ],
+        pairs: vec![(0, 1), (2, 3)],
+    })
+}
+
+/// A scratch database on a PostgreSQL server, dropped when the run ends.
+struct PgScratch {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl PgScratch {
+    async fn create(url: &str) -> anyhow::Result<Self> {
+        use sqlx::Connection;
+        let name = format!(
+            "oncegate_bench_{}_{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let mut conn = sqlx::PgConnection::connect(url).await.with_context(|| {
+            format!(
+                "cannot connect to PostgreSQL at {}",
+                oncegate_store::postgres::redact(url)
+            )
+        })?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await
+            .context("cannot create the bench's scratch database")?;
+        Ok(Self {
+            admin: url.to_owned(),
+            url: with_database(url, &name),
+            name,
+        })
+    }
+
+    async fn drop_database(self) {
+        use sqlx::Connection;
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.admin).await {
+            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            )))
+            .execute(&mut conn)
+            .await;
+        }
+    }
+}
+
+/// `url` with its database (the path) replaced by `name`.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let authority_end = base
+        .find("://")
+        .map(|i| i + 3)
+        .and_then(|start| base[start..].find('/').map(|j| start + j))
+        .unwrap_or(base.len());
+    let mut out = format!("{}/{name}", &base[..authority_end]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// In-process `Gate` on a PostgreSQL store vs the raw statement floor on the same server.
+async fn pg_group(world: &World, pg: &PgScratch, plan: &Plan) -> anyhow::Result<Group> {
+    let registry = crate::load(&world.config)?;
+    let widest = plan.concurrencies.iter().copied().max().unwrap_or(1);
+    let connections = u32::try_from(widest.min(64)).unwrap_or(64);
+    let store = oncegate_store::open(
+        &pg.url,
+        Path::new("."),
+        OpenMode::CreateIfMissing,
+        StoreOptions {
+            pool_size: connections,
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .context("cannot open a PostgreSQL store in the scratch database")?;
+    let gate = Gate::with_store(registry, store, Arc::new(SystemClock));
+    Ok(Group {
+        name: "PostgreSQL",
+        targets: vec![
+            (
+                "Gate on PostgreSQL, distinct",
+                driven(GateTarget::new(gate, "PD", Mode::Distinct)),
+            ),
+            (
+                "PostgreSQL floor, 1 row/txn",
+                driven(PgFloor::open(&pg.url, connections).await?),
+            ),
+        ],
+        pairs: vec![(0, 1)],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn the_scratch_database_replaces_the_urls_path_and_keeps_its_query() {
+        assert_eq!(
+            with_database("postgres://postgres@127.0.0.1:5432/test", "b"),
+            "postgres://postgres@127.0.0.1:5432/b"
+        );
+        assert_eq!(
+            with_database("postgres://u:p@h/test?sslmode=disable", "b"),
+            "postgres://u:p@h/b?sslmode=disable"
+        );
+        assert_eq!(
+            with_database("postgres://h:5432", "b"),
+            "postgres://h:5432/b"
+        );
+    }
+}
