@@ -28,6 +28,7 @@ use oncegate_core::key::IntentKey;
 
 pub mod audit_check;
 pub mod conformance;
+mod listing;
 pub mod memory;
 mod open;
 mod options;

@@ -44,6 +44,7 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::listing::{self, Dialect};
 pub use crate::options::{OpenMode, StoreOptions};
 use crate::rows::{self, PreparedApproval, PreparedIntent, RowData, body_hash, integrity, listed};
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
@@ -1263,20 +1264,7 @@ impl StoreRead for SqliteStore {
         &self,
         filter: &IntentFilter,
     ) -> Result<Listing<IntentRecord>, StoreError> {
-        let limit = if filter.limit == 0 { 100 } else { filter.limit };
-        // Two fixed statements rather than a spliced ORDER BY: no SQL is built from input.
-        let sql = if filter.oldest_first {
-            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR capability = ?2)
-             AND (?3 = 0 OR breaker_tripped = 1) ORDER BY updated_at ASC LIMIT ?4"
-        } else {
-            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR capability = ?2)
-             AND (?3 = 0 OR breaker_tripped = 1) ORDER BY updated_at DESC LIMIT ?4"
-        };
-        let rows = sqlx::query(sql)
-            .bind(filter.state.map(|s| s.as_str()))
-            .bind(filter.capability.as_deref())
-            .bind(filter.breaker_tripped)
-            .bind(i64::from(limit))
+        let rows = listing::intents_query(Dialect::Sqlite, filter)
             .fetch_all(&self.inner.readers)
             .await
             .map_err(unavailable)?;

@@ -434,7 +434,7 @@ impl PgScratch {
             .context("cannot create the bench's scratch database")?;
         Ok(Self {
             admin: url.to_owned(),
-            url: with_database(url, &name),
+            url: oncegate_store::postgres::with_database(url, &name),
             name,
         })
     }
@@ -450,25 +450,6 @@ impl PgScratch {
             .await;
         }
     }
-}
-
-/// `url` with its database (the path) replaced by `name`.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let authority_end = base
-        .find("://")
-        .map(|i| i + 3)
-        .and_then(|start| base[start..].find('/').map(|j| start + j))
-        .unwrap_or(base.len());
-    let mut out = format!("{}/{name}", &base[..authority_end]);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
 }
 
 /// In-process `Gate` on a PostgreSQL store vs the raw statement floor on the same server.
@@ -502,25 +483,4 @@ async fn pg_group(world: &World, pg: &PgScratch, plan: &Plan) -> anyhow::Result<
         ],
         pairs: vec![(0, 1)],
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn the_scratch_database_replaces_the_urls_path_and_keeps_its_query() {
-        assert_eq!(
-            with_database("postgres://postgres@127.0.0.1:5432/test", "b"),
-            "postgres://postgres@127.0.0.1:5432/b"
-        );
-        assert_eq!(
-            with_database("postgres://u:p@h/test?sslmode=disable", "b"),
-            "postgres://u:p@h/b?sslmode=disable"
-        );
-        assert_eq!(
-            with_database("postgres://h:5432", "b"),
-            "postgres://h:5432/b"
-        );
-    }
 }

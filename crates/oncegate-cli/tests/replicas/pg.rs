@@ -18,23 +18,6 @@ pub(crate) fn server_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
-/// `url` with its database replaced by `database` (and any query kept).
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let root = match base[scheme_end..].find('/') {
-        Some(slash) => &base[..scheme_end + slash],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{root}/{database}?{q}"),
-        None => format!("{root}/{database}"),
-    }
-}
-
 /// Runs statements on `url`, one connection, outside any transaction (as `psql -c`).
 /// The statements are the tests' own (database names they generated), never input.
 pub(crate) fn execute(url: &str, statements: &[String]) {
@@ -88,7 +71,7 @@ impl Database {
         let name = format!("og_{:016x}", rand::rng().random::<u64>());
         execute(server, &[format!("CREATE DATABASE {name}")]);
         Database {
-            url: with_database(server, &name),
+            url: oncegate_store::postgres::with_database(server, &name),
             admin_url: server.to_owned(),
             name,
         }
@@ -302,17 +285,4 @@ pub(crate) fn poll(deadline: Duration, mut condition: impl FnMut() -> bool) -> b
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-#[test]
-fn urls_name_the_test_database() {
-    assert_eq!(
-        with_database("postgres://postgres@127.0.0.1:5432/test", "og_1"),
-        "postgres://postgres@127.0.0.1:5432/og_1"
-    );
-    assert_eq!(
-        with_database("postgres://u:p@h:1/test?sslmode=disable", "og_1"),
-        "postgres://u:p@h:1/og_1?sslmode=disable"
-    );
-    assert_eq!(with_database("postgres://h", "og_1"), "postgres://h/og_1");
 }

@@ -22,19 +22,6 @@ fn server_url() -> String {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-/// `url` naming database `name` instead.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (url, String::new()),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
-    format!("{}/{name}{query}", &base[..path_start])
-}
-
 async fn admin(sql: String) {
     let mut conn = sqlx::PgConnection::connect(&server_url())
         .await
@@ -50,7 +37,7 @@ async fn admin(sql: String) {
 async fn a_gate_whose_clock_runs_ten_minutes_fast_cannot_take_over_a_live_lease() {
     let name = format!("og_engine_{:016x}", rand_u64());
     admin(format!("CREATE DATABASE {name}")).await;
-    let url = with_database(&server_url(), &name);
+    let url = oncegate_store::postgres::with_database(&server_url(), &name);
     let scratch = Scratch::new();
     let registry = || load_registry(&scratch.config()).unwrap_or_else(|e| panic!("{e}"));
     let open = |mode| oncegate_store::open(&url, scratch.dir.path(), mode, StoreOptions::default());
@@ -170,7 +157,7 @@ fn rand_u64() -> u64 {
 async fn a_holder_whose_clock_lags_still_extends_its_lease_by_heartbeat() {
     let name = format!("og_engine_{:016x}", rand_u64());
     admin(format!("CREATE DATABASE {name}")).await;
-    let url = with_database(&server_url(), &name);
+    let url = oncegate_store::postgres::with_database(&server_url(), &name);
     let scratch = Scratch::new();
     let registry = load_registry(&scratch.config()).unwrap_or_else(|e| panic!("{e}"));
     let store = oncegate_store::open(

@@ -71,6 +71,20 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// `url` naming database `name` instead (its query string kept): for tools that make
+/// scratch databases on a server (`oncegate bench`, the tests).
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    format!("{}/{name}{query}", &base[..path_start])
+}
+
 pub(crate) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
@@ -355,4 +369,22 @@ async fn inspect(pool: &PgPool) -> Result<Found, StoreError> {
         }
         Found::Foreign(format!("its tables are {shown}"))
     })
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::with_database;
+
+    #[test]
+    fn a_scratch_database_replaces_the_urls_path_and_keeps_its_query() {
+        assert_eq!(
+            with_database("postgres://postgres@127.0.0.1:5432/test", "og_1"),
+            "postgres://postgres@127.0.0.1:5432/og_1"
+        );
+        assert_eq!(
+            with_database("postgres://u:p@h:1/test?sslmode=disable", "og_1"),
+            "postgres://u:p@h:1/og_1?sslmode=disable"
+        );
+        assert_eq!(with_database("postgres://h", "og_1"), "postgres://h/og_1");
+    }
 }

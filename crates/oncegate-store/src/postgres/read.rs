@@ -7,6 +7,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::{PgStore, corrupt, from_micros, unavailable};
+use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 use crate::{IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead, UnreadableRow};
@@ -237,22 +238,7 @@ impl StoreRead for PgStore {
         &self,
         filter: &IntentFilter,
     ) -> Result<Listing<IntentRecord>, StoreError> {
-        let limit = if filter.limit == 0 { 100 } else { filter.limit };
-        // Two fixed statements rather than a spliced ORDER BY: no SQL is built from input.
-        let sql = if filter.oldest_first {
-            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents
-             WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR capability = $2)
-               AND (NOT $3 OR breaker_tripped) ORDER BY updated_at ASC LIMIT $4"
-        } else {
-            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents
-             WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR capability = $2)
-               AND (NOT $3 OR breaker_tripped) ORDER BY updated_at DESC LIMIT $4"
-        };
-        let rows = sqlx::query(sql)
-            .bind(filter.state.map(|s| s.as_str()))
-            .bind(filter.capability.as_deref())
-            .bind(filter.breaker_tripped)
-            .bind(i64::from(limit))
+        let rows = listing::intents_query(Dialect::Postgres, filter)
             .fetch_all(&mut *self.conn().await?)
             .await
             .map_err(unavailable)?;

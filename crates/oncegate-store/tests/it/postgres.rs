@@ -22,19 +22,6 @@ pub fn server_url() -> String {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-/// `url` naming database `name` instead.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (url, String::new()),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
-    format!("{}/{name}{query}", &base[..path_start])
-}
-
 /// A database of this test's own, dropped by [`TestDb::drop`].
 pub struct TestDb {
     /// Its name.
@@ -55,7 +42,7 @@ impl TestDb {
             .await
             .expect("create a test database");
         let _ = admin.close().await;
-        let url = with_database(&server_url(), &name);
+        let url = oncegate_store::postgres::with_database(&server_url(), &name);
         Self { name, url }
     }
 

@@ -1,0 +1,261 @@
+//! The intent listing's SQL, one statement per filter shape.
+//!
+//! A single statement with `(?1 IS NULL OR state = ?1)` in it serves every filter, and
+//! no index serves it: the planner cannot know at prepare time which terms apply, so it
+//! scans the table. Each shape gets its own statement instead, built only from the
+//! constant fragments below (never from input), and migrations give each shape an index
+//! that ends in `updated_at`, so `ORDER BY updated_at LIMIT n` stops after n rows. The
+//! backends' tests check the plans with `EXPLAIN`.
+
+use sqlx::query::Query;
+use sqlx::{Database, Encode, Type};
+
+use crate::IntentFilter;
+
+/// The SQL spelling a backend needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    fn placeholder(self, n: usize) -> String {
+        match self {
+            Dialect::Sqlite => format!("?{n}"),
+            Dialect::Postgres => format!("${n}"),
+        }
+    }
+}
+
+/// `SELECT ... FROM intents WHERE ... ORDER BY updated_at ... LIMIT ...` for `filter`.
+/// Parameters, in order: the state (if filtered), the capability (if filtered), then
+/// the limit.
+pub(crate) fn intents_sql(dialect: Dialect, filter: &IntentFilter) -> String {
+    let mut terms = Vec::new();
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        dialect.placeholder(n)
+    };
+    if filter.state.is_some() {
+        terms.push(format!("state = {}", next()));
+    }
+    if filter.capability.is_some() {
+        terms.push(format!("capability = {}", next()));
+    }
+    if filter.breaker_tripped {
+        terms.push(
+            match dialect {
+                Dialect::Sqlite => "breaker_tripped = 1",
+                Dialect::Postgres => "breaker_tripped",
+            }
+            .to_owned(),
+        );
+    }
+    let limit = next();
+    let filter_sql = if terms.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", terms.join(" AND "))
+    };
+    let order = if filter.oldest_first { "ASC" } else { "DESC" };
+    format!(
+        "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents{filter_sql} ORDER BY updated_at {order} LIMIT {limit}"
+    )
+}
+
+/// The listing statement for `filter` with its parameters bound.
+pub(crate) fn intents_query<DB>(
+    dialect: Dialect,
+    filter: &IntentFilter,
+) -> Query<'static, DB, DB::Arguments>
+where
+    DB: Database,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+{
+    bind_filter(
+        sqlx::query::<DB>(sqlx::AssertSqlSafe(intents_sql(dialect, filter))),
+        filter,
+    )
+}
+
+/// Binds [`intents_sql`]'s parameters.
+fn bind_filter<DB>(
+    mut query: Query<'static, DB, DB::Arguments>,
+    filter: &IntentFilter,
+) -> Query<'static, DB, DB::Arguments>
+where
+    DB: Database,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+{
+    if let Some(state) = filter.state {
+        query = query.bind(state.as_str());
+    }
+    if let Some(capability) = filter.capability.as_deref() {
+        query = query.bind(capability);
+    }
+    let limit = if filter.limit == 0 { 100 } else { filter.limit };
+    query.bind(i64::from(limit))
+}
+
+/// Every filter shape the listing has, for the plan tests: each combination of state,
+/// capability and breaker, in both orders.
+#[cfg(test)]
+pub(crate) fn every_shape() -> Vec<IntentFilter> {
+    use oncegate_core::intent::IntentState;
+    let mut shapes = Vec::new();
+    for state in [None, Some(IntentState::Unknown)] {
+        for capability in [None, Some("charge_card".to_owned())] {
+            for breaker_tripped in [false, true] {
+                for oldest_first in [false, true] {
+                    shapes.push(IntentFilter {
+                        state,
+                        capability: capability.clone(),
+                        breaker_tripped,
+                        limit: 100,
+                        oldest_first,
+                    });
+                }
+            }
+        }
+    }
+    shapes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncegate_core::intent::IntentState;
+    use sqlx::{Connection, Row};
+
+    use crate::{OpenMode, SqliteStore, StoreOptions};
+
+    /// `EXPLAIN`-prefixed listing statements for every shape, parameters bound.
+    fn explained<DB>(
+        dialect: Dialect,
+        explain: &str,
+    ) -> Vec<(String, Query<'static, DB, DB::Arguments>)>
+    where
+        DB: Database,
+        for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+        for<'t> i64: Encode<'t, DB> + Type<DB>,
+    {
+        every_shape()
+            .iter()
+            .map(|filter| {
+                let sql = intents_sql(dialect, filter);
+                let query = sqlx::query::<DB>(sqlx::AssertSqlSafe(format!("{explain} {sql}")));
+                (sql, bind_filter(query, filter))
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn sqlite_serves_every_listing_shape_from_an_index_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plans.db");
+        SqliteStore::open_with(&path, OpenMode::CreateIfMissing, StoreOptions::default())
+            .await
+            .unwrap();
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        for (sql, query) in explained::<sqlx::Sqlite>(Dialect::Sqlite, "EXPLAIN QUERY PLAN") {
+            let rows = query.fetch_all(&mut conn).await.unwrap();
+            let steps: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
+            // "SCAN intents USING INDEX i" walks an index in order and stops at the
+            // LIMIT; a bare "SCAN intents" reads the table, a TEMP B-TREE sorts it.
+            assert!(
+                steps
+                    .iter()
+                    .all(|s| s.contains("USING INDEX") && !s.contains("TEMP B-TREE")),
+                "{sql}\n  is planned as: {}",
+                steps.join(" | ")
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn postgres_serves_every_listing_shape_from_an_index_in_order() {
+        let server = std::env::var("ONCEGATE_TEST_POSTGRES_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
+        let name = format!("og_plans_{:016x}", rand::random::<u64>());
+        let mut admin = sqlx::PgConnection::connect(&server)
+            .await
+            .expect("the test PostgreSQL server answers (ONCEGATE_TEST_POSTGRES_URL)");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let url = crate::postgres::with_database(&server, &name);
+        let store = crate::PgStore::open(&url, OpenMode::CreateIfMissing, StoreOptions::default())
+            .await
+            .unwrap();
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        // An empty table is cheapest to scan; forbid the scan and the sort, so either
+        // shows up in a plan only where no index can replace it.
+        sqlx::raw_sql("SET enable_seqscan = off; SET enable_sort = off")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let mut plans = Vec::new();
+        for (sql, query) in explained::<sqlx::Postgres>(Dialect::Postgres, "EXPLAIN") {
+            let rows = query.fetch_all(&mut conn).await.unwrap();
+            let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>(0)).collect();
+            plans.push((sql, plan.join(" | ")));
+        }
+        let _ = conn.close().await;
+        store.close().await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE {name} WITH (FORCE)"
+        )))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        for (sql, plan) in plans {
+            // A state or capability filter must narrow the index (an Index Cond), not
+            // filter rows of a walk over all of it.
+            let narrowed = !(sql.contains("state =") || sql.contains("capability ="))
+                || plan.contains("Index Cond");
+            assert!(
+                plan.contains("Index")
+                    && narrowed
+                    && !plan.contains("Seq Scan")
+                    && !plan.contains("Sort"),
+                "{sql}\n  is planned as: {plan}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_shape_names_only_the_terms_it_filters_on() {
+        let sweep = IntentFilter {
+            state: Some(IntentState::Unknown),
+            limit: 50,
+            oldest_first: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            intents_sql(Dialect::Sqlite, &sweep),
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE state = ?1 ORDER BY updated_at ASC LIMIT ?2"
+        );
+        let all = IntentFilter {
+            capability: Some("x".into()),
+            breaker_tripped: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            intents_sql(Dialect::Postgres, &all),
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE capability = $1 AND breaker_tripped ORDER BY updated_at DESC LIMIT $2"
+        );
+        assert!(
+            intents_sql(Dialect::Sqlite, &IntentFilter::default())
+                .ends_with("FROM intents ORDER BY updated_at DESC LIMIT ?1")
+        );
+    }
+}
