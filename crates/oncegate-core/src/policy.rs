@@ -48,6 +48,12 @@ pub struct PolicyEngine {
     policies: PolicySet,
     schema: Schema,
     hash: String,
+    /// The entity type names, parsed once: Cedar's parser builds its lexer on every
+    /// parse, which cost more than the evaluation itself on the hot path.
+    agent_type: EntityTypeName,
+    action_type: EntityTypeName,
+    tenant_type: EntityTypeName,
+    authorizer: Authorizer,
 }
 
 /// The context attribute name for a significant argument path.
@@ -109,10 +115,17 @@ impl PolicyEngine {
             }
         }
         let hash = hex::encode(Sha256::digest(text.as_bytes()));
+        let type_name = |name: &str| {
+            EntityTypeName::from_str(name).map_err(|e| format!("entity type {name}: {e}"))
+        };
         Ok(Self {
             policies,
             schema,
             hash,
+            agent_type: type_name("Agent")?,
+            action_type: type_name("Action")?,
+            tenant_type: type_name("Tenant")?,
+            authorizer: Authorizer::new(),
         })
     }
 
@@ -163,19 +176,21 @@ impl PolicyEngine {
         business_ref: Option<&str>,
         normalised: &Map<String, Value>,
     ) -> Result<PolicyVerdict, String> {
-        let agent_type = EntityTypeName::from_str("Agent").map_err(|e| e.to_string())?;
-        let principal_uid = EntityUid::from_type_name_and_id(agent_type, EntityId::new(principal));
+        let principal_uid =
+            EntityUid::from_type_name_and_id(self.agent_type.clone(), EntityId::new(principal));
         let action = EntityUid::from_type_name_and_id(
-            EntityTypeName::from_str("Action").map_err(|e| e.to_string())?,
+            self.action_type.clone(),
             EntityId::new(&capability.name),
         );
-        let resource = EntityUid::from_type_name_and_id(
-            EntityTypeName::from_str("Tenant").map_err(|e| e.to_string())?,
-            EntityId::new(tenant),
-        );
-        let context_json = cedar_context(capability, business_ref, normalised);
-        let context = Context::from_json_value(context_json, Some((&self.schema, &action)))
-            .map_err(|e| e.to_string())?;
+        let resource =
+            EntityUid::from_type_name_and_id(self.tenant_type.clone(), EntityId::new(tenant));
+        // Built from typed values, not a JSON document Cedar would parse again; the
+        // request below is still validated against the schema (a wrong type denies).
+        let pairs = context_attrs(capability, business_ref, normalised)
+            .into_iter()
+            .map(|(name, attr)| Ok((name, attr.expression()?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let context = Context::from_pairs(pairs).map_err(|e| e.to_string())?;
         let request = Request::new(
             principal_uid.clone(),
             action,
@@ -192,7 +207,9 @@ impl PolicyEngine {
             Entity::new(principal_uid, attrs, Default::default()).map_err(|e| e.to_string())?;
         let entities =
             Entities::from_entities([agent], Some(&self.schema)).map_err(|e| e.to_string())?;
-        let response = Authorizer::new().is_authorized(&request, &self.policies, &entities);
+        let response = self
+            .authorizer
+            .is_authorized(&request, &self.policies, &entities);
         let determining: Vec<_> = response.diagnostics().reason().cloned().collect();
         if response.decision() == Decision::Deny {
             let reason = if determining.is_empty() {
@@ -221,16 +238,45 @@ impl PolicyEngine {
     }
 }
 
-/// The Cedar context for a call: normalised args typed for Cedar.
-pub fn cedar_context(
+/// One context attribute, typed as [`generate_schema`] declares it.
+enum Attr {
+    Long(i64),
+    Text(String),
+    /// A normalised value as it came (a string for string-typed attributes, an array
+    /// of strings for sets); anything else fails the evaluation closed.
+    Value(Value),
+}
+
+impl Attr {
+    fn expression(self) -> Result<RestrictedExpression, String> {
+        let text = |v: &Value| {
+            v.as_str()
+                .map(|s| RestrictedExpression::new_string(s.to_owned()))
+                .ok_or_else(|| format!("context value {v} is not a string"))
+        };
+        Ok(match self {
+            Attr::Long(n) => RestrictedExpression::new_long(n),
+            Attr::Text(s) => RestrictedExpression::new_string(s),
+            Attr::Value(Value::Array(items)) => {
+                RestrictedExpression::new_set(items.iter().map(text).collect::<Result<Vec<_>, _>>()?)
+            }
+            Attr::Value(v) => text(&v)?,
+        })
+    }
+}
+
+/// The context attributes of a call: `business_ref` and the normalised significant
+/// arguments (money as minor units plus `<name>_currency`).
+fn context_attrs(
     capability: &Capability,
     business_ref: Option<&str>,
     normalised: &Map<String, Value>,
-) -> Value {
-    let mut ctx = Map::new();
+) -> Vec<(String, Attr)> {
+    let mut attrs = Vec::new();
     if let Some(r) = business_ref {
-        ctx.insert("business_ref".into(), Value::String(r.to_owned()));
+        attrs.push(("business_ref".to_owned(), Attr::Text(r.to_owned())));
     }
+    let long = |v: &Value| v.as_str().and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
     for arg in &capability.key.significant {
         let Some(value) = normalised.get(arg.path.as_str()) else {
             continue;
@@ -238,24 +284,12 @@ pub fn cedar_context(
         let name = context_attr(arg.path.as_str());
         match &arg.normaliser {
             Normaliser::Money { .. } => {
-                let minor = value["minor"]
-                    .as_str()
-                    .and_then(|s| s.parse::<i64>().ok())
-                    .unwrap_or(0);
-                ctx.insert(name.clone(), Value::from(minor));
-                ctx.insert(format!("{name}_currency"), value["currency"].clone());
+                attrs.push((format!("{name}_currency"), Attr::Value(value["currency"].clone())));
+                attrs.push((name, Attr::Long(long(&value["minor"]))));
             }
-            Normaliser::Integer => {
-                let n = value
-                    .as_str()
-                    .and_then(|s| s.parse::<i64>().ok())
-                    .unwrap_or(0);
-                ctx.insert(name, Value::from(n));
-            }
-            _ => {
-                ctx.insert(name, value.clone());
-            }
+            Normaliser::Integer => attrs.push((name, Attr::Long(long(value)))),
+            _ => attrs.push((name, Attr::Value(value.clone()))),
         }
     }
-    Value::Object(ctx)
+    attrs
 }

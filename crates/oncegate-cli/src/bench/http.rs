@@ -15,9 +15,10 @@ use super::load::Target;
 /// Builds request `n`: its body and the headers that vary per request.
 pub type MakeRequest = Box<dyn Fn(u64) -> (Bytes, Vec<(HeaderName, HeaderValue)>) + Send + Sync>;
 
-/// `POST path` on `addr`, answered 2xx with a body that holds every `expect` and no
-/// `reject` substring.
+/// `POST` (or `GET`) `path` on `addr`, answered 2xx with a body that holds every
+/// `expect` and no `reject` substring.
 pub struct HttpTarget {
+    method: hyper::Method,
     addr: SocketAddr,
     path: String,
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -29,14 +30,26 @@ pub struct HttpTarget {
 impl HttpTarget {
     /// A target posting to `url` (`http://host:port/path`).
     pub fn post(url: &str, make: MakeRequest) -> anyhow::Result<Self> {
+        Self::new(hyper::Method::POST, url, make)
+    }
+
+    /// A target reading `url` (`http://host:port/path?query`).
+    pub fn get(url: &str) -> anyhow::Result<Self> {
+        Self::new(hyper::Method::GET, url, Box::new(|_| (Bytes::new(), Vec::new())))
+    }
+
+    fn new(method: hyper::Method, url: &str, make: MakeRequest) -> anyhow::Result<Self> {
         let uri: hyper::Uri = url.parse()?;
         let authority = uri
             .authority()
             .ok_or_else(|| anyhow::anyhow!("{url} names no host"))?;
         let addr: SocketAddr = authority.as_str().parse()?;
         Ok(Self {
+            method,
             addr,
-            path: uri.path().to_owned(),
+            path: uri
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
             headers: vec![
                 (
                     hyper::header::HOST,
@@ -96,7 +109,9 @@ impl Target for HttpTarget {
 
     async fn call(&self, conn: &mut Self::Conn, n: u64) -> Result<(), String> {
         let (body, extra) = (self.make)(n);
-        let mut request = hyper::Request::post(self.path.as_str())
+        let mut request = hyper::Request::builder()
+            .method(self.method.clone())
+            .uri(self.path.as_str())
             .body(Full::new(body))
             .map_err(|e| e.to_string())?;
         let headers = request.headers_mut();

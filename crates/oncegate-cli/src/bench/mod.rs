@@ -10,10 +10,12 @@
 //! - `http`: the bare HTTP/1 client the generator drives servers with;
 //! - `targets`: what is driven (gateway surfaces, the sandbox, the in-process `Gate`,
 //!   the SQLite and PostgreSQL floors);
-//! - `world`: the sandbox and the gateway as child processes on a scratch store.
+//! - `world`: the sandbox and the gateway as child processes on a scratch store;
+//! - `scale`: a store filled with many intents, and what an idle gateway costs on it.
 
 mod http;
 mod load;
+mod scale;
 mod targets;
 mod world;
 
@@ -34,7 +36,7 @@ use targets::{
     GateTarget, Mode, PgFloor, REPLAY_SET, SqliteBatchedFloor, SqliteFloor, gateway_calls,
     gateway_mcp, sandbox_charges, sandbox_mcp,
 };
-use world::World;
+use world::{Service, World};
 
 /// How long and how wide each row runs.
 #[derive(Clone, Debug, Serialize)]
@@ -49,6 +51,11 @@ pub struct Plan {
     /// Run (and thrown away) before the first round, per side.
     #[serde(with = "seconds")]
     pub warmup: Duration,
+    /// Settled intents in the large store of the scale rows (0: no scale rows).
+    pub store_intents: u64,
+    /// How long an idle gateway's CPU is watched.
+    #[serde(with = "seconds")]
+    pub idle: Duration,
 }
 
 impl Plan {
@@ -59,6 +66,8 @@ impl Plan {
             rounds: 3,
             segment: Duration::from_secs(2),
             warmup: Duration::from_millis(500),
+            store_intents: 1_000_000,
+            idle: Duration::from_secs(10),
         }
     }
 
@@ -69,6 +78,8 @@ impl Plan {
             rounds: 1,
             segment: Duration::from_millis(600),
             warmup: Duration::from_millis(150),
+            store_intents: 20_000,
+            idle: Duration::from_secs(2),
         }
     }
 }
@@ -139,13 +150,36 @@ pub struct Row {
     pub ratio: f64,
 }
 
+/// A single measured figure that is not a pair (a fill rate, an idle cost).
+#[derive(Clone, Debug, Serialize)]
+pub struct Fact {
+    pub name: String,
+    pub value: f64,
+    pub unit: &'static str,
+}
+
+impl Fact {
+    fn new(name: impl Into<String>, value: f64, unit: &'static str) -> Self {
+        Self {
+            name: name.into(),
+            value,
+            unit,
+        }
+    }
+}
+
 /// The whole run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub plan: Plan,
     pub rows: Vec<Row>,
+    /// Figures that are not pairs.
+    pub facts: Vec<Fact>,
     /// Groups not run, and why.
     pub skipped: Vec<String>,
+    /// When requests failed: the last lines each process logged, by process.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<(String, String)>,
     /// Wall time of the whole run, seconds.
     pub seconds: f64,
 }
@@ -193,6 +227,8 @@ struct Group {
     name: &'static str,
     targets: Vec<(&'static str, Box<dyn Drive>)>,
     pairs: Vec<(usize, usize)>,
+    /// Processes the targets talk to, kept alive while the group runs.
+    services: Vec<Service>,
 }
 
 impl Group {
@@ -250,17 +286,28 @@ impl Group {
 /// Runs the benchmark.
 pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
     let started = std::time::Instant::now();
+    let plan = &options.plan;
     let dir = match &options.dir {
-        Some(d) => tempfile::Builder::new()
-            .prefix("oncegate-bench-")
-            .tempdir_in(d),
+        Some(d) => tempfile::Builder::new().prefix("oncegate-bench-").tempdir_in(d),
         None => tempfile::Builder::new().prefix("oncegate-bench-").tempdir(),
     }
     .context("cannot make a scratch directory")?;
-    let world = World::start(exe, dir.path(), "sqlite://bench.db")
+    let bar = if options.progress {
+        ProgressBar::new(0)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}")
+            .expect("a valid progress template")
+            .progress_chars("=> "),
+    );
+    bar.set_message("starting the sandbox and the gateway");
+    let world = World::start(exe, dir.path())
         .await
         .context("cannot start the sandbox and the gateway")?;
     let mut skipped = Vec::new();
+    let mut facts = Vec::new();
     let mut groups = vec![
         gate_group(&world, dir.path()).await?,
         calls_group(&world).await?,
@@ -274,34 +321,86 @@ pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
         }
     };
     if let Some(pg) = &pg {
-        groups.push(pg_group(&world, pg, &options.plan).await?);
+        groups.push(pg_group(&world, pg, plan).await?);
+    }
+    if plan.store_intents > 0 {
+        groups.push(scale_group(&world, plan, &bar, &mut facts).await?);
     }
 
-    let total: u64 = groups.iter().map(|g| g.segments(&options.plan)).sum();
-    let bar = if options.progress {
-        ProgressBar::new(total)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}")
-            .expect("a valid progress template")
-            .progress_chars("=> "),
-    );
+    bar.set_length(groups.iter().map(|g| g.segments(plan)).sum());
     let mut rows = Vec::new();
     for group in &groups {
-        rows.extend(group.run(&options.plan, &bar).await);
+        rows.extend(group.run(plan, &bar).await);
     }
     bar.finish_and_clear();
+    let mut logs = Vec::new();
+    if rows.iter().any(|r| r.subject.errors + r.baseline.errors > 0) {
+        let services = [&world.sandbox, &world.gateway]
+            .into_iter()
+            .chain(groups.iter().flat_map(|g| &g.services));
+        for service in services {
+            logs.push((service.name.clone(), service.log_tail()));
+        }
+    }
     drop(groups);
     if let Some(pg) = pg {
         pg.drop_database().await;
     }
     Ok(Report {
-        plan: options.plan.clone(),
+        plan: plan.clone(),
         rows,
+        facts,
         skipped,
+        logs,
         seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// A gateway on a store of `plan.store_intents` settled intents vs one on an empty
+/// store; the fill rate, idle CPU and `audit verify` time go into `facts`.
+async fn scale_group(
+    world: &World,
+    plan: &Plan,
+    bar: &ProgressBar,
+    facts: &mut Vec<Fact>,
+) -> anyhow::Result<Group> {
+    let n = plan.store_intents;
+    let site = &world.site;
+    let empty_config = site.prepare("empty").await?;
+    let big_config = site.prepare("big").await?;
+    bar.set_message(format!("filling a store with {n} intents"));
+    let rate = scale::fill(&big_config, n, bar).await?;
+    facts.push(Fact::new(format!("fill: {n} settled intents through the store API"), rate, "intents/s"));
+    let empty = site.serve(&empty_config, "empty-gateway").await?;
+    let big = site.serve(&big_config, "big-gateway").await?;
+
+    bar.set_message("watching idle gateways");
+    let idle = scale::idle_cpu(&[&big, &empty], plan.idle).await;
+    for (label, share) in [(format!("{n} intents"), idle[0]), ("an empty store".to_owned(), idle[1])] {
+        if let Some(share) = share {
+            facts.push(Fact::new(format!("idle gateway CPU, {label}"), share * 100.0, "% of a core"));
+        }
+    }
+    bar.set_message(format!("audit verify over {n} intents"));
+    let big_arg = big_config.to_string_lossy().into_owned();
+    let verify_started = std::time::Instant::now();
+    site.oncegate(&["audit", "verify", "--config", &big_arg]).await?;
+    facts.push(Fact::new(
+        format!("audit verify (full walk), {n} intents"),
+        verify_started.elapsed().as_secs_f64(),
+        "s",
+    ));
+
+    Ok(Group {
+        name: "store at scale",
+        targets: vec![
+            ("/v1/calls, large store", driven(gateway_calls(&big.url, "charge_card", "BD", Mode::Distinct)?)),
+            ("/v1/calls, empty store", driven(gateway_calls(&empty.url, "charge_card", "ED", Mode::Distinct)?)),
+            ("?state=unknown, large store", driven(scale::unknown_listing(&big)?)),
+            ("?state=unknown, empty store", driven(scale::unknown_listing(&empty)?)),
+        ],
+        pairs: vec![(0, 1), (2, 3)],
+        services: vec![big, empty],
     })
 }
 
@@ -330,6 +429,7 @@ async fn gate_group(world: &World, dir: &Path) -> anyhow::Result<Group> {
             ),
         ],
         pairs: vec![(0, 2), (0, 3), (1, 3)],
+        services: Vec::new(),
     })
 }
 
@@ -380,6 +480,7 @@ async fn calls_group(world: &World) -> anyhow::Result<Group> {
             ),
         ],
         pairs: vec![(0, 1), (2, 3)],
+        services: Vec::new(),
     })
 }
 
@@ -404,6 +505,7 @@ fn mcp_group(world: &World) -> anyhow::Result<Group> {
             ),
         ],
         pairs: vec![(0, 1), (2, 3)],
+        services: Vec::new(),
     })
 }
 
@@ -456,7 +558,8 @@ impl PgScratch {
 async fn pg_group(world: &World, pg: &PgScratch, plan: &Plan) -> anyhow::Result<Group> {
     let registry = crate::load(&world.config)?;
     let widest = plan.concurrencies.iter().copied().max().unwrap_or(1);
-    let connections = u32::try_from(widest.min(64)).unwrap_or(64);
+    // Both pools together stay well under a default server's 100 connections.
+    let connections = u32::try_from(widest.min(32)).unwrap_or(32);
     let store = oncegate_store::open(
         &pg.url,
         Path::new("."),
@@ -482,5 +585,6 @@ async fn pg_group(world: &World, pg: &PgScratch, plan: &Plan) -> anyhow::Result<
             ),
         ],
         pairs: vec![(0, 1)],
+        services: Vec::new(),
     })
 }

@@ -18,8 +18,11 @@ Modes:
   `ready http://HOST:PORT/mcp` when it accepts connections and serves until SIGTERM.
 - `mcp --url URL --tool TOOL --concurrency C --seconds S [--token T] [--args-template JSON]`
   measures any MCP Streamable HTTP server through the official SDK client: C sessions
-  (asyncio, each its own ClientSession, initialized once, 2025-11-25 handshake), each
-  calling TOOL in a closed loop with "{n}" in the template replaced by a unique number.
+  (asyncio, each its own ClientSession and HTTP client, initialized once with the
+  2025-11-25 handshake, opened one at a time before the clock starts), each calling TOOL in
+  a closed loop with "{n}" in the template replaced by a unique number. A JSON-RPC error or
+  an isError result fails that call; a session whose connection dies counts one error and
+  is replaced by a new one.
 
 Each measuring mode warms up for 1 s, then measures for S s, and prints one JSON line:
 `{"ops", "errors", "seconds", "p50_ms", "p99_ms", "p999_ms"}`. `ops` counts successful
@@ -36,6 +39,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import math
 import os
 import signal
@@ -43,14 +47,30 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:  # the venv's packages; imported for real inside the modes that use them
+    from ctrlrun.gateway.outcome import Observed
+    from ctrlrun.gateway.server import GatewayConfig
+    from ctrlrun.gateway.transport import HTTPForwarder
+    from ctrlrun.policy import Policy
+    from mcp import ClientSession
+    from mcp.types import CallToolResult
+
+    Forwarded = tuple[Observed, bytes | None, int, Mapping[str, str]]
 
 REQUIREMENTS = ["ctrlrun[gateway]==0.12.2", "mcp==2.3.0", "httpx==0.28.1"]
 
 WARMUP_SECONDS = 1.0
+#: How often `mcp` tries to open each session before setup fails.
+SETUP_ATTEMPTS = 3
+#: A call that has not answered by then fails (the SDK's own request timeout).
+CALL_TIMEOUT_SECONDS = 30.0
+#: Between a lost session and its replacement, so a refusing server is not spun against.
+RECONNECT_PAUSE_SECONDS = 0.01
 #: The gateway's alias: tools are actions named `mcp.<alias>.<tool>`.
 GATEWAY_ALIAS = "sandbox"
 GATEWAY_PATH = "/mcp"
@@ -158,8 +178,21 @@ def emit(result: Mapping[str, object]) -> None:
     print(json.dumps(result), flush=True)
 
 
+def leaf(exc: BaseException) -> BaseException:
+    """A task group's first leaf exception; any other exception itself."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """An exception's type and text (a task group's: its first leaf's)."""
+    exc = leaf(exc)
+    root = exc  # httpx's ReadError says nothing; the error under it does
+    while not str(root) and (under := root.__cause__ or root.__context__) is not None:
+        root = under
+    named = "" if root is exc else f"{type(exc).__name__}: "
+    return f"{named}{type(root).__name__}: {root}"
 
 
 # --- protect -----------------------------------------------------------------------------
@@ -221,7 +254,7 @@ class BearerForwarder:
     of its own, so this is the one thing added to it: a header, not a different transport.
     """
 
-    def __init__(self, inner: Any, token: str) -> None:
+    def __init__(self, inner: HTTPForwarder, token: str) -> None:
         self._inner = inner
         self._authorization = f"Bearer {token}"
 
@@ -230,12 +263,12 @@ class BearerForwarder:
         kept["Authorization"] = self._authorization
         return kept
 
-    def __call__(self, body: bytes, headers: Mapping[str, str], *, fresh: bool) -> Any:
+    def __call__(self, body: bytes, headers: Mapping[str, str], *, fresh: bool) -> Forwarded:
         return self._inner(body, self._headers(headers), fresh=fresh)
 
     def request(
         self, method: str, body: bytes, headers: Mapping[str, str], *, fresh: bool = False
-    ) -> Any:
+    ) -> Forwarded:
         return self._inner.request(method, body, self._headers(headers), fresh=fresh)
 
     def close(self) -> None:
@@ -256,7 +289,7 @@ def bindable_port(host: str, port: int) -> int:
         return bound
 
 
-def announce_when_listening(host: str, port: int, out: Any, stopped: threading.Event) -> None:
+def announce_when_listening(host: str, port: int, out: TextIO, stopped: threading.Event) -> None:
     """Print the ready line once the port accepts a connection."""
     while not stopped.is_set():
         try:
@@ -287,7 +320,7 @@ def run_gateway(upstream: str, listen: str, directory: Path) -> None:
     if token:
         forwarder = ctrlrun.gateway.server.httpx_forwarder
 
-        def with_bearer(config: Any, policy: Any = None) -> BearerForwarder:
+        def with_bearer(config: GatewayConfig, policy: Policy | None = None) -> BearerForwarder:
             return BearerForwarder(forwarder(config, policy), token)
 
         # `serve` looks the factory up in this module when it starts.
@@ -333,9 +366,136 @@ def fill(template: Any, n: int) -> Any:
     return template
 
 
-def tool_error_text(result: Any) -> str:
+def tool_error_text(result: CallToolResult) -> str:
     texts = [getattr(block, "text", "") for block in result.content]
     return "tool result isError: " + (" ".join(t for t in texts if t) or repr(result))
+
+
+class Start:
+    """Holds every caller until all C sessions are open, then starts the clock once."""
+
+    def __init__(self, sessions: int, seconds: float) -> None:
+        #: Sessions open one at a time: a herd of C connects would test the server's listen
+        #: backlog (CTRLRun's gateway has the stdlib's 5), and setup is not what is measured.
+        self.opening = asyncio.Lock()
+        self._pending = sessions
+        self._seconds = seconds
+        self._go = asyncio.Event()
+        self.window: Window | None = None
+        self.failure: str | None = None
+
+    def arrive(self) -> None:
+        """One more session is open (each caller arrives once, whatever it retries)."""
+        self._pending -= 1
+        if self._pending == 0 and self.failure is None:
+            self.window = Window.starting_now(self._seconds)
+            self._go.set()
+
+    async def wait(self) -> Window | None:
+        """The window, once every session is open; None if setup failed."""
+        await self._go.wait()
+        return self.window
+
+    def fail(self, text: str) -> None:
+        if self.failure is None:
+            self.failure = text
+        self._go.set()
+
+
+@dataclass
+class McpTarget:
+    url: str
+    tool: str
+    headers: dict[str, str]
+    template: dict[str, Any]
+    numbers: Numbers
+
+
+@contextlib.asynccontextmanager
+async def open_session(target: McpTarget) -> AsyncIterator[ClientSession]:
+    """One initialized SDK ClientSession over its own HTTP client (and so its own pool)."""
+    import httpx2  # the HTTP client the mcp SDK's transport is built on
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    timeout = httpx2.Timeout(30.0, read=300.0)  # the SDK's own defaults
+    async with (
+        httpx2.AsyncClient(headers=target.headers, timeout=timeout) as http,
+        streamable_http_client(target.url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+class SessionLost(Exception):
+    """The session can take no more calls: its transport died under it."""
+
+
+async def call(session: ClientSession, target: McpTarget) -> str | None:
+    """One tools/call with fresh arguments: None, or the error's text.
+
+    An MCP error response fails this call only; a closed connection (the SDK answers every
+    later call on it with CONNECTION_CLOSED at once) or any other exception loses the session.
+    """
+    from mcp import MCPError
+    from mcp.types import CONNECTION_CLOSED
+
+    arguments = fill(target.template, target.numbers.next())
+    try:
+        result = await session.call_tool(target.tool, arguments, CALL_TIMEOUT_SECONDS)
+    except MCPError as exc:
+        if exc.error.code == CONNECTION_CLOSED:
+            raise SessionLost(describe(exc)) from exc
+        return describe(exc)
+    return tool_error_text(result) if result.is_error else None
+
+
+async def mcp_caller(target: McpTarget, start: Start, first_error: FirstError) -> Tally:
+    """One session's closed loop. A session that breaks counts an error and is reopened."""
+    tally = Tally()
+    window: Window | None = None
+    attempts = 0
+    arrived = False
+    while True:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if window is None:
+                    async with start.opening:
+                        session = await stack.enter_async_context(open_session(target))
+                        # The SDK lists the tools on a session's first call (to validate
+                        # results), so that call is made here, before the clock.
+                        if (failed := await call(session, target)) is not None:
+                            raise SetupError(f"{target.tool} failed before the run: {failed}")
+                    if not arrived:
+                        arrived = True
+                        start.arrive()
+                    window = await start.wait()
+                    if window is None:
+                        return tally
+                else:
+                    session = await stack.enter_async_context(open_session(target))
+                while (started := time.perf_counter()) < window.until:
+                    measured = started >= window.measure_from
+                    if (failed := await call(session, target)) is not None:
+                        first_error.report(failed)
+                        tally.errors += int(measured)
+                    elif measured:
+                        tally.latencies.append(time.perf_counter() - started)
+            return tally
+        except Exception as exc:  # the session itself broke (its transport's task group)
+            if window is None:
+                attempts += 1
+                if isinstance(leaf(exc), SetupError) or attempts >= SETUP_ATTEMPTS:
+                    start.fail(describe(exc))
+                    return tally
+                continue  # a connection reset while opening: try that session again
+            now = time.perf_counter()
+            if now >= window.until:
+                return tally
+            first_error.report(f"session lost: {describe(exc)}")
+            tally.errors += int(now >= window.measure_from)
+            await asyncio.sleep(RECONNECT_PAUSE_SECONDS)
 
 
 async def run_mcp(
@@ -346,63 +506,19 @@ async def run_mcp(
     token: str | None,
     template: dict[str, Any],
 ) -> dict[str, float | int]:
-    import httpx2  # the HTTP client the mcp SDK's transport is built on
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
+    # The SDK logs a traceback for every broken session and a warning for every closing
+    # DELETE answered 202; errors are counted here and the first one is reported once.
+    logging.getLogger("mcp").setLevel(logging.CRITICAL)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    numbers = Numbers()
-    async with contextlib.AsyncExitStack() as stack:
-        sessions: list[ClientSession] = []
-        try:
-            for _ in range(concurrency):
-                http = await stack.enter_async_context(
-                    httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0))
-                )
-                read, write = await stack.enter_async_context(
-                    streamable_http_client(url, http_client=http)
-                )
-                session = await stack.enter_async_context(ClientSession(read, write))
-                await session.initialize()
-                sessions.append(session)
-            # One call per session before the clock starts: the SDK lists the tools on a
-            # session's first call (to validate results), and a tool that fails here fails
-            # setup rather than every measured call.
-            for session in sessions:
-                result = await session.call_tool(tool, fill(template, numbers.next()))
-                if result.is_error:
-                    raise SetupError(f"{tool} failed before the run: {tool_error_text(result)}")
-        except SetupError:
-            raise
-        except Exception as exc:
-            raise SetupError(
-                f"could not open {concurrency} MCP sessions to {url}: {describe(exc)}"
-            ) from exc
-
-        first_error = FirstError()
-        window = Window.starting_now(seconds)
-
-        async def caller(session: ClientSession) -> Tally:
-            tally = Tally()
-            while (started := time.perf_counter()) < window.until:
-                measured = started >= window.measure_from
-                try:
-                    result = await session.call_tool(tool, fill(template, numbers.next()))
-                except Exception as exc:
-                    first_error.report(describe(exc))
-                    if measured:
-                        tally.errors += 1
-                    continue
-                if result.is_error:
-                    first_error.report(tool_error_text(result))
-                    if measured:
-                        tally.errors += 1
-                elif measured:
-                    tally.latencies.append(time.perf_counter() - started)
-            return tally
-
-        tallies = await asyncio.gather(*(caller(s) for s in sessions))
-        return summary(list(tallies), window, time.perf_counter())
+    target = McpTarget(url, tool, headers, template, Numbers())
+    start = Start(concurrency, seconds)
+    first_error = FirstError()
+    tallies = await asyncio.gather(
+        *(mcp_caller(target, start, first_error) for _ in range(concurrency))
+    )
+    if start.failure is not None or start.window is None:
+        raise SetupError(f"could not open {concurrency} MCP sessions to {url}: {start.failure}")
+    return summary(list(tallies), start.window, time.perf_counter())
 
 
 # --- command line ------------------------------------------------------------------------

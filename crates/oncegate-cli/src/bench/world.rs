@@ -12,6 +12,8 @@ use tokio::process::{Child, Command};
 
 /// The bench principal's token (loopback only, a scratch store).
 pub const TOKEN: &str = "tok-bench-agent";
+/// The bench admin's token (for the listing rows).
+pub const ADMIN_TOKEN: &str = "tok-bench-admin";
 /// The sandbox's API key.
 pub const SANDBOX_KEY: &str = "sk_bench";
 
@@ -98,6 +100,11 @@ url = "{store_url}"
 name = "agent"
 role = "agent"
 token_env = "ONCEGATE_BENCH_TOKEN"
+
+[[principals]]
+name = "ops"
+role = "admin"
+token_env = "ONCEGATE_BENCH_ADMIN_TOKEN"
 {http}{mcp}"#
     )
 }
@@ -116,6 +123,8 @@ when { context.amount > 500000 };
 
 /// A child `oncegate` process and the URL it printed.
 pub struct Service {
+    /// What it is (`sandbox`, `gateway`, ...).
+    pub name: String,
     /// `http://127.0.0.1:PORT`.
     pub url: String,
     child: Child,
@@ -143,6 +152,7 @@ async fn start(exe: &Path, args: &[&str], dir: &Path, name: &str) -> anyhow::Res
         .args(args)
         .current_dir(dir)
         .env("ONCEGATE_BENCH_TOKEN", TOKEN)
+        .env("ONCEGATE_BENCH_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("ONCEGATE_LOG", "error,rmcp=off")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -165,7 +175,12 @@ async fn start(exe: &Path, args: &[&str], dir: &Path, name: &str) -> anyhow::Res
     let url = url.to_owned();
     // Keep reading stdout so the child never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(Service { url, child, log })
+    Ok(Service {
+        name: name.to_owned(),
+        url,
+        child,
+        log,
+    })
 }
 
 /// The sandbox and a gateway on a fresh store.
@@ -176,52 +191,87 @@ pub struct World {
     pub gateway: Service,
     /// The registry file the gateway serves.
     pub config: PathBuf,
+    /// Where more gateways are made.
+    pub site: Site,
 }
 
 impl World {
-    /// Starts both, in `dir`, with `store_url` as the gateway's store (`sqlite://...` in
-    /// `dir`, or a PostgreSQL database).
-    pub async fn start(exe: &Path, dir: &Path, store_url: &str) -> anyhow::Result<Self> {
+    /// Starts both, in `dir`, the gateway on `sqlite://bench.db` there.
+    pub async fn start(exe: &Path, dir: &Path) -> anyhow::Result<Self> {
         let sandbox = start(
             exe,
-            &[
-                "sandbox",
-                "--listen",
-                "127.0.0.1:0",
-                "--api-key",
-                SANDBOX_KEY,
-            ],
+            &["sandbox", "--listen", "127.0.0.1:0", "--api-key", SANDBOX_KEY],
             dir,
             "sandbox",
         )
         .await?;
-        let config = dir.join("bench.toml");
-        std::fs::write(&config, registry(&sandbox.url, store_url))?;
         std::fs::write(dir.join("bench.cedar"), POLICY)?;
-        let config_arg = config.to_string_lossy().into_owned();
-        let init = Command::new(exe)
-            .args(["init", "--config", &config_arg])
-            .current_dir(dir)
-            .output()
-            .await?;
-        if !init.status.success() {
-            bail!(
-                "oncegate init failed: {}",
-                String::from_utf8_lossy(&init.stderr).trim()
-            );
-        }
-        let gateway = start(
-            exe,
-            &["serve", "--config", &config_arg, "--listen", "127.0.0.1:0"],
-            dir,
-            "gateway",
-        )
-        .await?;
+        let site = Site {
+            exe: exe.to_owned(),
+            dir: dir.to_owned(),
+            sandbox: sandbox.url.clone(),
+        };
+        let config = site.prepare("bench").await?;
+        let gateway = site.serve(&config, "gateway").await?;
         Ok(Self {
             sandbox,
             gateway,
             config,
+            site,
         })
+    }
+}
+
+/// The scratch directory, the binary and the sandbox: what a gateway is made from.
+pub struct Site {
+    exe: PathBuf,
+    dir: PathBuf,
+    sandbox: String,
+}
+
+impl Site {
+    /// Writes `{name}.toml` (the bench registry on `sqlite://{name}.db`) and creates
+    /// its store with `oncegate init`. Returns the registry's path.
+    pub async fn prepare(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let config = self.dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            registry(&self.sandbox, &format!("sqlite://{name}.db")),
+        )?;
+        let config_arg = config.to_string_lossy().into_owned();
+        self.oncegate(&["init", "--config", &config_arg]).await?;
+        Ok(config)
+    }
+
+    /// Starts `oncegate serve` on a prepared registry.
+    pub async fn serve(&self, config: &Path, name: &str) -> anyhow::Result<Service> {
+        let config = config.to_string_lossy();
+        start(
+            &self.exe,
+            &["serve", "--config", &config, "--listen", "127.0.0.1:0"],
+            &self.dir,
+            name,
+        )
+        .await
+    }
+
+    /// Runs `oncegate ARGS...` to the end and answers its stdout; fails with its output.
+    pub async fn oncegate(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(&self.exe)
+            .args(args)
+            .current_dir(&self.dir)
+            .env("ONCEGATE_LOG", "error,rmcp=off")
+            .output()
+            .await?;
+        if !out.status.success() {
+            bail!(
+                "oncegate {} failed: {} {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
 

@@ -29,6 +29,10 @@ pub struct BenchArgs {
     /// there and drops it afterwards. Without one those rows are skipped.
     #[arg(long, env = "ONCEGATE_BENCH_POSTGRES")]
     postgres: Option<String>,
+    /// Settled intents in the large store of the scale rows (default 1000000; with
+    /// --quick 20000; 0 skips those rows).
+    #[arg(long)]
+    store_intents: Option<u64>,
     /// Directory for the scratch stores (default: the system temp directory). Put it on
     /// the disk you want measured, never on a tmpfs.
     #[arg(long)]
@@ -58,6 +62,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("--rounds must be at least 1");
         }
         plan.rounds = r;
+    }
+    if let Some(n) = args.store_intents {
+        plan.store_intents = n;
     }
     let exe = std::env::current_exe().context("cannot find the oncegate binary")?;
     let options = Options {
@@ -135,6 +142,15 @@ fn table(report: &Report) -> String {
                 ));
             }
         }
+    }
+    if !report.facts.is_empty() {
+        out.push('\n');
+    }
+    for f in &report.facts {
+        out.push_str(&format!("{}: {:.2} {}\n", f.name, f.value, f.unit));
+    }
+    for (name, tail) in &report.logs {
+        out.push_str(&format!("\nthe last lines {name} logged:\n{tail}\n"));
     }
     for s in &report.skipped {
         out.push_str(&format!("\n{s}\n"));
