@@ -62,6 +62,28 @@ impl Sample {
         }
     }
 
+    /// A sample measured elsewhere (the peer's own load generator): its latencies in
+    /// microseconds go into the same kind of histogram, so rounds merge exactly.
+    pub fn reported(errors: u64, first_error: Option<String>, elapsed: Duration, latencies_us: &[u64]) -> Self {
+        let mut sample = Self::empty();
+        for &us in latencies_us {
+            sample.latency.saturating_record(us.max(1));
+        }
+        sample.ops = latencies_us.len() as u64;
+        sample.errors = errors;
+        sample.first_error = first_error;
+        sample.elapsed = elapsed;
+        sample
+    }
+
+    /// A sample of nothing but one failure (a driver that could not run at all).
+    pub fn failed(error: String) -> Self {
+        let mut sample = Self::empty();
+        sample.errors = 1;
+        sample.first_error = Some(error);
+        sample
+    }
+
     /// Adds another sample of the same row (interleaved rounds are summed).
     pub fn absorb(&mut self, other: Sample) {
         self.ops += other.ops;

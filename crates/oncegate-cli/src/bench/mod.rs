@@ -11,10 +11,12 @@
 //! - `targets`: what is driven (gateway surfaces, the sandbox, the in-process `Gate`,
 //!   the SQLite and PostgreSQL floors);
 //! - `world`: the sandbox and the gateway as child processes on a scratch store;
-//! - `scale`: a store filled with many intents, and what an idle gateway costs on it.
+//! - `scale`: a store filled with many intents, and what an idle gateway costs on it;
+//! - `peer`: CTRLRun on the same workload, driven by `peer.py` in a throwaway virtualenv.
 
 mod http;
 mod load;
+mod peer;
 mod scale;
 mod targets;
 mod world;
@@ -102,6 +104,8 @@ pub struct Options {
     pub postgres: Option<String>,
     /// Where the scratch stores go (a directory on the disk being measured).
     pub dir: Option<PathBuf>,
+    /// Measure the peer (CTRLRun) too.
+    pub peer: bool,
     /// Draw a progress bar on stderr.
     pub progress: bool,
 }
@@ -148,6 +152,8 @@ pub struct Row {
     pub baseline: Stats,
     /// subject rate / baseline rate.
     pub ratio: f64,
+    /// The baseline is the peer: its errors are its own, not a failed run.
+    pub peer: bool,
 }
 
 /// A single measured figure that is not a pair (a fill rate, an idle cost).
@@ -185,11 +191,12 @@ pub struct Report {
 }
 
 impl Report {
-    /// Requests that failed, over every row.
+    /// oncegate's (and the baselines' own) requests that failed, over every row; the
+    /// peer's failures are reported in its rows and do not count.
     pub fn errors(&self) -> u64 {
         self.rows
             .iter()
-            .map(|r| r.subject.errors + r.baseline.errors)
+            .map(|r| r.subject.errors + if r.peer { 0 } else { r.baseline.errors })
             .sum()
     }
 }
@@ -229,17 +236,25 @@ struct Group {
     pairs: Vec<(usize, usize)>,
     /// Processes the targets talk to, kept alive while the group runs.
     services: Vec<Service>,
+    /// Concurrencies of its own instead of the plan's.
+    concurrencies: Option<Vec<usize>>,
+    /// The baselines are the peer's.
+    peer: bool,
 }
 
 impl Group {
+    fn concurrencies<'a>(&'a self, plan: &'a Plan) -> &'a [usize] {
+        self.concurrencies.as_deref().unwrap_or(&plan.concurrencies)
+    }
+
     fn segments(&self, plan: &Plan) -> u64 {
-        (self.targets.len() * plan.concurrencies.len()) as u64 * u64::from(plan.rounds + 1)
+        (self.targets.len() * self.concurrencies(plan).len()) as u64 * u64::from(plan.rounds + 1)
     }
 
     /// Runs every target at every concurrency, interleaved, and makes the rows.
     async fn run(&self, plan: &Plan, bar: &ProgressBar) -> Vec<Row> {
         let mut rows = Vec::new();
-        for &c in &plan.concurrencies {
+        for &c in self.concurrencies(plan) {
             let mut samples: Vec<Option<Sample>> = vec![None; self.targets.len()];
             for (name, target) in &self.targets {
                 bar.set_message(format!("{}: {name}, concurrency {c} (warm-up)", self.name));
@@ -276,6 +291,7 @@ impl Group {
                     } else {
                         0.0
                     },
+                    peer: self.peer,
                 });
             }
         }
@@ -326,6 +342,15 @@ pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
     if plan.store_intents > 0 {
         groups.push(scale_group(&world, plan, &bar, &mut facts).await?);
     }
+    if options.peer {
+        bar.set_message("installing CTRLRun into a virtualenv");
+        match peer::Peer::install(dir.path()).await {
+            Ok(p) => groups.push(peer_group(&world, dir.path(), &p).await?),
+            Err(e) => skipped.push(format!("peer (CTRLRun): skipped, {e:#}")),
+        }
+    } else {
+        skipped.push("peer (CTRLRun): not run (--peer runs it)".to_owned());
+    }
 
     bar.set_length(groups.iter().map(|g| g.segments(plan)).sum());
     let mut rows = Vec::new();
@@ -334,7 +359,10 @@ pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
     }
     bar.finish_and_clear();
     let mut logs = Vec::new();
-    if rows.iter().any(|r| r.subject.errors + r.baseline.errors > 0) {
+    if rows
+        .iter()
+        .any(|r| r.subject.errors + if r.peer { 0 } else { r.baseline.errors } > 0)
+    {
         let services = [&world.sandbox, &world.gateway]
             .into_iter()
             .chain(groups.iter().flat_map(|g| &g.services));
@@ -401,14 +429,14 @@ async fn scale_group(
         ],
         pairs: vec![(0, 1), (2, 3)],
         services: vec![big, empty],
+        concurrencies: None,
+        peer: false,
     })
 }
 
 /// In-process `Gate` on a SQLite store vs the raw SQLite floor.
 async fn gate_group(world: &World, dir: &Path) -> anyhow::Result<Group> {
-    let registry = crate::load(&world.config)?;
-    let store = SqliteStore::scratch(&dir.join("gate.db")).await?;
-    let gate = Gate::with_store(registry, store, Arc::new(SystemClock));
+    let gate = sqlite_gate(world, &dir.join("gate.db")).await?;
     let replays = GateTarget::new(gate.clone(), "GR", Mode::Replay);
     seed_gate(&gate, "GR").await?;
     Ok(Group {
@@ -430,6 +458,43 @@ async fn gate_group(world: &World, dir: &Path) -> anyhow::Result<Group> {
         ],
         pairs: vec![(0, 2), (0, 3), (1, 3)],
         services: Vec::new(),
+        concurrencies: None,
+        peer: false,
+    })
+}
+
+/// A `Gate` in this process, on the bench registry and a new SQLite store at `db`.
+async fn sqlite_gate(world: &World, db: &Path) -> anyhow::Result<Gate> {
+    let registry = crate::load(&world.config)?;
+    let store = SqliteStore::scratch(db).await?;
+    Ok(Gate::with_store(registry, store, Arc::new(SystemClock)))
+}
+
+/// The peer's rows: at concurrency 1 and 32 only (CTRLRun's gateway already resets
+/// connections at 32: its HTTP server's listen backlog is 5).
+async fn peer_group(world: &World, dir: &Path, peer: &peer::Peer) -> anyhow::Result<Group> {
+    let gate = sqlite_gate(world, &dir.join("gate-peer.db")).await?;
+    let ctrlrun = peer.gateway(&world.sandbox.url).await?;
+    let ours = format!("{}/mcp", world.gateway.url);
+    let sandbox = format!("{}/mcp", world.sandbox.url);
+    let ours_args = r#"{"order_id": "PY-{n}", "amount": "12.50"}"#;
+    Ok(Group {
+        name: "peer: CTRLRun 0.12.2",
+        targets: vec![
+            ("oncegate Gate, in-process", driven(GateTarget::new(gate, "PG", Mode::Distinct))),
+            ("CTRLRun @protect, in-process", peer.protect()),
+            (
+                "oncegate /mcp, Python SDK",
+                peer.mcp_client(&ours, "charge_card", Some(world::TOKEN), Some(ours_args)),
+            ),
+            ("CTRLRun gateway, Python SDK", peer.mcp_client(&ctrlrun.url, "create_charge", None, None)),
+            ("oncegate /mcp, bench client", driven(gateway_mcp(&world.gateway.url, "PM")?)),
+            ("sandbox MCP, Python SDK", peer.mcp_client(&sandbox, "create_charge", Some(world::SANDBOX_KEY), None)),
+        ],
+        pairs: vec![(0, 1), (2, 3), (4, 3), (5, 3)],
+        services: vec![ctrlrun],
+        concurrencies: Some(vec![1, 32]),
+        peer: true,
     })
 }
 
@@ -481,6 +546,8 @@ async fn calls_group(world: &World) -> anyhow::Result<Group> {
         ],
         pairs: vec![(0, 1), (2, 3)],
         services: Vec::new(),
+        concurrencies: None,
+        peer: false,
     })
 }
 
@@ -506,6 +573,8 @@ fn mcp_group(world: &World) -> anyhow::Result<Group> {
         ],
         pairs: vec![(0, 1), (2, 3)],
         services: Vec::new(),
+        concurrencies: None,
+        peer: false,
     })
 }
 
@@ -586,5 +655,7 @@ async fn pg_group(world: &World, pg: &PgScratch, plan: &Plan) -> anyhow::Result<
         ],
         pairs: vec![(0, 1)],
         services: Vec::new(),
+        concurrencies: None,
+        peer: false,
     })
 }

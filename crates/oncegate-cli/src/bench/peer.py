@@ -162,7 +162,9 @@ def percentile(ordered: list[float], fraction: float) -> float:
     return round(ordered[min(rank, len(ordered)) - 1] * 1000.0, 3)
 
 
-def summary(tallies: list[Tally], window: Window, finished: float) -> dict[str, float | int]:
+def summary(tallies: list[Tally], window: Window, finished: float) -> dict[str, object]:
+    """The run's figures, and every latency in whole microseconds (the Rust bench puts
+    them into the same kind of histogram as its own, so rounds merge exactly)."""
     latencies = sorted(itertools.chain.from_iterable(t.latencies for t in tallies))
     return {
         "ops": len(latencies),
@@ -171,6 +173,7 @@ def summary(tallies: list[Tally], window: Window, finished: float) -> dict[str, 
         "p50_ms": percentile(latencies, 0.50),
         "p99_ms": percentile(latencies, 0.99),
         "p999_ms": percentile(latencies, 0.999),
+        "latencies_us": [max(1, round(x * 1_000_000)) for x in latencies],
     }
 
 
@@ -198,7 +201,7 @@ def describe(exc: BaseException) -> str:
 # --- protect -----------------------------------------------------------------------------
 
 
-def run_protect(concurrency: int, seconds: float, directory: Path) -> dict[str, float | int]:
+def run_protect(concurrency: int, seconds: float, directory: Path) -> dict[str, object]:
     directory.mkdir(parents=True, exist_ok=True)
     policy = directory / "ctrlrun.yaml"
     policy.write_text(PROTECT_POLICY, encoding="utf-8")
@@ -505,7 +508,7 @@ async def run_mcp(
     seconds: float,
     token: str | None,
     template: dict[str, Any],
-) -> dict[str, float | int]:
+) -> dict[str, object]:
     # The SDK logs a traceback for every broken session and a warning for every closing
     # DELETE answered 202; errors are counted here and the first one is reported once.
     logging.getLogger("mcp").setLevel(logging.CRITICAL)

@@ -147,9 +147,22 @@ impl Service {
 
 /// Starts `exe args...`, waiting for its first stdout line to name the URL it listens on.
 async fn start(exe: &Path, args: &[&str], dir: &Path, name: &str) -> anyhow::Result<Service> {
+    start_program(exe, args, dir, name, &[]).await
+}
+
+/// Starts `program args...` with `env` added, waiting for its first stdout line to name
+/// the URL it listens on (the first word starting `http://`).
+pub async fn start_program(
+    program: &Path,
+    args: &[&str],
+    dir: &Path,
+    name: &str,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Service> {
     let log = dir.join(format!("{name}.log"));
-    let mut child = Command::new(exe)
+    let mut child = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(dir)
         .env("ONCEGATE_BENCH_TOKEN", TOKEN)
         .env("ONCEGATE_BENCH_ADMIN_TOKEN", ADMIN_TOKEN)
@@ -159,7 +172,7 @@ async fn start(exe: &Path, args: &[&str], dir: &Path, name: &str) -> anyhow::Res
         .stderr(std::fs::File::create(&log)?)
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("cannot start {}", exe.display()))?;
+        .with_context(|| format!("cannot start {}", program.display()))?;
     let stdout = child.stdout.take().context("no stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())

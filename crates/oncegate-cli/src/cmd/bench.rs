@@ -33,6 +33,13 @@ pub struct BenchArgs {
     /// --quick 20000; 0 skips those rows).
     #[arg(long)]
     store_intents: Option<u64>,
+    /// Measure the peer, CTRLRun, too (the default for a full run): it is installed
+    /// into a throwaway virtualenv (python3 and PyPI needed).
+    #[arg(long, overrides_with = "no_peer")]
+    peer: bool,
+    /// Do not measure the peer.
+    #[arg(long)]
+    no_peer: bool,
     /// Directory for the scratch stores (default: the system temp directory). Put it on
     /// the disk you want measured, never on a tmpfs.
     #[arg(long)]
@@ -71,6 +78,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         plan,
         postgres: args.postgres,
         dir: args.dir,
+        peer: if args.quick { args.peer } else { !args.no_peer },
         progress: !args.json && std::io::stderr().is_terminal(),
     };
     let report = run_bench(&exe, &options).await?;
