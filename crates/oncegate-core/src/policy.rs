@@ -257,9 +257,9 @@ impl Attr {
         Ok(match self {
             Attr::Long(n) => RestrictedExpression::new_long(n),
             Attr::Text(s) => RestrictedExpression::new_string(s),
-            Attr::Value(Value::Array(items)) => {
-                RestrictedExpression::new_set(items.iter().map(text).collect::<Result<Vec<_>, _>>()?)
-            }
+            Attr::Value(Value::Array(items)) => RestrictedExpression::new_set(
+                items.iter().map(text).collect::<Result<Vec<_>, _>>()?,
+            ),
             Attr::Value(v) => text(&v)?,
         })
     }
@@ -284,7 +284,10 @@ fn context_attrs(
         let name = context_attr(arg.path.as_str());
         match &arg.normaliser {
             Normaliser::Money { .. } => {
-                attrs.push((format!("{name}_currency"), Attr::Value(value["currency"].clone())));
+                attrs.push((
+                    format!("{name}_currency"),
+                    Attr::Value(value["currency"].clone()),
+                ));
                 attrs.push((name, Attr::Long(long(&value["minor"]))));
             }
             Normaliser::Integer => attrs.push((name, Attr::Long(long(value)))),

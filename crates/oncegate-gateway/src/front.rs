@@ -150,12 +150,14 @@ impl Door {
 }
 
 /// The executor of `capability` for this gateway: its shared HTTP client, in-flight
-/// count, running MCP calls and answer limits (the sweep's executors too).
+/// count, running MCP calls, pooled MCP clients and answer limits (the sweep's
+/// executors too).
 pub(crate) fn executor(state: &AppState, capability: Arc<Capability>) -> Arc<UpstreamExecutor> {
     Arc::new(
         UpstreamExecutor::new(state.http(), capability)
             .with_inflight(state.inflight().clone())
             .with_running(state.running().clone())
+            .with_sessions(state.mcp_upstreams().clone())
             .with_limits(state.gate().registry().gateway.limits),
     )
 }

@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq;
 use crate::error::ApiError;
 use crate::headers::bearer_token;
 use crate::inflight::InFlight;
-use crate::upstream::mcp::RunningCalls;
+use crate::upstream::mcp::{RunningCalls, Sessions};
 
 /// The largest request body accepted (both surfaces).
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -40,6 +40,8 @@ pub struct AppState {
     /// Effects' MCP calls that have not ended yet (a timeout does not end them), so a
     /// reconciliation never concludes absence while one may still take effect.
     running: RunningCalls,
+    /// Connected MCP upstream clients, reused across calls.
+    mcp_upstreams: Sessions,
     /// Cancelled at shutdown: ends MCP sessions and their open streams.
     mcp_shutdown: tokio_util::sync::CancellationToken,
 }
@@ -94,6 +96,7 @@ impl AppState {
             metrics: metrics_handle(),
             inflight: InFlight::default(),
             running: RunningCalls::default(),
+            mcp_upstreams: Sessions::default(),
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
@@ -126,6 +129,11 @@ impl AppState {
     /// The effects' MCP calls still running.
     pub(crate) fn running(&self) -> &RunningCalls {
         &self.running
+    }
+
+    /// The connected MCP upstream clients.
+    pub(crate) fn mcp_upstreams(&self) -> &Sessions {
+        &self.mcp_upstreams
     }
 
     /// Cancelled when the server shuts down.

@@ -279,6 +279,8 @@ pub struct UpstreamExecutor {
     inflight: Option<InFlight>,
     /// Where an effect's MCP call is listed until it has really ended.
     running: Option<mcp::RunningCalls>,
+    /// Connected MCP clients to reuse (none: connect per call).
+    sessions: Option<mcp::Sessions>,
     /// What an answer may be before only its summary is stored.
     limits: Limits,
 }
@@ -291,6 +293,7 @@ impl UpstreamExecutor {
             cap,
             inflight: None,
             running: None,
+            sessions: None,
             limits: Limits::default(),
         }
     }
@@ -311,6 +314,13 @@ impl UpstreamExecutor {
     /// every executor of a gateway, see [`Executor::attempt_running`]).
     pub fn with_running(mut self, running: mcp::RunningCalls) -> Self {
         self.running = Some(running);
+        self
+    }
+
+    /// Sends MCP calls through the connected clients in `sessions` (shared by every
+    /// executor of a gateway) instead of connecting per call.
+    pub fn with_sessions(mut self, sessions: mcp::Sessions) -> Self {
+        self.sessions = Some(sessions);
         self
     }
 
@@ -699,7 +709,14 @@ impl UpstreamExecutor {
             (Some(r), false) => Some(r.enter(&intent.key)),
             _ => None,
         };
-        let (end, late) = mcp::call_tool(self.client.clone(), call, hold, running).await;
+        let (end, late) = mcp::call_tool(
+            self.client.clone(),
+            call,
+            self.sessions.as_ref(),
+            hold,
+            running,
+        )
+        .await;
         let limits = self.limits;
         let result = effect_of(up, read, &limits, end);
         let late = late.map(|rx| {
@@ -817,9 +834,15 @@ impl UpstreamExecutor {
             meta: Map::new(),
             timeout: rec.timeout.unsigned_abs(),
         };
-        match mcp::call_tool(self.client.clone(), call, None, None)
-            .await
-            .0
+        match mcp::call_tool(
+            self.client.clone(),
+            call,
+            self.sessions.as_ref(),
+            None,
+            None,
+        )
+        .await
+        .0
         {
             mcp::CallEnd::Result(r) if r.is_error == Some(true) => Err(format!(
                 "the reconciliation tool reported an error: {}",

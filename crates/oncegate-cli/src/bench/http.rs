@@ -35,7 +35,11 @@ impl HttpTarget {
 
     /// A target reading `url` (`http://host:port/path?query`).
     pub fn get(url: &str) -> anyhow::Result<Self> {
-        Self::new(hyper::Method::GET, url, Box::new(|_| (Bytes::new(), Vec::new())))
+        Self::new(
+            hyper::Method::GET,
+            url,
+            Box::new(|_| (Bytes::new(), Vec::new())),
+        )
     }
 
     fn new(method: hyper::Method, url: &str, make: MakeRequest) -> anyhow::Result<Self> {

@@ -64,7 +64,12 @@ impl Sample {
 
     /// A sample measured elsewhere (the peer's own load generator): its latencies in
     /// microseconds go into the same kind of histogram, so rounds merge exactly.
-    pub fn reported(errors: u64, first_error: Option<String>, elapsed: Duration, latencies_us: &[u64]) -> Self {
+    pub fn reported(
+        errors: u64,
+        first_error: Option<String>,
+        elapsed: Duration,
+        latencies_us: &[u64],
+    ) -> Self {
         let mut sample = Self::empty();
         for &us in latencies_us {
             sample.latency.saturating_record(us.max(1));

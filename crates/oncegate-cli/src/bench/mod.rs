@@ -304,7 +304,9 @@ pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
     let started = std::time::Instant::now();
     let plan = &options.plan;
     let dir = match &options.dir {
-        Some(d) => tempfile::Builder::new().prefix("oncegate-bench-").tempdir_in(d),
+        Some(d) => tempfile::Builder::new()
+            .prefix("oncegate-bench-")
+            .tempdir_in(d),
         None => tempfile::Builder::new().prefix("oncegate-bench-").tempdir(),
     }
     .context("cannot make a scratch directory")?;
@@ -398,21 +400,33 @@ async fn scale_group(
     let big_config = site.prepare("big").await?;
     bar.set_message(format!("filling a store with {n} intents"));
     let rate = scale::fill(&big_config, n, bar).await?;
-    facts.push(Fact::new(format!("fill: {n} settled intents through the store API"), rate, "intents/s"));
+    facts.push(Fact::new(
+        format!("fill: {n} settled intents through the store API"),
+        rate,
+        "intents/s",
+    ));
     let empty = site.serve(&empty_config, "empty-gateway").await?;
     let big = site.serve(&big_config, "big-gateway").await?;
 
     bar.set_message("watching idle gateways");
     let idle = scale::idle_cpu(&[&big, &empty], plan.idle).await;
-    for (label, share) in [(format!("{n} intents"), idle[0]), ("an empty store".to_owned(), idle[1])] {
+    for (label, share) in [
+        (format!("{n} intents"), idle[0]),
+        ("an empty store".to_owned(), idle[1]),
+    ] {
         if let Some(share) = share {
-            facts.push(Fact::new(format!("idle gateway CPU, {label}"), share * 100.0, "% of a core"));
+            facts.push(Fact::new(
+                format!("idle gateway CPU, {label}"),
+                share * 100.0,
+                "% of a core",
+            ));
         }
     }
     bar.set_message(format!("audit verify over {n} intents"));
     let big_arg = big_config.to_string_lossy().into_owned();
     let verify_started = std::time::Instant::now();
-    site.oncegate(&["audit", "verify", "--config", &big_arg]).await?;
+    site.oncegate(&["audit", "verify", "--config", &big_arg])
+        .await?;
     facts.push(Fact::new(
         format!("audit verify (full walk), {n} intents"),
         verify_started.elapsed().as_secs_f64(),
@@ -422,10 +436,32 @@ async fn scale_group(
     Ok(Group {
         name: "store at scale",
         targets: vec![
-            ("/v1/calls, large store", driven(gateway_calls(&big.url, "charge_card", "BD", Mode::Distinct)?)),
-            ("/v1/calls, empty store", driven(gateway_calls(&empty.url, "charge_card", "ED", Mode::Distinct)?)),
-            ("?state=unknown, large store", driven(scale::unknown_listing(&big)?)),
-            ("?state=unknown, empty store", driven(scale::unknown_listing(&empty)?)),
+            (
+                "/v1/calls, large store",
+                driven(gateway_calls(
+                    &big.url,
+                    "charge_card",
+                    "BD",
+                    Mode::Distinct,
+                )?),
+            ),
+            (
+                "/v1/calls, empty store",
+                driven(gateway_calls(
+                    &empty.url,
+                    "charge_card",
+                    "ED",
+                    Mode::Distinct,
+                )?),
+            ),
+            (
+                "?state=unknown, large store",
+                driven(scale::unknown_listing(&big)?),
+            ),
+            (
+                "?state=unknown, empty store",
+                driven(scale::unknown_listing(&empty)?),
+            ),
         ],
         pairs: vec![(0, 1), (2, 3)],
         services: vec![big, empty],
@@ -481,15 +517,27 @@ async fn peer_group(world: &World, dir: &Path, peer: &peer::Peer) -> anyhow::Res
     Ok(Group {
         name: "peer: CTRLRun 0.12.2",
         targets: vec![
-            ("oncegate Gate, in-process", driven(GateTarget::new(gate, "PG", Mode::Distinct))),
+            (
+                "oncegate Gate, in-process",
+                driven(GateTarget::new(gate, "PG", Mode::Distinct)),
+            ),
             ("CTRLRun @protect, in-process", peer.protect()),
             (
                 "oncegate /mcp, Python SDK",
                 peer.mcp_client(&ours, "charge_card", Some(world::TOKEN), Some(ours_args)),
             ),
-            ("CTRLRun gateway, Python SDK", peer.mcp_client(&ctrlrun.url, "create_charge", None, None)),
-            ("oncegate /mcp, bench client", driven(gateway_mcp(&world.gateway.url, "PM")?)),
-            ("sandbox MCP, Python SDK", peer.mcp_client(&sandbox, "create_charge", Some(world::SANDBOX_KEY), None)),
+            (
+                "CTRLRun gateway, Python SDK",
+                peer.mcp_client(&ctrlrun.url, "create_charge", None, None),
+            ),
+            (
+                "oncegate /mcp, bench client",
+                driven(gateway_mcp(&world.gateway.url, "PM")?),
+            ),
+            (
+                "sandbox MCP, Python SDK",
+                peer.mcp_client(&sandbox, "create_charge", Some(world::SANDBOX_KEY), None),
+            ),
         ],
         pairs: vec![(0, 1), (2, 3), (4, 3), (5, 3)],
         services: vec![ctrlrun],

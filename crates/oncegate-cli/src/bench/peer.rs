@@ -40,7 +40,13 @@ impl Peer {
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv)).await?;
         let python = venv.join("bin").join("python");
         run(Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
             .args(requirements.split_whitespace()))
         .await
         .context("cannot install CTRLRun and the MCP SDK into a virtualenv")?;
@@ -53,7 +59,11 @@ impl Peer {
 
     /// CTRLRun's `@protect` around a no-op effect, a new intent per call.
     pub fn protect(&self) -> Box<dyn Drive> {
-        let state = self.dir.join("ctrlrun-protect").to_string_lossy().into_owned();
+        let state = self
+            .dir
+            .join("ctrlrun-protect")
+            .to_string_lossy()
+            .into_owned();
         Box::new(PeerRun {
             peer: self.clone(),
             args: vec!["protect".into(), "--dir".into(), state],
@@ -61,8 +71,20 @@ impl Peer {
     }
 
     /// The Python MCP SDK calling `tool` on `url`, a new intent per call.
-    pub fn mcp_client(&self, url: &str, tool: &str, token: Option<&str>, template: Option<&str>) -> Box<dyn Drive> {
-        let mut args = vec!["mcp".into(), "--url".into(), url.into(), "--tool".into(), tool.into()];
+    pub fn mcp_client(
+        &self,
+        url: &str,
+        tool: &str,
+        token: Option<&str>,
+        template: Option<&str>,
+    ) -> Box<dyn Drive> {
+        let mut args = vec![
+            "mcp".into(),
+            "--url".into(),
+            url.into(),
+            "--tool".into(),
+            tool.into(),
+        ];
         if let Some(t) = token {
             args.extend(["--token".into(), t.into()]);
         }
@@ -83,7 +105,16 @@ impl Peer {
         let state = state.to_string_lossy();
         start_program(
             &self.python,
-            &[&script, "gateway", "--upstream", &upstream, "--listen", "127.0.0.1:0", "--dir", &state],
+            &[
+                &script,
+                "gateway",
+                "--upstream",
+                &upstream,
+                "--listen",
+                "127.0.0.1:0",
+                "--dir",
+                &state,
+            ],
             &self.dir,
             "ctrlrun-gateway",
             &[("SANDBOX_API_KEY", SANDBOX_KEY)],

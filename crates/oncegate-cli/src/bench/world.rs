@@ -213,7 +213,13 @@ impl World {
     pub async fn start(exe: &Path, dir: &Path) -> anyhow::Result<Self> {
         let sandbox = start(
             exe,
-            &["sandbox", "--listen", "127.0.0.1:0", "--api-key", SANDBOX_KEY],
+            &[
+                "sandbox",
+                "--listen",
+                "127.0.0.1:0",
+                "--api-key",
+                SANDBOX_KEY,
+            ],
             dir,
             "sandbox",
         )

@@ -11,6 +11,12 @@
 //!   method or tool, invalid params): `failed`; any other error, a lost connection or the
 //!   timeout: `unknown`, because the tool may have run.
 //!
+//! A gateway keeps one connected client per upstream (URL and headers) in [`Sessions`]
+//! and sends every call through it, concurrently: connecting and discovering per call
+//! cost more than the call. A client whose call failed below the protocol (the
+//! connection, the session) is dropped from the pool, so the next call connects anew;
+//! each call is still its own JSON-RPC request, never shared between two attempts.
+//!
 //! The `tools/call` runs in its own task: rmcp cancels the upstream request when its
 //! future is dropped, and an effect must never be cancelled half-way, so on a timeout the
 //! gateway stops waiting but leaves the request to finish. While it runs it is listed in
@@ -122,6 +128,58 @@ pub enum CallEnd {
 }
 
 type Client = RunningService<RoleClient, ClientConfig>;
+
+/// Connected MCP clients, one per upstream (URL and headers), shared by every executor
+/// of a gateway.
+#[derive(Clone, Default)]
+pub struct Sessions(Arc<Mutex<HashMap<String, Arc<Client>>>>);
+
+impl Sessions {
+    fn key(call: &ToolCall) -> String {
+        let mut headers: Vec<String> = call
+            .headers
+            .iter()
+            .map(|(n, v)| format!("{n}:{v}"))
+            .collect();
+        headers.sort();
+        format!("{}\n{}", call.url, headers.join("\n"))
+    }
+
+    /// The pooled client for `call`'s upstream, connecting one when there is none (or
+    /// the pooled one has closed).
+    async fn client(&self, http: reqwest::Client, call: &ToolCall) -> Result<Arc<Client>, String> {
+        let key = Self::key(call);
+        let pooled = self.lock().get(&key).filter(|c| !c.is_closed()).cloned();
+        if let Some(client) = pooled {
+            return Ok(client);
+        }
+        let client = Arc::new(connect(http, call).await?);
+        // Two calls may connect at once; the first one pooled stays, the other is used
+        // for its own call and then closes.
+        Ok(self
+            .lock()
+            .entry(key)
+            .and_modify(|c| {
+                if c.is_closed() {
+                    *c = client.clone();
+                }
+            })
+            .or_insert(client)
+            .clone())
+    }
+
+    /// Drops `client` from the pool (if it is still the pooled one).
+    fn evict(&self, call_key: &str, client: &Arc<Client>) {
+        let mut pool = self.lock();
+        if pool.get(call_key).is_some_and(|c| Arc::ptr_eq(c, client)) {
+            pool.remove(call_key);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Client>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 fn transport_config(call: &ToolCall) -> Result<StreamableHttpClientTransportConfig, String> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(call.url.clone());
@@ -243,11 +301,18 @@ fn classify(e: ServiceError) -> CallEnd {
 pub async fn call_tool(
     client: reqwest::Client,
     call: ToolCall,
+    sessions: Option<&Sessions>,
     inflight: Option<&InFlight>,
     running: Option<RunningGuard>,
 ) -> (CallEnd, Option<LateEnd>) {
     let deadline = tokio::time::Instant::now() + call.timeout;
-    let peer = match tokio::time::timeout_at(deadline, connect(client, &call)).await {
+    let connecting = async {
+        match sessions {
+            Some(pool) => pool.client(client, &call).await.map(|c| (c, true)),
+            None => connect(client, &call).await.map(|c| (Arc::new(c), false)),
+        }
+    };
+    let (peer, pooled) = match tokio::time::timeout_at(deadline, connecting).await {
         Ok(Ok(peer)) => peer,
         Ok(Err(e)) => {
             return (
@@ -264,6 +329,10 @@ pub async fn call_tool(
             );
         }
     };
+    // Evicts the pooled client when the call failed below the protocol.
+    let pool = sessions
+        .filter(|_| pooled)
+        .map(|pool| (pool.clone(), Sessions::key(&call), peer.clone()));
     let mut params = CallToolRequestParams::new(call.tool.clone());
     params.arguments = Some(call.arguments);
     if !call.meta.is_empty() {
@@ -272,11 +341,23 @@ pub async fn call_tool(
     let tool = call.tool;
     // Its own task: dropping rmcp's future would cancel the upstream request.
     let mut task = tokio::spawn(async move {
-        let answer = peer.call_tool_once(params).await;
+        let answer = peer.peer().call_tool_once(params).await;
         // The call has ended (answered or failed): from here on it can no longer take
         // effect through this request.
         drop(running);
-        let _ = peer.cancel().await;
+        match pool {
+            // A pooled client stays for the next call unless the transport failed.
+            Some((pool, key, client)) => {
+                if matches!(&answer, Err(e) if !matches!(e, ServiceError::McpError(_))) {
+                    pool.evict(&key, &client);
+                }
+            }
+            None => {
+                if let Ok(client) = Arc::try_unwrap(peer) {
+                    let _ = client.cancel().await;
+                }
+            }
+        }
         answer
     });
     let end = |joined: Result<Result<CallToolResponse, ServiceError>, tokio::task::JoinError>| {

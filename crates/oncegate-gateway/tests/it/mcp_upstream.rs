@@ -312,3 +312,95 @@ fn a_rejected_pattern_is_validated_at_load_with_its_line() {
         .expect("redundant with tool_errors = failed");
     assert!(both.contains("already a failure"), "{both}");
 }
+
+/// The provider behind a counter of every JSON-RPC request that is not a `tools/call`
+/// (discovery, `initialize` and its notification, listings): the cost of connecting.
+async fn counted_provider() -> (String, Arc<AtomicUsize>) {
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let served = Provider::default();
+    let service: StreamableHttpService<Provider, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(served.clone()),
+        Arc::default(),
+        StreamableHttpServerConfig::default().with_json_response(true),
+    );
+    let counter = handshakes.clone();
+    let app = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let counter = counter.clone();
+                async move {
+                    let (parts, body) = request.into_parts();
+                    let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+                    let method = serde_json::from_slice::<Value>(&bytes)
+                        .ok()
+                        .and_then(|v| v["method"].as_str().map(str::to_owned));
+                    if method.as_deref().is_some_and(|m| m != "tools/call") {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                    }
+                    next.run(axum::extract::Request::from_parts(parts, bytes.into()))
+                        .await
+                }
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, handshakes)
+}
+
+/// A gateway's executors share connected clients: five calls, one handshake. Without
+/// the pool every call connects (and discovers) again.
+#[tokio::test]
+async fn pooled_mcp_clients_connect_once_for_many_calls() {
+    let (url, handshakes) = counted_provider().await;
+    let sessions = oncegate_gateway::upstream::mcp::Sessions::default();
+    for n in 0..5 {
+        // A new executor each time, as the gateway makes per call: the pool is shared.
+        let ex = executor(&url, "ok", "").with_sessions(sessions.clone());
+        let result = ex.execute(intent(&format!("A-{n}"))).await;
+        assert!(matches!(result, EffectResult::Applied { .. }), "{result:?}");
+    }
+    let pooled = handshakes.swap(0, Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&pooled),
+        "{pooled} handshake requests for 5 pooled calls"
+    );
+    for n in 0..5 {
+        let result = executor(&url, "ok", "")
+            .execute(intent(&format!("B-{n}")))
+            .await;
+        assert!(matches!(result, EffectResult::Applied { .. }), "{result:?}");
+    }
+    let unpooled = handshakes.load(Ordering::SeqCst);
+    assert!(
+        unpooled >= 5,
+        "{unpooled} handshake requests for 5 unpooled calls"
+    );
+}
+
+/// The pool is per upstream: a refused upstream pools nothing (its call says nothing was
+/// sent) and leaves another upstream's pooled client working.
+#[tokio::test]
+async fn a_refused_upstream_pools_nothing_and_leaves_other_clients_alone() {
+    let sessions = oncegate_gateway::upstream::mcp::Sessions::default();
+    let (url, _) = provider().await;
+    let ex = executor(&url, "ok", "").with_sessions(sessions.clone());
+    assert!(matches!(
+        ex.execute(intent("A-1")).await,
+        EffectResult::Applied { .. }
+    ));
+    // Port 9 refuses: nothing to pool for it, and the first upstream's client is kept.
+    let refused = executor("http://127.0.0.1:9/mcp", "ok", "")
+        .with_sessions(sessions.clone())
+        .execute(intent("A-2"))
+        .await;
+    assert!(
+        matches!(refused, EffectResult::NotSent { .. }),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        ex.execute(intent("A-3")).await,
+        EffectResult::Applied { .. }
+    ));
+}
