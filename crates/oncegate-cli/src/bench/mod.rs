@@ -80,7 +80,7 @@ impl Plan {
             rounds: 1,
             segment: Duration::from_millis(600),
             warmup: Duration::from_millis(150),
-            store_intents: 20_000,
+            store_intents: 5_000,
             idle: Duration::from_secs(2),
         }
     }
@@ -106,6 +106,9 @@ pub struct Options {
     pub dir: Option<PathBuf>,
     /// Measure the peer (CTRLRun) too.
     pub peer: bool,
+    /// Run only these groups (`gate`, `calls`, `mcp`, `postgres`, `scale`, `peer`);
+    /// empty: all.
+    pub only: Vec<String>,
     /// Draw a progress bar on stderr.
     pub progress: bool,
 }
@@ -326,31 +329,40 @@ pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
         .context("cannot start the sandbox and the gateway")?;
     let mut skipped = Vec::new();
     let mut facts = Vec::new();
-    let mut groups = vec![
-        gate_group(&world, dir.path()).await?,
-        calls_group(&world).await?,
-        mcp_group(&world)?,
-    ];
+    let wants = |group: &str| options.only.is_empty() || options.only.iter().any(|g| g == group);
+    let mut groups = Vec::new();
+    if wants("gate") {
+        groups.push(gate_group(&world, dir.path()).await?);
+    }
+    if wants("calls") {
+        groups.push(calls_group(&world).await?);
+    }
+    if wants("mcp") {
+        groups.push(mcp_group(&world)?);
+    }
     let pg = match &options.postgres {
-        Some(url) => Some(PgScratch::create(url).await?),
+        Some(url) if wants("postgres") => Some(PgScratch::create(url).await?),
+        Some(_) => None,
         None => {
-            skipped.push("PostgreSQL: skipped, no PostgreSQL URL (--postgres URL)".to_owned());
+            if wants("postgres") {
+                skipped.push("PostgreSQL: skipped, no PostgreSQL URL (--postgres URL)".to_owned());
+            }
             None
         }
     };
     if let Some(pg) = &pg {
         groups.push(pg_group(&world, pg, plan).await?);
     }
-    if plan.store_intents > 0 {
+    if plan.store_intents > 0 && wants("scale") {
         groups.push(scale_group(&world, plan, &bar, &mut facts).await?);
     }
-    if options.peer {
+    if options.peer && wants("peer") {
         bar.set_message("installing CTRLRun into a virtualenv");
         match peer::Peer::install(dir.path()).await {
             Ok(p) => groups.push(peer_group(&world, dir.path(), &p).await?),
             Err(e) => skipped.push(format!("peer (CTRLRun): skipped, {e:#}")),
         }
-    } else {
+    } else if wants("peer") {
         skipped.push("peer (CTRLRun): not run (--peer runs it)".to_owned());
     }
 

@@ -30,7 +30,7 @@ pub struct BenchArgs {
     #[arg(long, env = "ONCEGATE_BENCH_POSTGRES")]
     postgres: Option<String>,
     /// Settled intents in the large store of the scale rows (default 1000000; with
-    /// --quick 20000; 0 skips those rows).
+    /// --quick 5000; 0 skips those rows).
     #[arg(long)]
     store_intents: Option<u64>,
     /// Measure the peer, CTRLRun, too (the default for a full run): it is installed
@@ -40,6 +40,9 @@ pub struct BenchArgs {
     /// Do not measure the peer.
     #[arg(long)]
     no_peer: bool,
+    /// Run only these groups of rows.
+    #[arg(long, value_delimiter = ',', value_parser = ["gate", "calls", "mcp", "postgres", "scale", "peer"])]
+    only: Vec<String>,
     /// Directory for the scratch stores (default: the system temp directory). Put it on
     /// the disk you want measured, never on a tmpfs.
     #[arg(long)]
@@ -79,6 +82,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         postgres: args.postgres,
         dir: args.dir,
         peer: if args.quick { args.peer } else { !args.no_peer },
+        only: args.only,
         progress: !args.json && std::io::stderr().is_terminal(),
     };
     let report = run_bench(&exe, &options).await?;
