@@ -69,9 +69,9 @@ def read_request(conn: socket.socket) -> None:
         body += chunk
 
 
-@pytest.fixture
-def hangup_port() -> Iterator[int]:
-    """A port that reads the request, then closes without answering: the request was sent."""
+def hanging_up(reset: bool) -> Iterator[int]:
+    """A port that reads each request whole, then closes without answering: the request
+    was sent. With ``reset`` it closes with SO_LINGER 0, so the client sees a reset."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(16)
@@ -85,6 +85,8 @@ def hangup_port() -> Iterator[int]:
             except OSError:
                 continue
             read_request(conn)
+            if reset:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             conn.close()
 
     t = threading.Thread(target=serve, daemon=True)
@@ -93,33 +95,18 @@ def hangup_port() -> Iterator[int]:
     stop.set()
     t.join()
     s.close()
+
+
+@pytest.fixture
+def hangup_port() -> Iterator[int]:
+    """Reads the request, then ends the stream cleanly."""
+    yield from hanging_up(reset=False)
 
 
 @pytest.fixture
 def reset_port() -> Iterator[int]:
-    """A port that reads the request, then resets the connection (SO_LINGER 0): sent, then RST."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen(16)
-    stop = threading.Event()
-
-    def serve() -> None:
-        s.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = s.accept()
-            except OSError:
-                continue
-            read_request(conn)
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            conn.close()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    yield int(s.getsockname()[1])
-    stop.set()
-    t.join()
-    s.close()
+    """Reads the request, then resets the connection."""
+    yield from hanging_up(reset=True)
 
 
 def raised(fn: object) -> BaseException:
