@@ -1,0 +1,343 @@
+//! The bench's groups: what each one stands up, drives and pairs.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use indicatif::ProgressBar;
+use oncegate_engine::{Gate, SystemClock};
+use oncegate_store::{OpenMode, SqliteStore, StoreOptions};
+
+use super::load::Target;
+use super::targets::{
+    GateTarget, Mode, PgFloor, REPLAY_SET, SqliteBatchedFloor, SqliteFloor, gateway_calls,
+    gateway_mcp, sandbox_charges, sandbox_mcp,
+};
+use super::world::{self, World};
+use super::{Fact, Group, Plan, driven, http, peer, scale};
+
+/// A gateway on a store of `plan.store_intents` settled intents vs one on an empty
+/// store; the fill rate, idle CPU and `audit verify` time go into `facts`.
+pub(super) async fn scale_group(
+    world: &World,
+    plan: &Plan,
+    bar: &ProgressBar,
+    facts: &mut Vec<Fact>,
+) -> anyhow::Result<Group> {
+    let n = plan.store_intents;
+    let site = &world.site;
+    let empty_config = site.prepare("empty").await?;
+    let big_config = site.prepare("big").await?;
+    bar.set_message(format!("filling a store with {n} intents"));
+    let rate = scale::fill(&big_config, n, bar).await?;
+    facts.push(Fact::new(
+        format!("fill: {n} settled intents through the store API"),
+        rate,
+        "intents/s",
+    ));
+    let empty = site.serve(&empty_config, "empty-gateway").await?;
+    let big = site.serve(&big_config, "big-gateway").await?;
+
+    bar.set_message("watching idle gateways");
+    let idle = scale::idle_cpu(&[&big, &empty], plan.idle).await;
+    for (label, share) in [
+        (format!("{n} intents"), idle[0]),
+        ("an empty store".to_owned(), idle[1]),
+    ] {
+        if let Some(share) = share {
+            facts.push(Fact::new(
+                format!("idle gateway CPU, {label}"),
+                share * 100.0,
+                "% of a core",
+            ));
+        }
+    }
+    bar.set_message(format!("audit verify over {n} intents"));
+    let big_arg = big_config.to_string_lossy().into_owned();
+    let verify_started = std::time::Instant::now();
+    site.oncegate(&["audit", "verify", "--config", &big_arg])
+        .await?;
+    facts.push(Fact::new(
+        format!("audit verify (full walk), {n} intents"),
+        verify_started.elapsed().as_secs_f64(),
+        "s",
+    ));
+
+    Ok(Group {
+        name: "store at scale",
+        targets: vec![
+            (
+                "/v1/calls, large store",
+                driven(gateway_calls(
+                    &big.url,
+                    "charge_card",
+                    "BD",
+                    Mode::Distinct,
+                )?),
+            ),
+            (
+                "/v1/calls, empty store",
+                driven(gateway_calls(
+                    &empty.url,
+                    "charge_card",
+                    "ED",
+                    Mode::Distinct,
+                )?),
+            ),
+            (
+                "?state=unknown, large store",
+                driven(scale::unknown_listing(&big)?),
+            ),
+            (
+                "?state=unknown, empty store",
+                driven(scale::unknown_listing(&empty)?),
+            ),
+        ],
+        pairs: vec![(0, 1), (2, 3)],
+        services: vec![big, empty],
+        concurrencies: None,
+        peer: false,
+    })
+}
+
+/// In-process `Gate` on a SQLite store vs the raw SQLite floor.
+pub(super) async fn gate_group(world: &World, dir: &Path) -> anyhow::Result<Group> {
+    let gate = sqlite_gate(world, &dir.join("gate.db")).await?;
+    let replays = GateTarget::new(gate.clone(), "GR", Mode::Replay);
+    seed_gate(&gate, "GR").await?;
+    Ok(Group {
+        name: "in-process Gate (SQLite)",
+        targets: vec![
+            (
+                "Gate, distinct intents",
+                driven(GateTarget::new(gate, "GD", Mode::Distinct)),
+            ),
+            ("Gate, replays", driven(replays)),
+            (
+                "SQLite floor, 1 row/txn",
+                driven(SqliteFloor::open(&dir.join("floor1.db")).await?),
+            ),
+            (
+                "SQLite floor, group commit",
+                driven(SqliteBatchedFloor::open(&dir.join("floorb.db")).await?),
+            ),
+        ],
+        pairs: vec![(0, 2), (0, 3), (1, 3)],
+        services: Vec::new(),
+        concurrencies: None,
+        peer: false,
+    })
+}
+
+/// A `Gate` in this process, on the bench registry and a new SQLite store at `db`.
+async fn sqlite_gate(world: &World, db: &Path) -> anyhow::Result<Gate> {
+    let registry = crate::load(&world.config)?;
+    let store = SqliteStore::scratch(db).await?;
+    Ok(Gate::with_store(registry, store, Arc::new(SystemClock)))
+}
+
+/// The peer's rows: at concurrency 1 and 32 only (CTRLRun's gateway already resets
+/// connections at 32: its HTTP server's listen backlog is 5).
+pub(super) async fn peer_group(
+    world: &World,
+    dir: &Path,
+    peer: &peer::Peer,
+) -> anyhow::Result<Group> {
+    let gate = sqlite_gate(world, &dir.join("gate-peer.db")).await?;
+    let ctrlrun = peer.gateway(&world.sandbox.url).await?;
+    let ours = format!("{}/mcp", world.gateway.url);
+    let sandbox = format!("{}/mcp", world.sandbox.url);
+    let ours_args = r#"{"order_id": "PY-{n}", "amount": "12.50"}"#;
+    Ok(Group {
+        name: "peer: CTRLRun 0.12.2",
+        targets: vec![
+            (
+                "oncegate Gate, in-process",
+                driven(GateTarget::new(gate, "PG", Mode::Distinct)),
+            ),
+            ("CTRLRun @protect, in-process", peer.protect()),
+            (
+                "oncegate /mcp, Python SDK",
+                peer.mcp_client(&ours, "charge_card", Some(world::TOKEN), Some(ours_args)),
+            ),
+            (
+                "CTRLRun gateway, Python SDK",
+                peer.mcp_client(&ctrlrun.url, "create_charge", None, None),
+            ),
+            (
+                "oncegate /mcp, bench client",
+                driven(gateway_mcp(&world.gateway.url, "PM")?),
+            ),
+            (
+                "sandbox MCP, Python SDK",
+                peer.mcp_client(&sandbox, "create_charge", Some(world::SANDBOX_KEY), None),
+            ),
+        ],
+        pairs: vec![(0, 1), (2, 3), (4, 3), (5, 3)],
+        services: vec![ctrlrun],
+        concurrencies: Some(vec![1, 32]),
+        peer: true,
+    })
+}
+
+/// Settles the intents a replay row repeats.
+async fn seed_gate(gate: &Gate, prefix: &str) -> anyhow::Result<()> {
+    let seed = GateTarget::new(gate.clone(), prefix, Mode::Distinct);
+    for n in 0..REPLAY_SET {
+        seed.call(&mut (), n)
+            .await
+            .map_err(|e| anyhow::anyhow!("seeding replays: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Settles the intents an HTTP replay row repeats, through a distinct-mode twin.
+async fn seed_http(twin: http::HttpTarget) -> anyhow::Result<()> {
+    for n in 0..REPLAY_SET {
+        twin.once(n)
+            .await
+            .map_err(|e| anyhow::anyhow!("seeding replays: {e}"))?;
+    }
+    Ok(())
+}
+
+/// `POST /v1/calls` through `oncegate serve` vs the same charges straight at the sandbox.
+pub(super) async fn calls_group(world: &World) -> anyhow::Result<Group> {
+    let (gw, sb) = (&world.gateway.url, &world.sandbox.url);
+    seed_http(gateway_calls(gw, "charge_card", "CR", Mode::Distinct)?).await?;
+    seed_http(sandbox_charges(sb, "SR", Mode::Distinct)?).await?;
+    Ok(Group {
+        name: "/v1/calls, HTTP upstream",
+        targets: vec![
+            (
+                "/v1/calls, distinct",
+                driven(gateway_calls(gw, "charge_card", "CD", Mode::Distinct)?),
+            ),
+            (
+                "sandbox direct, distinct",
+                driven(sandbox_charges(sb, "SD", Mode::Distinct)?),
+            ),
+            (
+                "/v1/calls, replays",
+                driven(gateway_calls(gw, "charge_card", "CR", Mode::Replay)?),
+            ),
+            (
+                "sandbox direct, replays",
+                driven(sandbox_charges(sb, "SR", Mode::Replay)?),
+            ),
+        ],
+        pairs: vec![(0, 1), (2, 3)],
+        services: Vec::new(),
+        concurrencies: None,
+        peer: false,
+    })
+}
+
+/// MCP through the gateway vs the sandbox's MCP server; MCP upstream vs HTTP upstream.
+pub(super) fn mcp_group(world: &World) -> anyhow::Result<Group> {
+    let (gw, sb) = (&world.gateway.url, &world.sandbox.url);
+    Ok(Group {
+        name: "MCP",
+        targets: vec![
+            ("/mcp tools/call, distinct", driven(gateway_mcp(gw, "MD")?)),
+            (
+                "sandbox MCP direct, distinct",
+                driven(sandbox_mcp(sb, "SM")?),
+            ),
+            (
+                "/v1/calls, MCP upstream",
+                driven(gateway_calls(gw, "charge_card_mcp", "UM", Mode::Distinct)?),
+            ),
+            (
+                "/v1/calls, HTTP upstream",
+                driven(gateway_calls(gw, "charge_card", "UH", Mode::Distinct)?),
+            ),
+        ],
+        pairs: vec![(0, 1), (2, 3)],
+        services: Vec::new(),
+        concurrencies: None,
+        peer: false,
+    })
+}
+
+/// A scratch database on a PostgreSQL server, dropped when the run ends.
+pub(super) struct PgScratch {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl PgScratch {
+    pub(super) async fn create(url: &str) -> anyhow::Result<Self> {
+        use sqlx::Connection;
+        let name = format!(
+            "oncegate_bench_{}_{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let mut conn = sqlx::PgConnection::connect(url).await.with_context(|| {
+            format!(
+                "cannot connect to PostgreSQL at {}",
+                oncegate_store::postgres::redact(url)
+            )
+        })?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await
+            .context("cannot create the bench's scratch database")?;
+        Ok(Self {
+            admin: url.to_owned(),
+            url: oncegate_store::postgres::with_database(url, &name),
+            name,
+        })
+    }
+
+    pub(super) async fn drop_database(self) {
+        use sqlx::Connection;
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.admin).await {
+            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            )))
+            .execute(&mut conn)
+            .await;
+        }
+    }
+}
+
+/// In-process `Gate` on a PostgreSQL store vs the raw statement floor on the same server.
+pub(super) async fn pg_group(world: &World, pg: &PgScratch, plan: &Plan) -> anyhow::Result<Group> {
+    let registry = crate::load(&world.config)?;
+    let widest = plan.concurrencies.iter().copied().max().unwrap_or(1);
+    // Both pools together stay well under a default server's 100 connections.
+    let connections = u32::try_from(widest.min(32)).unwrap_or(32);
+    let store = oncegate_store::open(
+        &pg.url,
+        Path::new("."),
+        OpenMode::CreateIfMissing,
+        StoreOptions {
+            pool_size: connections,
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .context("cannot open a PostgreSQL store in the scratch database")?;
+    let gate = Gate::with_store(registry, store, Arc::new(SystemClock));
+    Ok(Group {
+        name: "PostgreSQL",
+        targets: vec![
+            (
+                "Gate on PostgreSQL, distinct",
+                driven(GateTarget::new(gate, "PD", Mode::Distinct)),
+            ),
+            (
+                "PostgreSQL floor, 1 row/txn",
+                driven(PgFloor::open(&pg.url, connections).await?),
+            ),
+        ],
+        pairs: vec![(0, 1)],
+        services: Vec::new(),
+        concurrencies: None,
+        peer: false,
+    })
+}
