@@ -1,22 +1,37 @@
 //! `audit verify` and `audit anchor` over any store: the chain of every shard, every
 //! row against the record that wrote it, and every anchored head.
 //!
-//! The checks themselves are pure (`oncegate_core::audit`); this module only reads.
+//! A clean verify leaves a checkpoint in the store (every shard's head as it walked
+//! it); a verify from the checkpoint ([`Walk::FromCheckpoint`], `audit verify
+//! --since-checkpoint`) walks only the records after it, checking that each
+//! checkpointed record is still there with the same hash, and checks the rows those
+//! newer records wrote. So it costs what was written since, not what the store holds.
+//! What only the full walk (the default) catches: a record before the checkpoint edited in place
+//! so that the chain no longer links (the checkpointed head still does), and an old row
+//! edited in place (every load checks its row against the chain, so such a row is
+//! refused before anything is decided on it). Anchors need the full walk too.
+//!
+//! The checks themselves are pure (`oncegate_core::audit`); this module only reads,
+//! except [`save_checkpoint`].
 
 use std::collections::BTreeMap;
 
 use oncegate_core::audit::{
-    Anchor, AnchorHead, AuditRecord, BrokenLink, ChainKey, RowProblem, check_anchor, verify_rows,
-    verify_shard_with,
+    Anchor, AnchorHead, AuditRecord, BrokenLink, ChainHead, ChainKey, RowKind, RowProblem,
+    check_anchor, sealed_rows, verify_rows_through, verify_shard_from, verify_shard_with,
 };
-use serde::Serialize;
+use oncegate_core::key::IntentKey;
+use serde::{Deserialize, Serialize};
 
-use crate::{StoreError, StoreRead};
+use crate::{StoreError, StoreRead, StoreWrite};
+
+/// Records read per page of a shard.
+const PAGE: u32 = 5000;
 
 /// What `audit verify` found.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct AuditReport {
-    /// Audit records walked.
+    /// Audit records walked (since the checkpoint, when the walk started from one).
     pub records: usize,
     /// Shards walked.
     pub shards: usize,
@@ -28,6 +43,11 @@ pub struct AuditReport {
     pub broken: Vec<BrokenLink>,
     /// Rows that do not match the chain (edited, rolled back, deleted, unsealed).
     pub row_problems: Vec<RowProblem>,
+    /// The checkpoint the walk started from; `None` for a full walk.
+    pub since: Option<Checkpoint>,
+    /// Every shard's head where this walk ended: the next checkpoint, if it is clean.
+    #[serde(skip)]
+    pub heads: BTreeMap<u32, AnchorHead>,
 }
 
 impl AuditReport {
@@ -37,6 +57,28 @@ impl AuditReport {
     }
 }
 
+/// Where the last clean `audit verify` ended, kept in the store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The store it was taken of.
+    pub store_id: String,
+    /// When.
+    pub at: jiff::Timestamp,
+    /// Every shard's head as verified.
+    pub heads: BTreeMap<u32, AnchorHead>,
+    /// Records verified up to it, over every walk.
+    pub records: u64,
+}
+
+/// How much of the chain to walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walk {
+    /// Every record and every row.
+    Full,
+    /// From the stored checkpoint when there is one (and no anchor is given), else full.
+    FromCheckpoint,
+}
+
 /// Every audit record, in store order, and grouped by shard in sequence order.
 async fn all_records<S: StoreRead>(
     store: &S,
@@ -44,7 +86,7 @@ async fn all_records<S: StoreRead>(
     let mut all = Vec::new();
     let mut position = 0;
     loop {
-        let page = store.audit_after(position, 5000).await?;
+        let page = store.audit_after(position, PAGE).await?;
         let Some((last, _)) = page.last() else { break };
         position = *last;
         all.extend(page.into_iter().map(|(_, r)| r));
@@ -59,9 +101,47 @@ async fn all_records<S: StoreRead>(
     Ok((all, shards))
 }
 
-/// Verifies the whole store: every shard's chain (with the chain key when given), every
-/// row, and every anchor (taken of the store `store_id`).
+/// The stored checkpoint, if any. One that does not parse, or names another store, is
+/// ignored (the walk is then full), never trusted.
+pub async fn checkpoint<S: StoreRead>(
+    store: &S,
+    store_id: &str,
+) -> Result<Option<Checkpoint>, StoreError> {
+    let Some(text) = store.audit_checkpoint().await? else {
+        return Ok(None);
+    };
+    match serde_json::from_str::<Checkpoint>(&text) {
+        Ok(c) if c.store_id == store_id => Ok(Some(c)),
+        Ok(_) | Err(_) => {
+            tracing::warn!(
+                "the stored audit checkpoint is unreadable or of another store; walking the whole chain"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Verifies the store: every shard's chain (with the chain key when given), the rows,
+/// and every anchor (taken of the store `store_id`). [`Walk::FromCheckpoint`] walks
+/// only what came after the stored checkpoint (see the module docs for what only a full
+/// walk catches).
 pub async fn verify_audit<S: StoreRead>(
+    store: &S,
+    key: Option<&ChainKey>,
+    store_id: &str,
+    anchors: &[Anchor],
+    walk: Walk,
+) -> Result<AuditReport, StoreError> {
+    if walk == Walk::FromCheckpoint
+        && anchors.is_empty()
+        && let Some(from) = checkpoint(store, store_id).await?
+    {
+        return verify_from(store, key, from).await;
+    }
+    verify_full(store, key, store_id, anchors).await
+}
+
+async fn verify_full<S: StoreRead>(
     store: &S,
     key: Option<&ChainKey>,
     store_id: &str,
@@ -90,14 +170,148 @@ pub async fn verify_audit<S: StoreRead>(
     }
     for (shard, records) in &shards {
         let until = trusted.get(shard).copied().unwrap_or(0);
-        if let Err(broken) = verify_shard_with(*shard, records, key, until) {
-            report.broken.push(broken);
+        match verify_shard_with(*shard, records, key, until) {
+            Ok(head) => {
+                report.heads.insert(
+                    *shard,
+                    AnchorHead {
+                        seq: head.seq,
+                        hash: head.hash,
+                    },
+                );
+            }
+            Err(broken) => report.broken.push(broken),
         }
     }
     let rows = store.stored_rows().await?;
     report.rows = rows.len();
-    report.row_problems = verify_rows(&all, &rows);
+    // Rows written after the walk read the chain are the next walk's.
+    let through = shards
+        .iter()
+        .map(|(shard, records)| (*shard, records.last().map_or(0, |r| r.seq)))
+        .collect();
+    report.row_problems = verify_rows_through(&all, &rows, Some(&through));
     Ok(report)
+}
+
+async fn verify_from<S: StoreRead>(
+    store: &S,
+    key: Option<&ChainKey>,
+    from: Checkpoint,
+) -> Result<AuditReport, StoreError> {
+    let mut report = AuditReport::default();
+    let mut walked = Vec::new();
+    let shards = store.audit_shards().await?;
+    for shard in from.heads.keys().filter(|s| !shards.contains(s)) {
+        report.broken.push(BrokenLink {
+            shard: *shard,
+            seq: from.heads[shard].seq,
+            problem: "the shard the last verify checkpointed has no records now (deleted)".into(),
+        });
+    }
+    for shard in shards {
+        report.shards += 1;
+        let mut head = match from.heads.get(&shard) {
+            None => ChainHead::genesis(),
+            Some(checked) => {
+                let found = store
+                    .audit_shard_after(shard, checked.seq.saturating_sub(1), 1)
+                    .await?;
+                match found.first() {
+                    Some(r) if r.seq == checked.seq && r.hash == checked.hash => ChainHead {
+                        seq: r.seq,
+                        hash: r.hash.clone(),
+                    },
+                    _ => {
+                        report.broken.push(BrokenLink {
+                            shard,
+                            seq: checked.seq,
+                            problem: "the record the last verify checkpointed is gone or has changed (the chain was rewritten after it was verified)".into(),
+                        });
+                        continue;
+                    }
+                }
+            }
+        };
+        loop {
+            let page = store.audit_shard_after(shard, head.seq, PAGE).await?;
+            if page.is_empty() {
+                break;
+            }
+            match verify_shard_from(shard, head.clone(), &page, key, 0) {
+                Ok(next) => head = next,
+                Err(broken) => {
+                    report.broken.push(broken);
+                    break;
+                }
+            }
+            report.records += page.len();
+            walked.extend(page);
+        }
+        report.heads.insert(
+            shard,
+            AnchorHead {
+                seq: head.seq,
+                hash: head.hash,
+            },
+        );
+    }
+    // The rows the new records wrote, each read the way a call reads it: checked against
+    // the newest record that sealed it (which may be newer than this walk).
+    for (kind, id, generation) in sealed_rows(&walked) {
+        report.rows += 1;
+        let found = match kind {
+            RowKind::Intent => store
+                .load_generation(&IntentKey::from_hex(id.clone()), generation)
+                .await
+                .map(|r| r.is_some()),
+            RowKind::Approval => store.approval(&id).await.map(|a| a.is_some()),
+        };
+        let problem = match found {
+            Ok(true) => continue,
+            Ok(false) => "the audit chain wrote this row, and it is gone (deleted row)".into(),
+            Err(StoreError::Integrity(problem) | StoreError::Corrupt(problem)) => problem,
+            Err(e) => return Err(e),
+        };
+        report.row_problems.push(RowProblem {
+            kind,
+            key: id,
+            generation,
+            problem,
+        });
+    }
+    report.since = Some(from);
+    Ok(report)
+}
+
+/// Stores where a clean walk ended, for the next [`Walk::FromCheckpoint`]. A report
+/// with problems leaves the previous checkpoint in place.
+pub async fn save_checkpoint<S: StoreWrite>(
+    store: &S,
+    store_id: &str,
+    report: &AuditReport,
+    at: jiff::Timestamp,
+) -> Result<Option<Checkpoint>, StoreError> {
+    if !report.ok() {
+        return Ok(None);
+    }
+    let before = report.since.as_ref().map_or(0, |c| c.records);
+    let mut heads = report
+        .since
+        .as_ref()
+        .map(|c| c.heads.clone())
+        .unwrap_or_default();
+    heads.extend(report.heads.clone());
+    let checkpoint = Checkpoint {
+        store_id: store_id.to_owned(),
+        at,
+        heads,
+        records: before + report.records as u64,
+    };
+    let text = serde_json::to_string(&checkpoint)
+        .map_err(|e| StoreError::Corrupt(format!("the audit checkpoint: {e}")))?;
+    store.put_audit_checkpoint(text).await?;
+    Ok(Some(checkpoint))
 }
 
 /// The heads of every shard now, as an anchor of the store `store_id`.

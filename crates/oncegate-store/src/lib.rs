@@ -311,8 +311,17 @@ pub trait StoreRead: Send + Sync {
         &self,
         shard: u32,
     ) -> impl Future<Output = Result<Vec<AuditRecord>, StoreError>> + Send;
+    /// Up to `limit` records of one shard after sequence number `after`, in order.
+    fn audit_shard_after(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<AuditRecord>, StoreError>> + Send;
     /// The shards that have records.
     fn audit_shards(&self) -> impl Future<Output = Result<Vec<u32>, StoreError>> + Send;
+    /// Where the last clean `audit verify` ended (`audit_check::Checkpoint` as JSON).
+    fn audit_checkpoint(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
     /// The kill switches that are on, by target.
     fn kill_switches(&self) -> impl Future<Output = Result<Vec<KillSwitch>, StoreError>> + Send;
     /// A stored MCP session.
@@ -368,6 +377,12 @@ pub trait StoreWrite: Send + Sync {
         ttl: jiff::SignedDuration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Gives back work `owner` claimed (no-op if it is someone else's now).
+    /// Replaces the `audit verify` checkpoint (outside the audit chain: it only saves
+    /// the next verify a walk, and every checkpointed head is checked again).
+    fn put_audit_checkpoint(
+        &self,
+        checkpoint: String,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn release_work(
         &self,
         work: &str,

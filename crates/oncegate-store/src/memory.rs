@@ -73,6 +73,7 @@ struct Data {
     mcp_sessions: BTreeMap<String, McpSession>,
     /// Background work claimed: work -> (owner, until).
     work: BTreeMap<String, (String, jiff::Timestamp)>,
+    audit_checkpoint: Option<String>,
 }
 
 /// A row: its table, intent key or approval id, and generation (0 for approvals).
@@ -402,6 +403,22 @@ impl StoreRead for MemoryStore {
         Ok(records)
     }
 
+    async fn audit_shard_after(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        let mut records = self.audit_shard(shard).await?;
+        records.retain(|r| r.seq > after);
+        records.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        Ok(records)
+    }
+
+    async fn audit_checkpoint(&self) -> Result<Option<String>, StoreError> {
+        Ok(self.reach().await?.audit_checkpoint.clone())
+    }
+
     async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
         let data = self.reach().await?;
         Ok(data.heads.keys().copied().collect())
@@ -502,6 +519,12 @@ impl StoreWrite for MemoryStore {
         };
         self.pause().await;
         Ok(taken)
+    }
+
+    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
+        self.reach().await?.audit_checkpoint = Some(checkpoint);
+        self.pause().await;
+        Ok(())
     }
 
     async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {

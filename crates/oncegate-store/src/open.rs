@@ -363,6 +363,27 @@ impl StoreRead for Store {
         }
     }
 
+    async fn audit_shard_after(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.audit_shard_after(shard, after, limit).await,
+            Store::Postgres(s) => s.audit_shard_after(shard, after, limit).await,
+            Store::Memory(s) => s.audit_shard_after(shard, after, limit).await,
+        }
+    }
+
+    async fn audit_checkpoint(&self) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.audit_checkpoint().await,
+            Store::Postgres(s) => s.audit_checkpoint().await,
+            Store::Memory(s) => s.audit_checkpoint().await,
+        }
+    }
+
     async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
         match self {
             Store::Sqlite(s) => s.audit_shards().await,
@@ -447,6 +468,14 @@ impl StoreWrite for Store {
             Store::Sqlite(s) => s.claim_work(work, owner, now, ttl).await,
             Store::Postgres(s) => s.claim_work(work, owner, now, ttl).await,
             Store::Memory(s) => s.claim_work(work, owner, now, ttl).await,
+        }
+    }
+
+    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.put_audit_checkpoint(checkpoint).await,
+            Store::Postgres(s) => s.put_audit_checkpoint(checkpoint).await,
+            Store::Memory(s) => s.put_audit_checkpoint(checkpoint).await,
         }
     }
 

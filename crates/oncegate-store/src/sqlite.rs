@@ -1,16 +1,11 @@
 //! The embedded SQLite backend.
 //!
-//! Why one file: one backend's SQL kept with its single writer task and its row seals,
-//! hence one long file.
-//!
-//! WAL with `synchronous=FULL`: a commit is on disk when it returns. One writer task
-//! owns the only write connection and group-commits: it drains every commit queued
-//! while the previous fsync ran and applies them in one transaction, each under its
-//! own savepoint so a lost compare-and-set rolls back alone. Durability therefore does
-//! not cap throughput at one fsync per decision. Readers use their own pool.
-//!
-//! The writer runs as a spawned task, never under a caller's future: a caller that
-//! gives up cannot cancel a transaction half-way.
+//! WAL with `synchronous=FULL`: a commit is on disk when it returns. One writer thread
+//! owns the only write connection and group-commits ([`writer`]); the reads that decide
+//! a call run whole on reader threads of their own ([`read`]), each owning a blocking
+//! connection, so neither pays a hand-off per statement. sqlx opens, inspects and
+//! migrates the file and serves the listings and the audit reads, whose statements are
+//! shared with PostgreSQL or are not on the hot path.
 //!
 //! A store is never created silently: [`OpenMode::Existing`] (serving) refuses a
 //! missing, empty or foreign file, since a fresh store would re-execute every intent it
@@ -25,17 +20,13 @@
 //! Bodies are written and read through the storage forms of [`crate::storage`], never
 //! the domain types' own serde.
 
-use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncegate_core::audit::{
-    AuditEvent, AuditKind, AuditRecord, ChainHead, ChainKey, RowKind, RowSeal, StoredRow,
-    add_row_seals, row_hash, seal_with,
-};
+use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow};
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
 use oncegate_core::key::IntentKey;
 use sqlx::sqlite::{
@@ -46,93 +37,20 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::listing::{self, Dialect};
 pub use crate::options::{OpenMode, StoreOptions};
-use crate::rows::{self, PreparedApproval, PreparedIntent, RowData, body_hash, integrity, listed};
+use crate::rows::{RowData, body_hash, listed};
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 use crate::{
-    ClientKeyBinding, Commit, IntentFilter, KillSwitch, KillSwitchChange, Listing, McpSession,
-    StoreError, StoreRead, StoreWrite, UnreadableRow,
+    ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
+    StoreWrite, UnreadableRow,
 };
 
-/// Commits applied in one transaction at most.
-const MAX_BATCH: usize = 256;
+mod read;
+mod writer;
 
-/// Work for the writer task (queued by value; commits dominate, so boxing buys nothing).
-#[expect(
-    clippy::large_enum_variant,
-    reason = "commits are the common job; a binding is rare"
-)]
-enum Job {
-    Commit(Commit, oneshot::Sender<Result<(), StoreError>>),
-    Bind(
-        ClientKeyBinding,
-        oneshot::Sender<Result<ClientKeyBinding, StoreError>>,
-    ),
-    /// Readiness: can the writer take the write lock now?
-    Probe(oneshot::Sender<Result<(), StoreError>>),
-    /// Shared state outside the audit chain: sessions and work claims.
-    Small(Small, oneshot::Sender<Result<bool, StoreError>>),
-}
+use writer::{Job, Small};
 
-/// A small write outside the audit chain (answers a bool: work claimed, else true).
-enum Small {
-    PutSession(McpSession),
-    DeleteSession(String, jiff::Timestamp),
-    ClaimWork {
-        work: String,
-        owner: String,
-        until: jiff::Timestamp,
-        now: jiff::Timestamp,
-    },
-    ReleaseWork {
-        work: String,
-        owner: String,
-    },
-}
-
-/// What the writer did for one job.
-enum Done {
-    Commit(Result<(), StoreError>),
-    Bind(ClientKeyBinding),
-    Probe,
-    Small(bool),
-}
-
-impl Job {
-    fn reply(self, done: Result<Done, StoreError>) {
-        let mismatch =
-            || StoreError::Corrupt("the writer answered a job with another job's result".into());
-        match self {
-            Job::Commit(_, tx) => {
-                let _ = tx.send(match done {
-                    Ok(Done::Commit(r)) => r,
-                    Ok(_) => Err(mismatch()),
-                    Err(e) => Err(e),
-                });
-            }
-            Job::Bind(_, tx) => {
-                let _ = tx.send(match done {
-                    Ok(Done::Bind(b)) => Ok(b),
-                    Ok(_) => Err(mismatch()),
-                    Err(e) => Err(e),
-                });
-            }
-            Job::Probe(tx) => {
-                let _ = tx.send(match done {
-                    Ok(Done::Probe) => Ok(()),
-                    Ok(_) => Err(mismatch()),
-                    Err(e) => Err(e),
-                });
-            }
-            Job::Small(_, tx) => {
-                let _ = tx.send(match done {
-                    Ok(Done::Small(b)) => Ok(b),
-                    Ok(_) => Err(mismatch()),
-                    Err(e) => Err(e),
-                });
-            }
-        }
-    }
-}
+/// Reader threads for the reads that decide a call (the listings use sqlx's pool).
+const READER_THREADS: usize = 4;
 
 /// What is at a store path before anything is created.
 enum Found {
@@ -157,7 +75,10 @@ struct Inner {
     path: PathBuf,
     store_id: String,
     chain_key: Option<ChainKey>,
+    /// Listings, audit reads and pings.
     readers: SqlitePool,
+    /// Loads and approvals, whole on a blocking connection.
+    blocking: read::Readers,
     writer: mpsc::Sender<Job>,
 }
 
@@ -177,10 +98,6 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
-}
-
-fn millis(t: jiff::Timestamp) -> i64 {
-    t.as_millisecond()
 }
 
 impl SqliteStore {
@@ -249,39 +166,40 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(5));
-        let mut writer = SqliteConnection::connect_with(&options_sql)
+        let mut migrator = SqliteConnection::connect_with(&options_sql)
             .await
             .map_err(unavailable)?;
         sqlx::migrate!("migrations/sqlite")
-            .run(&mut writer)
+            .run(&mut migrator)
             .await
             .map_err(unavailable)?;
-        adopt_unsealed_rows(
-            &mut writer,
-            options.chain_key.as_ref(),
-            options.audit_shards,
-        )
-        .await?;
         let store_id: String = sqlx::query("SELECT value FROM meta WHERE name = 'store_id'")
-            .fetch_one(&mut writer)
+            .fetch_one(&mut migrator)
             .await
             .map_err(unavailable)?
             .get(0);
+        migrator.close().await.map_err(unavailable)?;
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options_sql.clone())
             .await
             .map_err(unavailable)?;
-        let inode = std::fs::metadata(path).map_err(unavailable)?.ino();
+        let file = writer::WriterFile {
+            path: path.to_owned(),
+            inode: std::fs::metadata(path).map_err(unavailable)?.ino(),
+            key: options.chain_key.clone(),
+            shards: options.audit_shards,
+        };
+        let (conn, file) = tokio::task::spawn_blocking(move || {
+            let mut conn = read::connect(&file.path, true)?;
+            writer::adopt_unsealed_rows(&mut conn, file.key.as_ref(), file.shards)?;
+            Ok::<_, StoreError>((conn, file))
+        })
+        .await
+        .map_err(unavailable)??;
+        let blocking = read::Readers::start(path, READER_THREADS)?;
         let (tx, rx) = mpsc::channel(4096);
-        tokio::spawn(writer_loop(
-            writer,
-            rx,
-            path.to_owned(),
-            inode,
-            options.chain_key.clone(),
-            options.audit_shards,
-        ));
+        writer::start(conn, rx, file)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 _lock: lock,
@@ -289,6 +207,7 @@ impl SqliteStore {
                 store_id,
                 chain_key: options.chain_key,
                 readers,
+                blocking,
                 writer: tx,
             }),
         })
@@ -458,590 +377,6 @@ async fn inspect(path: &Path) -> Result<Found, StoreError> {
     })
 }
 
-/// Seals rows written before row seals existed, once, with one admin audit record per
-/// row, so an old store opens instead of failing every intent. Afterwards (`rows_sealed`
-/// set) an unsealed row is an integrity failure, never adopted: otherwise clearing a
-/// row's seal would launder an edit.
-async fn adopt_unsealed_rows(
-    conn: &mut SqliteConnection,
-    key: Option<&ChainKey>,
-    shards: u32,
-) -> Result<(), StoreError> {
-    let done = sqlx::query("SELECT 1 FROM meta WHERE name = 'rows_sealed'")
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    if done.is_some() {
-        return Ok(());
-    }
-    exec(conn, "BEGIN IMMEDIATE").await?;
-    let result = async {
-        let mut heads = load_heads(conn).await?;
-        let intents = sqlx::query("SELECT key, generation, version, body FROM intents WHERE row_hash IS NULL")
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        let approvals = sqlx::query("SELECT id, key, generation, version, body FROM approvals WHERE row_hash IS NULL")
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        let now = jiff::Timestamp::now();
-        let mut adopted = 0usize;
-        for (kind, row) in intents
-            .iter()
-            .map(|r| (RowKind::Intent, r))
-            .chain(approvals.iter().map(|r| (RowKind::Approval, r)))
-        {
-            let (id, intent_key): (String, String) = match kind {
-                RowKind::Intent => (row.get("key"), row.get("key")),
-                RowKind::Approval => (row.get("id"), row.get("key")),
-            };
-            let generation = row.get::<i64, _>("generation") as u32;
-            let Ok(value) = serde_json::from_str::<serde_json::Value>(row.get::<&str, _>("body"))
-            else {
-                tracing::warn!(row = %id, "an unreadable row from before row seals stays unsealed (it is refused on load)");
-                continue;
-            };
-            let seal = RowSeal {
-                key: id.clone(),
-                generation,
-                version: row.get::<i64, _>("version") as u64,
-                hash: row_hash(&value),
-            };
-            let mut event = AuditEvent {
-                at: now,
-                kind: AuditKind::Admin,
-                key: Some(IntentKey::from_hex(intent_key)),
-                generation,
-                capability: None,
-                actor: "oncegate".into(),
-                run_id: None,
-                from: None,
-                to: None,
-                status: None,
-                code: None,
-                detail: serde_json::json!({"adopted": "row written before row seals existed, sealed as found"}),
-            };
-            let (intent_seal, approval_seal) = match kind {
-                RowKind::Intent => (Some(seal.clone()), None),
-                RowKind::Approval => (None, Some(seal.clone())),
-            };
-            add_row_seals(&mut event, intent_seal, approval_seal);
-            let sealed = append_audit(conn, event, &mut heads, key, shards).await?;
-            let sql = match kind {
-                RowKind::Intent => "UPDATE intents SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE key = ?4 AND generation = ?5",
-                RowKind::Approval => "UPDATE approvals SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE id = ?4 AND ?5 = ?5",
-            };
-            sqlx::query(sql)
-                .bind(i64::from(sealed.shard))
-                .bind(sealed.seq as i64)
-                .bind(&seal.hash)
-                .bind(&id)
-                .bind(i64::from(generation))
-                .execute(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-            adopted += 1;
-        }
-        sqlx::query("INSERT INTO meta (name, value) VALUES ('rows_sealed', ?)")
-            .bind(now.to_string())
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        if adopted > 0 {
-            tracing::warn!(rows = adopted, "sealed rows written before row seals existed (one admin audit record each)");
-        }
-        Ok::<_, StoreError>(())
-    }
-    .await;
-    match result {
-        Ok(()) => exec(conn, "COMMIT").await,
-        Err(e) => {
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            Err(e)
-        }
-    }
-}
-
-/// Chains `event` after its shard's head, inserts it, and advances `heads`.
-async fn append_audit(
-    conn: &mut SqliteConnection,
-    event: AuditEvent,
-    heads: &mut HashMap<u32, ChainHead>,
-    key: Option<&ChainKey>,
-    shards: u32,
-) -> Result<AuditRecord, StoreError> {
-    let head = heads
-        .get(&event.shard_in(shards))
-        .cloned()
-        .unwrap_or_else(ChainHead::genesis);
-    let sealed = seal_with(event, &head, key, shards);
-    let row = AuditRowV1::from(sealed.clone());
-    sqlx::query("INSERT INTO audit (shard, seq, prev_hash, hash, body) VALUES (?, ?, ?, ?, ?)")
-        .bind(i64::from(row.shard))
-        .bind(row.seq as i64)
-        .bind(&row.prev_hash)
-        .bind(&row.hash)
-        .bind(row.body_text())
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    heads.insert(
-        sealed.shard,
-        ChainHead {
-            seq: sealed.seq,
-            hash: sealed.hash.clone(),
-        },
-    );
-    Ok(sealed)
-}
-
-async fn writer_loop(
-    mut conn: SqliteConnection,
-    mut rx: mpsc::Receiver<Job>,
-    path: PathBuf,
-    inode: u64,
-    key: Option<ChainKey>,
-    shards: u32,
-) {
-    // The chain heads live in memory: this task is the only writer of this file, so it
-    // need not read them back on every commit. They are reloaded after any failed batch
-    // (which also covers a second writer having appended meanwhile).
-    let mut heads = load_heads(&mut conn).await.unwrap_or_default();
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        let mut results = Err(StoreError::Unavailable("not attempted".into()));
-        for _attempt in 0..2 {
-            // A database file that was removed or replaced under us would swallow
-            // writes into an unlinked inode: refuse instead (fail closed).
-            let meta = std::fs::metadata(&path);
-            let same_file = meta.as_ref().map(|m| m.ino() == inode).unwrap_or(false);
-            if !same_file {
-                results = Err(StoreError::Unavailable(format!(
-                    "the database file {} was removed or replaced",
-                    path.display()
-                )));
-                break;
-            }
-            // An operator who marks the file read-only means "stop writing"; root would
-            // otherwise write through the permission bits.
-            if meta.is_ok_and(|m| m.permissions().readonly()) {
-                results = Err(StoreError::Unavailable(format!(
-                    "the database file {} is read-only",
-                    path.display()
-                )));
-                break;
-            }
-            if batch.iter().all(|j| matches!(j, Job::Probe(_))) {
-                // Readiness alone: ask for the write lock without waiting out the busy
-                // timeout, so a lock held elsewhere answers "not ready" at once.
-                results = probe(&mut conn)
-                    .await
-                    .map(|()| batch.iter().map(|_| Done::Probe).collect());
-                break;
-            }
-            results = apply_batch(&mut conn, &batch, &mut heads, key.as_ref(), shards).await;
-            if results.is_ok() {
-                break;
-            }
-            heads = match load_heads(&mut conn).await {
-                Ok(h) => h,
-                Err(_) => break,
-            };
-        }
-        match results {
-            Ok(results) => {
-                for (job, done) in batch.drain(..).zip(results) {
-                    job.reply(Ok(done));
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, batch = batch.len(), "store write failed");
-                let message = e.to_string();
-                for job in batch.drain(..) {
-                    job.reply(Err(StoreError::Unavailable(message.clone())));
-                }
-            }
-        }
-    }
-}
-
-/// The last record of every audit shard.
-async fn load_heads(conn: &mut SqliteConnection) -> Result<HashMap<u32, ChainHead>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT a.shard, a.seq, a.hash FROM audit a
-         JOIN (SELECT shard, MAX(seq) AS seq FROM audit GROUP BY shard) m ON a.shard = m.shard AND a.seq = m.seq",
-    )
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            (
-                r.get::<i64, _>(0) as u32,
-                ChainHead {
-                    seq: r.get::<i64, _>(1) as u64,
-                    hash: r.get(2),
-                },
-            )
-        })
-        .collect())
-}
-
-/// Takes and releases the write lock with no busy wait.
-async fn probe(conn: &mut SqliteConnection) -> Result<(), StoreError> {
-    exec(conn, "PRAGMA busy_timeout = 0").await?;
-    let taken = exec(conn, "BEGIN IMMEDIATE").await;
-    if taken.is_ok() {
-        let _ = exec(conn, "ROLLBACK").await;
-    }
-    exec(conn, "PRAGMA busy_timeout = 5000").await?;
-    taken.map_err(|e| StoreError::Unavailable(format!("the store cannot be written now: {e}")))
-}
-
-async fn exec(conn: &mut SqliteConnection, sql: &'static str) -> Result<(), StoreError> {
-    sqlx::query(sql)
-        .execute(&mut *conn)
-        .await
-        .map(|_| ())
-        .map_err(unavailable)
-}
-
-/// Applies a batch in one transaction. Several commits each get a savepoint so a lost
-/// compare-and-set rolls back alone; a batch of one needs none (it rolls back whole).
-/// `heads` advances only if the transaction commits.
-async fn apply_batch(
-    conn: &mut SqliteConnection,
-    batch: &[Job],
-    heads: &mut HashMap<u32, ChainHead>,
-    key: Option<&ChainKey>,
-    shards: u32,
-) -> Result<Vec<Done>, StoreError> {
-    let mut tentative = heads.clone();
-    let result = async {
-        exec(conn, "BEGIN IMMEDIATE").await?;
-        let savepoints = batch.len() > 1;
-        let mut results = Vec::with_capacity(batch.len());
-        for job in batch {
-            let commit = match job {
-                Job::Commit(commit, _) => commit,
-                Job::Bind(binding, _) => {
-                    results.push(Done::Bind(bind(conn, binding).await?));
-                    continue;
-                }
-                Job::Probe(_) => {
-                    // Inside a transaction that took the write lock: writable.
-                    results.push(Done::Probe);
-                    continue;
-                }
-                Job::Small(job, _) => {
-                    results.push(Done::Small(small(conn, job).await?));
-                    continue;
-                }
-            };
-            if savepoints {
-                exec(conn, "SAVEPOINT one").await?;
-            }
-            match apply_one(conn, commit, &mut tentative, key, shards).await {
-                Ok(()) => {
-                    if savepoints {
-                        exec(conn, "RELEASE one").await?;
-                    }
-                    results.push(Done::Commit(Ok(())));
-                }
-                Err(e @ (StoreError::Conflict | StoreError::Integrity(_))) => {
-                    // Both are detected before the audit append, so the heads did not
-                    // move; they fail this commit alone.
-                    if savepoints {
-                        exec(conn, "ROLLBACK TO one").await?;
-                        exec(conn, "RELEASE one").await?;
-                    } else {
-                        exec(conn, "ROLLBACK").await?;
-                        return Ok(vec![Done::Commit(Err(e))]);
-                    }
-                    results.push(Done::Commit(Err(e)));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        exec(conn, "COMMIT").await?;
-        Ok(results)
-    }
-    .await;
-    match result {
-        Ok(results) => {
-            *heads = tentative;
-            Ok(results)
-        }
-        Err(e) => {
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            Err(e)
-        }
-    }
-}
-
-/// Binds a client's `Idempotency-Key` to an intent, first writer wins; returns the
-/// binding that holds.
-async fn bind(
-    conn: &mut SqliteConnection,
-    b: &ClientKeyBinding,
-) -> Result<ClientKeyBinding, StoreError> {
-    sqlx::query(
-        "INSERT INTO client_keys (principal, capability, client_key, intent_key, args_digest, created_at)
-         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-    )
-    .bind(&b.principal)
-    .bind(&b.capability)
-    .bind(&b.client_key)
-    .bind(b.intent_key.as_str())
-    .bind(&b.args_digest)
-    .bind(millis(b.created_at))
-    .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    let row = sqlx::query("SELECT intent_key, args_digest, created_at FROM client_keys WHERE principal = ? AND capability = ? AND client_key = ?")
-        .bind(&b.principal)
-        .bind(&b.capability)
-        .bind(&b.client_key)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    Ok(ClientKeyBinding {
-        intent_key: IntentKey::from_hex(row.get::<String, _>(0)),
-        args_digest: row.get(1),
-        created_at: jiff::Timestamp::from_millisecond(row.get(2)).map_err(corrupt)?,
-        ..b.clone()
-    })
-}
-
-/// A write outside the audit chain.
-async fn small(conn: &mut SqliteConnection, job: &Small) -> Result<bool, StoreError> {
-    let done = match job {
-        Small::PutSession(s) => {
-            let state = s.state.as_ref().map(serde_json::Value::to_string);
-            sqlx::query(
-                "INSERT INTO mcp_sessions (id, principal, state, updated_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (id) DO UPDATE SET principal = COALESCE(?2, principal),
-                     state = COALESCE(?3, state), updated_at = ?4",
-            )
-            .bind(&s.id)
-            .bind(s.principal.as_deref())
-            .bind(state)
-            .bind(millis(s.updated_at))
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            true
-        }
-        Small::DeleteSession(id, idle_before) => {
-            sqlx::query("DELETE FROM mcp_sessions WHERE id = ? OR updated_at < ?")
-                .bind(id)
-                .bind(millis(*idle_before))
-                .execute(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-            true
-        }
-        Small::ClaimWork {
-            work,
-            owner,
-            until,
-            now,
-        } => {
-            sqlx::query(
-                "INSERT INTO work_claims (work, owner, until) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (work) DO UPDATE SET owner = ?2, until = ?3
-                 WHERE work_claims.owner = ?2 OR work_claims.until <= ?4",
-            )
-            .bind(work)
-            .bind(owner)
-            .bind(millis(*until))
-            .bind(millis(*now))
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            .rows_affected()
-                == 1
-        }
-        Small::ReleaseWork { work, owner } => {
-            sqlx::query("DELETE FROM work_claims WHERE work = ? AND owner = ?")
-                .bind(work)
-                .bind(owner)
-                .execute(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-            true
-        }
-    };
-    Ok(done)
-}
-
-/// Sets or clears a kill switch inside a commit's transaction.
-async fn write_kill_switch(
-    conn: &mut SqliteConnection,
-    change: &KillSwitchChange,
-) -> Result<(), StoreError> {
-    match &change.reason {
-        Some(reason) => sqlx::query(
-            "INSERT INTO kill_switches (target, reason, set_by, set_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (target) DO UPDATE SET reason = ?2, set_by = ?3, set_at = ?4",
-        )
-        .bind(&change.target)
-        .bind(reason)
-        .bind(&change.actor)
-        .bind(millis(change.at)),
-        None => sqlx::query("DELETE FROM kill_switches WHERE target = ?").bind(&change.target),
-    }
-    .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    Ok(())
-}
-
-async fn apply_one(
-    conn: &mut SqliteConnection,
-    commit: &Commit,
-    heads: &mut HashMap<u32, ChainHead>,
-    key: Option<&ChainKey>,
-    shards: u32,
-) -> Result<(), StoreError> {
-    let mut event = commit.event.clone();
-    let mut intent_row = None;
-    if let Some(record) = &commit.record {
-        let PreparedIntent { stored, body, seal } = rows::prepare_intent(record, |_| {});
-        // The row about to be replaced must be the one the chain wrote (or, for an
-        // insert, must never have existed): a commit never launders an edited or
-        // deleted row into a fresh, sealed version.
-        let what = format!("intent {} generation {}", stored.key, stored.generation);
-        if record.version == 0 {
-            if newest_intent_seal(conn, &stored.key, stored.generation)
-                .await?
-                .is_some()
-                && fetch_intent(conn, &stored.key, stored.generation)
-                    .await?
-                    .is_none()
-            {
-                return Err(rows::deleted(&what));
-            }
-        } else if let Some(current) = fetch_intent(conn, &stored.key, stored.generation).await?
-            && current.version == i64::try_from(record.version).unwrap_or(-1)
-        {
-            check_row(conn, RowKind::Intent, &current, key).await?;
-        }
-        intent_row = Some((stored, body, seal));
-    }
-    let mut approval_row = None;
-    if let Some(approval) = &commit.approval {
-        let PreparedApproval { stored, body, seal } = rows::prepare_approval(approval);
-        let what = format!("approval {}", stored.id);
-        if approval.version == 0 {
-            if newest_approval_seal(conn, &stored.id).await?.is_some()
-                && fetch_approval(conn, &stored.id).await?.is_none()
-            {
-                return Err(rows::deleted(&what));
-            }
-        } else if let Some(current) = fetch_approval(conn, &stored.id).await?
-            && current.version == i64::try_from(approval.version).unwrap_or(-1)
-        {
-            check_row(conn, RowKind::Approval, &current, key).await?;
-        }
-        approval_row = Some((stored, body, seal));
-    }
-    add_row_seals(
-        &mut event,
-        intent_row.as_ref().map(|r| r.2.clone()),
-        approval_row.as_ref().map(|r| r.2.clone()),
-    );
-    // Where the event will land; the rows name it. The heads move only on append.
-    let head = heads
-        .get(&event.shard_in(shards))
-        .cloned()
-        .unwrap_or_else(ChainHead::genesis);
-    let (shard, seq) = (event.shard_in(shards), head.seq + 1);
-
-    if let Some((stored, body, seal)) = &intent_row {
-        let rows = if stored.version == 1 {
-            sqlx::query(
-                "INSERT INTO intents (key, generation, capability, state, cross_key, run_id, business_ref, breaker_tripped, updated_at, version, body, audit_shard, audit_seq, row_hash)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT (key, generation) DO NOTHING",
-            )
-        } else {
-            sqlx::query(
-                "UPDATE intents SET capability = ?3, state = ?4, cross_key = ?5, run_id = ?6, business_ref = ?7,
-                        breaker_tripped = ?8, updated_at = ?9, version = ?10, body = ?11,
-                        audit_shard = ?12, audit_seq = ?13, row_hash = ?14
-                 WHERE key = ?1 AND generation = ?2 AND version = ?10 - 1",
-            )
-        }
-        .bind(&stored.key)
-        .bind(i64::from(stored.generation))
-        .bind(&stored.capability)
-        .bind(stored.state.as_str())
-        .bind(stored.cross_key.as_deref())
-        .bind(stored.run_id.as_deref())
-        .bind(stored.business_ref.as_deref())
-        .bind(stored.breaker_tripped)
-        .bind(millis(stored.updated_at))
-        .bind(stored.version as i64)
-        .bind(body)
-        .bind(i64::from(shard))
-        .bind(seq as i64)
-        .bind(&seal.hash)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?
-        .rows_affected();
-        if rows != 1 {
-            return Err(StoreError::Conflict);
-        }
-    }
-    if let Some((stored, body, seal)) = &approval_row {
-        let rows = if stored.version == 1 {
-            sqlx::query(
-                "INSERT INTO approvals (id, key, generation, state, created_at, version, body, audit_shard, audit_seq, row_hash)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (id) DO NOTHING",
-            )
-        } else {
-            sqlx::query(
-                "UPDATE approvals SET key = ?2, generation = ?3, state = ?4, created_at = ?5, version = ?6, body = ?7,
-                        audit_shard = ?8, audit_seq = ?9, row_hash = ?10
-                 WHERE id = ?1 AND version = ?6 - 1",
-            )
-        }
-        .bind(&stored.id)
-        .bind(&stored.key)
-        .bind(i64::from(stored.generation))
-        .bind(stored.state.as_str())
-        .bind(millis(stored.created_at))
-        .bind(stored.version as i64)
-        .bind(body)
-        .bind(i64::from(shard))
-        .bind(seq as i64)
-        .bind(&seal.hash)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?
-        .rows_affected();
-        if rows != 1 {
-            return Err(StoreError::Conflict);
-        }
-    }
-    if let Some(change) = &commit.kill_switch {
-        write_kill_switch(conn, change).await?;
-    }
-    let sealed = append_audit(conn, event, heads, key, shards).await?;
-    debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
-    Ok(())
-}
-
 fn row_data(row: &sqlx::sqlite::SqliteRow, kind: RowKind) -> RowData {
     let shard: Option<i64> = row.get("audit_shard");
     let seq: Option<i64> = row.get("audit_seq");
@@ -1058,101 +393,6 @@ fn row_data(row: &sqlx::sqlite::SqliteRow, kind: RowKind) -> RowData {
     }
 }
 
-async fn fetch_intent(
-    conn: &mut SqliteConnection,
-    key: &str,
-    generation: u32,
-) -> Result<Option<RowData>, StoreError> {
-    let row = sqlx::query(
-        "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = ? AND generation = ?",
-    )
-    .bind(key)
-    .bind(i64::from(generation))
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    Ok(row.map(|r| row_data(&r, RowKind::Intent)))
-}
-
-async fn fetch_approval(
-    conn: &mut SqliteConnection,
-    id: &str,
-) -> Result<Option<RowData>, StoreError> {
-    let row = sqlx::query("SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals WHERE id = ?")
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    Ok(row.map(|r| row_data(&r, RowKind::Approval)))
-}
-
-/// The newest audit record that sealed intent (key, generation).
-async fn newest_intent_seal(
-    conn: &mut SqliteConnection,
-    key: &str,
-    generation: u32,
-) -> Result<Option<AuditRecord>, StoreError> {
-    let row = sqlx::query(
-        "SELECT shard, seq, prev_hash, hash, body FROM audit
-         WHERE json_extract(body, '$.detail.row_intent.key') = ?1
-           AND json_extract(body, '$.detail.row_intent.generation') = ?2
-         ORDER BY id DESC LIMIT 1",
-    )
-    .bind(key)
-    .bind(i64::from(generation))
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    row.map(|r| audit_row(&r)).transpose()
-}
-
-/// The newest generation of `key` the audit chain sealed.
-async fn newest_sealed_generation(
-    conn: &mut SqliteConnection,
-    key: &str,
-) -> Result<Option<u32>, StoreError> {
-    let row = sqlx::query(
-        "SELECT MAX(json_extract(body, '$.detail.row_intent.generation')) FROM audit
-         WHERE json_extract(body, '$.detail.row_intent.key') = ?1",
-    )
-    .bind(key)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    Ok(row.get::<Option<i64>, _>(0).map(|g| g as u32))
-}
-
-async fn newest_approval_seal(
-    conn: &mut SqliteConnection,
-    id: &str,
-) -> Result<Option<AuditRecord>, StoreError> {
-    let row = sqlx::query(
-        "SELECT shard, seq, prev_hash, hash, body FROM audit
-         WHERE json_extract(body, '$.detail.row_approval.key') = ?1
-         ORDER BY id DESC LIMIT 1",
-    )
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    row.map(|r| audit_row(&r)).transpose()
-}
-
-/// Checks a row against the newest audit record that sealed it
-/// ([`rows::check_sealed`]).
-async fn check_row(
-    conn: &mut SqliteConnection,
-    kind: RowKind,
-    row: &RowData,
-    key: Option<&ChainKey>,
-) -> Result<serde_json::Value, StoreError> {
-    let newest = match kind {
-        RowKind::Intent => newest_intent_seal(conn, &row.id, row.generation).await?,
-        RowKind::Approval => newest_approval_seal(conn, &row.id).await?,
-    };
-    rows::check_sealed(kind, row, newest, key)
-}
-
 fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError> {
     AuditRowV1::from_columns(
         row.get::<i64, _>("shard") as u32,
@@ -1165,53 +405,13 @@ fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError> {
     .map_err(corrupt)
 }
 
-impl SqliteStore {
-    /// Reads one intent row and checks it against the chain.
-    async fn checked_intent(
-        &self,
-        conn: &mut SqliteConnection,
-        row: RowData,
-    ) -> Result<IntentRecord, StoreError> {
-        let value = check_row(conn, RowKind::Intent, &row, self.chain_key()).await?;
-        rows::intent_from(&row, value)
-    }
-
-    async fn reader(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
-        self.inner.readers.acquire().await.map_err(unavailable)
-    }
-}
-
 impl StoreRead for SqliteStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
-        // One read transaction: the row and the chain's seals are read from the same
-        // snapshot, so a commit landing in between never looks like a rollback.
-        let mut conn = self.reader().await?;
-        let mut tx = conn.begin().await.map_err(unavailable)?;
-        let row = sqlx::query(
-            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = ? ORDER BY generation DESC LIMIT 1",
-        )
-        .bind(key.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(unavailable)?
-        .map(|r| row_data(&r, RowKind::Intent));
-        // The chain's newest generation of this key: on a miss it tells "never written"
-        // from "deleted"; on a hit, a newer sealed generation means the newest row is gone.
-        let sealed = newest_sealed_generation(&mut tx, key.as_str()).await?;
-        let result = match (row, sealed) {
-            (None, None) => Ok(None),
-            (None, Some(g)) => Err(integrity(
-                &format!("intent {key} generation {g}"),
-                "the audit chain wrote this row and it is gone (deleted row)",
-            )),
-            (Some(row), Some(g)) if g > row.generation => Err(integrity(
-                &format!("intent {key} generation {g}"),
-                "the audit chain wrote this generation and it is gone (deleted row)",
-            )),
-            (Some(row), _) => self.checked_intent(&mut tx, row).await.map(Some),
-        };
-        let _ = tx.rollback().await;
-        result
+        let (key, chain_key) = (key.clone(), self.inner.chain_key.clone());
+        self.inner
+            .blocking
+            .run(move |conn| read::load(conn, &key, chain_key.as_ref()))
+            .await
     }
 
     async fn load_generation(
@@ -1219,20 +419,11 @@ impl StoreRead for SqliteStore {
         key: &IntentKey,
         generation: u32,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        let mut conn = self.reader().await?;
-        let mut tx = conn.begin().await.map_err(unavailable)?;
-        let result = match fetch_intent(&mut tx, key.as_str(), generation).await? {
-            Some(row) => self.checked_intent(&mut tx, row).await.map(Some),
-            None => match newest_intent_seal(&mut tx, key.as_str(), generation).await? {
-                None => Ok(None),
-                Some(_) => Err(integrity(
-                    &format!("intent {key} generation {generation}"),
-                    "the audit chain wrote this row and it is gone (deleted row)",
-                )),
-            },
-        };
-        let _ = tx.rollback().await;
-        result
+        let (key, chain_key) = (key.clone(), self.inner.chain_key.clone());
+        self.inner
+            .blocking
+            .run(move |conn| read::load_generation(conn, &key, generation, chain_key.as_ref()))
+            .await
     }
 
     async fn find_other_run(
@@ -1240,24 +431,14 @@ impl StoreRead for SqliteStore {
         cross_key: &IntentKey,
         run_id: Option<&str>,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        let mut conn = self.reader().await?;
-        let mut tx = conn.begin().await.map_err(unavailable)?;
-        let row = sqlx::query(
-            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE cross_key = ? AND run_id IS NOT ? AND state NOT IN ('denied', 'failed', 'not_applied')
-             ORDER BY updated_at DESC LIMIT 1",
-        )
-        .bind(cross_key.as_str())
-        .bind(run_id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(unavailable)?
-        .map(|r| row_data(&r, RowKind::Intent));
-        let result = match row {
-            Some(row) => self.checked_intent(&mut tx, row).await.map(Some),
-            None => Ok(None),
-        };
-        let _ = tx.rollback().await;
-        result
+        let (cross_key, chain_key) = (cross_key.clone(), self.inner.chain_key.clone());
+        let run_id = run_id.map(str::to_owned);
+        self.inner
+            .blocking
+            .run(move |conn| {
+                read::find_other_run(conn, &cross_key, run_id.as_deref(), chain_key.as_ref())
+            })
+            .await
     }
 
     async fn list_intents(
@@ -1287,27 +468,11 @@ impl StoreRead for SqliteStore {
     }
 
     async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
-        let mut conn = self.reader().await?;
-        let mut tx = conn.begin().await.map_err(unavailable)?;
-        let result = match fetch_approval(&mut tx, id).await? {
-            Some(row) => {
-                match check_row(&mut tx, RowKind::Approval, &row, self.chain_key()).await {
-                    Ok(value) => ApprovalRowV1::from_body(value)
-                        .map(|a| Some(a.into()))
-                        .map_err(|e| StoreError::Corrupt(format!("approval {id}: {e}"))),
-                    Err(e) => Err(e),
-                }
-            }
-            None => match newest_approval_seal(&mut tx, id).await? {
-                None => Ok(None),
-                Some(_) => Err(integrity(
-                    &format!("approval {id}"),
-                    "the audit chain wrote this row and it is gone (deleted row)",
-                )),
-            },
-        };
-        let _ = tx.rollback().await;
-        result
+        let (id, chain_key) = (id.to_owned(), self.inner.chain_key.clone());
+        self.inner
+            .blocking
+            .run(move |conn| read::approval(conn, &id, chain_key.as_ref()))
+            .await
     }
 
     async fn list_approvals(
@@ -1398,6 +563,34 @@ impl StoreRead for SqliteStore {
         .await
         .map_err(unavailable)?;
         rows.iter().map(audit_row).collect()
+    }
+
+    async fn audit_shard_after(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE shard = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(i64::from(shard))
+        .bind(i64::try_from(after).unwrap_or(i64::MAX))
+        .bind(i64::from(limit))
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(audit_row).collect()
+    }
+
+    async fn audit_checkpoint(&self) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query("SELECT value FROM meta WHERE name = 'audit_checkpoint'")
+                .fetch_optional(&self.inner.readers)
+                .await
+                .map_err(unavailable)?
+                .map(|r| r.get(0)),
+        )
     }
 
     async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
@@ -1521,6 +714,10 @@ impl StoreWrite for SqliteStore {
             now,
         })
         .await
+    }
+
+    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
+        self.small(Small::PutCheckpoint(checkpoint)).await.map(drop)
     }
 
     async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {

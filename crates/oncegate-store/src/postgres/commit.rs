@@ -125,6 +125,18 @@ impl StoreWrite for PgStore {
         Ok(rows == 1)
     }
 
+    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO meta (name, value) VALUES ('audit_checkpoint', $1)
+             ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+        )
+        .bind(checkpoint)
+        .execute(&mut *self.conn().await?)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
     async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM work_claims WHERE work = $1 AND owner = $2")
             .bind(work)

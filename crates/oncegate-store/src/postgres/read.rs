@@ -372,6 +372,34 @@ impl StoreRead for PgStore {
         rows.iter().map(audit_row).collect()
     }
 
+    async fn audit_shard_after(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE shard = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(i64::from(shard))
+        .bind(i64::try_from(after).unwrap_or(i64::MAX))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(audit_row).collect()
+    }
+
+    async fn audit_checkpoint(&self) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query("SELECT value FROM meta WHERE name = 'audit_checkpoint'")
+                .fetch_optional(&mut *self.conn().await?)
+                .await
+                .map_err(unavailable)?
+                .map(|r| r.get(0)),
+        )
+    }
+
     async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
         let rows = sqlx::query("SELECT DISTINCT shard FROM audit ORDER BY shard")
             .fetch_all(&mut *self.conn().await?)

@@ -1,0 +1,346 @@
+//! The blocking side of the SQLite store: connections owned by threads of their own,
+//! and the reads that decide a call (a load and its seal checks), each run whole on one
+//! of those threads.
+//!
+//! Why threads and rusqlite rather than sqlx here: sqlx runs every statement of a
+//! SQLite connection on a worker thread and hands each one across a channel, so a load
+//! (begin, row, newest seal, newest generation, rollback) cost five round trips between
+//! the async runtime and that worker, and the profile was mostly those hand-offs. A
+//! blocking connection on its own thread runs the whole read in one hand-off. sqlx
+//! still opens and migrates the file and serves the listings (`listing.rs` shares its
+//! statements with PostgreSQL).
+
+use std::path::Path;
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use oncegate_core::audit::{AuditRecord, ChainKey, RowKind};
+use oncegate_core::intent::{Approval, IntentRecord};
+use oncegate_core::key::IntentKey;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
+use tokio::sync::oneshot;
+
+use crate::StoreError;
+use crate::rows::{self, RowData, integrity};
+use crate::storage::AuditRowV1;
+
+pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+/// Statements kept prepared per connection (the hot path uses about a dozen).
+const STATEMENT_CACHE: usize = 64;
+
+/// Opens a blocking connection to an existing store file. `write` connections get the
+/// durability the store promises (`synchronous=FULL` under WAL: a commit is on disk when
+/// it returns); read connections are read-only.
+pub(super) fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
+    let flags = if write {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(path, flags).map_err(unavailable)?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(unavailable)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // The same settings sqlx's connections use (its defaults plus the store's options).
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
+        .map_err(unavailable)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .map_err(unavailable)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Unavailable(format!(
+            "{} is in journal mode {mode}, not WAL",
+            path.display()
+        )));
+    }
+    Ok(conn)
+}
+
+/// A read to run on a reader thread.
+type ReadJob = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Reader threads, each owning one read-only connection, taking whole reads from one
+/// queue. They stop when the last handle is dropped.
+#[derive(Clone)]
+pub(super) struct Readers {
+    jobs: std_mpsc::Sender<ReadJob>,
+}
+
+impl Readers {
+    pub(super) fn start(path: &Path, threads: usize) -> Result<Self, StoreError> {
+        let (tx, rx) = std_mpsc::channel::<ReadJob>();
+        let rx = Arc::new(Mutex::new(rx));
+        for n in 0..threads {
+            let mut conn = connect(path, false)?;
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("oncegate-sqlite-read-{n}"))
+                .spawn(move || {
+                    loop {
+                        // The lock is held only while waiting for the next job; the job
+                        // runs after it is released, so the threads read in parallel.
+                        let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        match job {
+                            Ok(job) => job(&mut conn),
+                            Err(_) => break,
+                        }
+                    }
+                })
+                .map_err(unavailable)?;
+        }
+        Ok(Self { jobs: tx })
+    }
+
+    /// Runs `read` on a reader thread. A caller that gives up leaves the read to finish
+    /// on its own (reads change nothing).
+    pub(super) async fn run<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.jobs
+            .send(Box::new(move |conn| {
+                let _ = tx.send(read(conn));
+            }))
+            .map_err(|_| StoreError::Unavailable("the store readers have stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the store readers have stopped".into()))?
+    }
+}
+
+fn row_data(row: &Row<'_>, kind: RowKind) -> rusqlite::Result<RowData> {
+    let shard: Option<i64> = row.get("audit_shard")?;
+    let seq: Option<i64> = row.get("audit_seq")?;
+    Ok(RowData {
+        id: match kind {
+            RowKind::Intent => row.get("key")?,
+            RowKind::Approval => row.get("id")?,
+        },
+        generation: row.get::<_, i64>("generation")? as u32,
+        version: row.get("version")?,
+        body: row.get("body")?,
+        row_hash: row.get("row_hash")?,
+        link: shard.zip(seq).map(|(a, b)| (a as u32, b as u64)),
+    })
+}
+
+fn audit_record(row: &Row<'_>) -> rusqlite::Result<Result<AuditRecord, StoreError>> {
+    let body: String = row.get("body")?;
+    Ok(AuditRowV1::from_columns(
+        row.get::<_, i64>("shard")? as u32,
+        row.get::<_, i64>("seq")? as u64,
+        row.get("prev_hash")?,
+        row.get("hash")?,
+        &body,
+    )
+    .map(AuditRecord::from)
+    .map_err(corrupt))
+}
+
+pub(super) fn fetch_intent(
+    conn: &Connection,
+    key: &str,
+    generation: u32,
+) -> Result<Option<RowData>, StoreError> {
+    conn.prepare_cached(
+        "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = ?1 AND generation = ?2",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![key, i64::from(generation)], |r| {
+            row_data(r, RowKind::Intent)
+        })
+        .optional()
+    })
+    .map_err(unavailable)
+}
+
+pub(super) fn fetch_approval(conn: &Connection, id: &str) -> Result<Option<RowData>, StoreError> {
+    conn.prepare_cached(
+        "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals WHERE id = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![id], |r| row_data(r, RowKind::Approval))
+            .optional()
+    })
+    .map_err(unavailable)
+}
+
+/// The newest audit record that sealed intent (key, generation).
+pub(super) fn newest_intent_seal(
+    conn: &Connection,
+    key: &str,
+    generation: u32,
+) -> Result<Option<AuditRecord>, StoreError> {
+    conn.prepare_cached(
+        "SELECT shard, seq, prev_hash, hash, body FROM audit
+         WHERE json_extract(body, '$.detail.row_intent.key') = ?1
+           AND json_extract(body, '$.detail.row_intent.generation') = ?2
+         ORDER BY id DESC LIMIT 1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![key, i64::from(generation)], audit_record)
+            .optional()
+    })
+    .map_err(unavailable)?
+    .transpose()
+}
+
+/// The newest generation of `key` the audit chain sealed.
+fn newest_sealed_generation(conn: &Connection, key: &str) -> Result<Option<u32>, StoreError> {
+    conn.prepare_cached(
+        "SELECT MAX(json_extract(body, '$.detail.row_intent.generation')) FROM audit
+         WHERE json_extract(body, '$.detail.row_intent.key') = ?1",
+    )
+    .and_then(|mut s| s.query_row(params![key], |r| r.get::<_, Option<i64>>(0)))
+    .map(|g| g.map(|g| g as u32))
+    .map_err(unavailable)
+}
+
+pub(super) fn newest_approval_seal(
+    conn: &Connection,
+    id: &str,
+) -> Result<Option<AuditRecord>, StoreError> {
+    conn.prepare_cached(
+        "SELECT shard, seq, prev_hash, hash, body FROM audit
+         WHERE json_extract(body, '$.detail.row_approval.key') = ?1
+         ORDER BY id DESC LIMIT 1",
+    )
+    .and_then(|mut s| s.query_row(params![id], audit_record).optional())
+    .map_err(unavailable)?
+    .transpose()
+}
+
+/// Checks a row against the newest audit record that sealed it
+/// ([`rows::check_sealed`]).
+pub(super) fn check_row(
+    conn: &Connection,
+    kind: RowKind,
+    row: &RowData,
+    key: Option<&ChainKey>,
+) -> Result<serde_json::Value, StoreError> {
+    let newest = match kind {
+        RowKind::Intent => newest_intent_seal(conn, &row.id, row.generation)?,
+        RowKind::Approval => newest_approval_seal(conn, &row.id)?,
+    };
+    rows::check_sealed(kind, row, newest, key)
+}
+
+fn checked_intent(
+    conn: &Connection,
+    row: RowData,
+    chain_key: Option<&ChainKey>,
+) -> Result<IntentRecord, StoreError> {
+    let value = check_row(conn, RowKind::Intent, &row, chain_key)?;
+    rows::intent_from(&row, value)
+}
+
+/// The newest generation of an intent, checked against the chain. One read transaction:
+/// the row and the chain's seals come from the same snapshot, so a commit landing in
+/// between never looks like a rollback.
+pub(super) fn load(
+    conn: &mut Connection,
+    key: &IntentKey,
+    chain_key: Option<&ChainKey>,
+) -> Result<Option<IntentRecord>, StoreError> {
+    let tx = conn.transaction().map_err(unavailable)?;
+    let row = tx
+        .prepare_cached(
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = ?1 ORDER BY generation DESC LIMIT 1",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![key.as_str()], |r| row_data(r, RowKind::Intent))
+                .optional()
+        })
+        .map_err(unavailable)?;
+    // The chain's newest generation of this key: on a miss it tells "never written" from
+    // "deleted"; on a hit, a newer sealed generation means the newest row is gone.
+    let sealed = newest_sealed_generation(&tx, key.as_str())?;
+    match (row, sealed) {
+        (None, None) => Ok(None),
+        (None, Some(g)) => Err(integrity(
+            &format!("intent {key} generation {g}"),
+            "the audit chain wrote this row and it is gone (deleted row)",
+        )),
+        (Some(row), Some(g)) if g > row.generation => Err(integrity(
+            &format!("intent {key} generation {g}"),
+            "the audit chain wrote this generation and it is gone (deleted row)",
+        )),
+        (Some(row), _) => checked_intent(&tx, row, chain_key).map(Some),
+    }
+}
+
+/// One generation of an intent, checked against the chain.
+pub(super) fn load_generation(
+    conn: &mut Connection,
+    key: &IntentKey,
+    generation: u32,
+    chain_key: Option<&ChainKey>,
+) -> Result<Option<IntentRecord>, StoreError> {
+    let tx = conn.transaction().map_err(unavailable)?;
+    match fetch_intent(&tx, key.as_str(), generation)? {
+        Some(row) => checked_intent(&tx, row, chain_key).map(Some),
+        None => match newest_intent_seal(&tx, key.as_str(), generation)? {
+            None => Ok(None),
+            Some(_) => Err(integrity(
+                &format!("intent {key} generation {generation}"),
+                "the audit chain wrote this row and it is gone (deleted row)",
+            )),
+        },
+    }
+}
+
+/// The newest live intent of the same cross-run key in another run, checked.
+pub(super) fn find_other_run(
+    conn: &mut Connection,
+    cross_key: &IntentKey,
+    run_id: Option<&str>,
+    chain_key: Option<&ChainKey>,
+) -> Result<Option<IntentRecord>, StoreError> {
+    let tx = conn.transaction().map_err(unavailable)?;
+    let row = tx
+        .prepare_cached(
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE cross_key = ?1 AND run_id IS NOT ?2 AND state NOT IN ('denied', 'failed', 'not_applied')
+             ORDER BY updated_at DESC LIMIT 1",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![cross_key.as_str(), run_id], |r| {
+                row_data(r, RowKind::Intent)
+            })
+            .optional()
+        })
+        .map_err(unavailable)?;
+    match row {
+        Some(row) => checked_intent(&tx, row, chain_key).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// One approval, checked against the chain.
+pub(super) fn approval(
+    conn: &mut Connection,
+    id: &str,
+    chain_key: Option<&ChainKey>,
+) -> Result<Option<Approval>, StoreError> {
+    let tx = conn.transaction().map_err(unavailable)?;
+    match fetch_approval(&tx, id)? {
+        Some(row) => {
+            let value = check_row(&tx, RowKind::Approval, &row, chain_key)?;
+            rows::approval_from(&row, value).map(Some)
+        }
+        None => match newest_approval_seal(&tx, id)? {
+            None => Ok(None),
+            Some(_) => Err(integrity(
+                &format!("approval {id}"),
+                "the audit chain wrote this row and it is gone (deleted row)",
+            )),
+        },
+    }
+}

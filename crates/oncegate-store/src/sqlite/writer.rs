@@ -1,0 +1,739 @@
+//! The SQLite store's one writer: a thread that owns the only write connection and
+//! group-commits.
+//!
+//! It drains every job queued while the previous fsync ran and applies them in one
+//! transaction, each commit under its own savepoint so a lost compare-and-set rolls back
+//! alone. Durability therefore does not cap throughput at one fsync per decision, and a
+//! whole batch runs in one blocking call: a commit costs one hand-off in and one answer
+//! out, not one per statement.
+//!
+//! A thread, never a caller's future: a caller that gives up cannot cancel a transaction
+//! half-way.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use oncegate_core::audit::{
+    AuditEvent, AuditKind, AuditRecord, ChainHead, ChainKey, RowKind, RowSeal, add_row_seals,
+    row_hash, seal_with,
+};
+use oncegate_core::key::IntentKey;
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::{mpsc, oneshot};
+
+use super::read::{
+    check_row, fetch_approval, fetch_intent, newest_approval_seal, newest_intent_seal, unavailable,
+};
+use crate::rows::{self, PreparedApproval, PreparedIntent};
+use crate::storage::AuditRowV1;
+use crate::{ClientKeyBinding, Commit, KillSwitchChange, McpSession, StoreError};
+
+/// Jobs applied in one transaction at most.
+const MAX_BATCH: usize = 256;
+
+/// Work for the writer (queued by value; commits dominate, so boxing buys nothing).
+#[expect(
+    clippy::large_enum_variant,
+    reason = "commits are the common job; a binding is rare"
+)]
+pub(super) enum Job {
+    Commit(Commit, oneshot::Sender<Result<(), StoreError>>),
+    Bind(
+        ClientKeyBinding,
+        oneshot::Sender<Result<ClientKeyBinding, StoreError>>,
+    ),
+    /// Readiness: can the writer take the write lock now?
+    Probe(oneshot::Sender<Result<(), StoreError>>),
+    /// Shared state outside the audit chain: sessions and work claims.
+    Small(Small, oneshot::Sender<Result<bool, StoreError>>),
+}
+
+/// A small write outside the audit chain (answers a bool: work claimed, else true).
+pub(super) enum Small {
+    PutSession(McpSession),
+    DeleteSession(String, jiff::Timestamp),
+    ClaimWork {
+        work: String,
+        owner: String,
+        until: jiff::Timestamp,
+        now: jiff::Timestamp,
+    },
+    ReleaseWork {
+        work: String,
+        owner: String,
+    },
+    PutCheckpoint(String),
+}
+
+/// What the writer did for one job.
+enum Done {
+    Commit(Result<(), StoreError>),
+    Bind(ClientKeyBinding),
+    Probe,
+    Small(bool),
+}
+
+impl Job {
+    fn reply(self, done: Result<Done, StoreError>) {
+        let mismatch =
+            || StoreError::Corrupt("the writer answered a job with another job's result".into());
+        match self {
+            Job::Commit(_, tx) => {
+                let _ = tx.send(match done {
+                    Ok(Done::Commit(r)) => r,
+                    Ok(_) => Err(mismatch()),
+                    Err(e) => Err(e),
+                });
+            }
+            Job::Bind(_, tx) => {
+                let _ = tx.send(match done {
+                    Ok(Done::Bind(b)) => Ok(b),
+                    Ok(_) => Err(mismatch()),
+                    Err(e) => Err(e),
+                });
+            }
+            Job::Probe(tx) => {
+                let _ = tx.send(match done {
+                    Ok(Done::Probe) => Ok(()),
+                    Ok(_) => Err(mismatch()),
+                    Err(e) => Err(e),
+                });
+            }
+            Job::Small(_, tx) => {
+                let _ = tx.send(match done {
+                    Ok(Done::Small(b)) => Ok(b),
+                    Ok(_) => Err(mismatch()),
+                    Err(e) => Err(e),
+                });
+            }
+        }
+    }
+}
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+fn millis(t: jiff::Timestamp) -> i64 {
+    t.as_millisecond()
+}
+
+/// What the writer thread needs to know about its file.
+pub(super) struct WriterFile {
+    pub(super) path: PathBuf,
+    pub(super) inode: u64,
+    pub(super) key: Option<ChainKey>,
+    pub(super) shards: u32,
+}
+
+/// Starts the writer thread on `conn`; it stops when the last sender is dropped.
+pub(super) fn start(
+    conn: Connection,
+    rx: mpsc::Receiver<Job>,
+    file: WriterFile,
+) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name("oncegate-sqlite-writer".into())
+        .spawn(move || run(conn, rx, &file))
+        .map(drop)
+        .map_err(unavailable)
+}
+
+fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, file: &WriterFile) {
+    // The chain heads live in memory: this thread is the only writer of this file, so
+    // it need not read them back on every commit. They are reloaded after any failed
+    // batch (which also covers a second writer having appended meanwhile).
+    let mut heads = load_heads(&conn).unwrap_or_default();
+    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut results = Err(StoreError::Unavailable("not attempted".into()));
+        for _attempt in 0..2 {
+            // A database file that was removed or replaced under us would swallow
+            // writes into an unlinked inode: refuse instead (fail closed).
+            let meta = std::fs::metadata(&file.path);
+            let same_file = meta
+                .as_ref()
+                .map(|m| m.ino() == file.inode)
+                .unwrap_or(false);
+            if !same_file {
+                results = Err(StoreError::Unavailable(format!(
+                    "the database file {} was removed or replaced",
+                    file.path.display()
+                )));
+                break;
+            }
+            // An operator who marks the file read-only means "stop writing"; root would
+            // otherwise write through the permission bits.
+            if meta.is_ok_and(|m| m.permissions().readonly()) {
+                results = Err(StoreError::Unavailable(format!(
+                    "the database file {} is read-only",
+                    file.path.display()
+                )));
+                break;
+            }
+            if batch.iter().all(|j| matches!(j, Job::Probe(_))) {
+                // Readiness alone: ask for the write lock without waiting out the busy
+                // timeout, so a lock held elsewhere answers "not ready" at once.
+                results = probe(&conn).map(|()| batch.iter().map(|_| Done::Probe).collect());
+                break;
+            }
+            results = apply_batch(&conn, &batch, &mut heads, file);
+            if results.is_ok() {
+                break;
+            }
+            heads = match load_heads(&conn) {
+                Ok(h) => h,
+                Err(_) => break,
+            };
+        }
+        match results {
+            Ok(results) => {
+                for (job, done) in batch.drain(..).zip(results) {
+                    job.reply(Ok(done));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, batch = batch.len(), "store write failed");
+                let message = e.to_string();
+                for job in batch.drain(..) {
+                    job.reply(Err(StoreError::Unavailable(message.clone())));
+                }
+            }
+        }
+    }
+}
+
+/// The last record of every audit shard.
+pub(super) fn load_heads(conn: &Connection) -> Result<HashMap<u32, ChainHead>, StoreError> {
+    let mut statement = conn
+        .prepare_cached(
+            "SELECT a.shard, a.seq, a.hash FROM audit a
+             JOIN (SELECT shard, MAX(seq) AS seq FROM audit GROUP BY shard) m ON a.shard = m.shard AND a.seq = m.seq",
+        )
+        .map_err(unavailable)?;
+    let rows = statement
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u32,
+                ChainHead {
+                    seq: r.get::<_, i64>(1)? as u64,
+                    hash: r.get(2)?,
+                },
+            ))
+        })
+        .map_err(unavailable)?;
+    rows.collect::<Result<_, _>>().map_err(unavailable)
+}
+
+/// Takes and releases the write lock with no busy wait.
+fn probe(conn: &Connection) -> Result<(), StoreError> {
+    let restore = |conn: &Connection| {
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(unavailable)
+    };
+    conn.busy_timeout(std::time::Duration::ZERO)
+        .map_err(unavailable)?;
+    let taken = conn.execute_batch("BEGIN IMMEDIATE");
+    if taken.is_ok() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    restore(conn)?;
+    taken.map_err(|e| StoreError::Unavailable(format!("the store cannot be written now: {e}")))
+}
+
+fn exec(conn: &Connection, sql: &'static str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.execute([]))
+        .map(drop)
+        .map_err(unavailable)
+}
+
+/// Applies a batch in one transaction. Several commits each get a savepoint so a lost
+/// compare-and-set rolls back alone; a batch of one needs none (it rolls back whole).
+/// `heads` advances only if the transaction commits.
+fn apply_batch(
+    conn: &Connection,
+    batch: &[Job],
+    heads: &mut HashMap<u32, ChainHead>,
+    file: &WriterFile,
+) -> Result<Vec<Done>, StoreError> {
+    let mut tentative = heads.clone();
+    let result = (|| {
+        exec(conn, "BEGIN IMMEDIATE")?;
+        let savepoints = batch.len() > 1;
+        let mut results = Vec::with_capacity(batch.len());
+        for job in batch {
+            let commit = match job {
+                Job::Commit(commit, _) => commit,
+                Job::Bind(binding, _) => {
+                    results.push(Done::Bind(bind(conn, binding)?));
+                    continue;
+                }
+                Job::Probe(_) => {
+                    // Inside a transaction that took the write lock: writable.
+                    results.push(Done::Probe);
+                    continue;
+                }
+                Job::Small(job, _) => {
+                    results.push(Done::Small(small(conn, job)?));
+                    continue;
+                }
+            };
+            if savepoints {
+                exec(conn, "SAVEPOINT one")?;
+            }
+            match apply_one(conn, commit, &mut tentative, file) {
+                Ok(()) => {
+                    if savepoints {
+                        exec(conn, "RELEASE one")?;
+                    }
+                    results.push(Done::Commit(Ok(())));
+                }
+                Err(e @ (StoreError::Conflict | StoreError::Integrity(_))) => {
+                    // Both are detected before the audit append, so the heads did not
+                    // move; they fail this commit alone.
+                    if savepoints {
+                        exec(conn, "ROLLBACK TO one")?;
+                        exec(conn, "RELEASE one")?;
+                    } else {
+                        exec(conn, "ROLLBACK")?;
+                        return Ok(vec![Done::Commit(Err(e))]);
+                    }
+                    results.push(Done::Commit(Err(e)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        exec(conn, "COMMIT")?;
+        Ok(results)
+    })();
+    match result {
+        Ok(results) => {
+            *heads = tentative;
+            Ok(results)
+        }
+        Err(e) => {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Binds a client's `Idempotency-Key` to an intent, first writer wins; returns the
+/// binding that holds.
+fn bind(conn: &Connection, b: &ClientKeyBinding) -> Result<ClientKeyBinding, StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO client_keys (principal, capability, client_key, intent_key, args_digest, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            b.principal,
+            b.capability,
+            b.client_key,
+            b.intent_key.as_str(),
+            b.args_digest,
+            millis(b.created_at)
+        ])
+    })
+    .map_err(unavailable)?;
+    let (intent_key, args_digest, created_at): (String, String, i64) = conn
+        .prepare_cached("SELECT intent_key, args_digest, created_at FROM client_keys WHERE principal = ?1 AND capability = ?2 AND client_key = ?3")
+        .and_then(|mut s| {
+            s.query_row(params![b.principal, b.capability, b.client_key], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+        })
+        .map_err(unavailable)?;
+    Ok(ClientKeyBinding {
+        intent_key: IntentKey::from_hex(intent_key),
+        args_digest,
+        created_at: jiff::Timestamp::from_millisecond(created_at).map_err(corrupt)?,
+        ..b.clone()
+    })
+}
+
+/// A write outside the audit chain.
+fn small(conn: &Connection, job: &Small) -> Result<bool, StoreError> {
+    let run = |sql: &str, params: &[&dyn rusqlite::ToSql]| {
+        conn.prepare_cached(sql)
+            .and_then(|mut s| s.execute(params))
+            .map_err(unavailable)
+    };
+    Ok(match job {
+        Small::PutSession(s) => {
+            let state = s.state.as_ref().map(serde_json::Value::to_string);
+            run(
+                "INSERT INTO mcp_sessions (id, principal, state, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (id) DO UPDATE SET principal = COALESCE(?2, principal),
+                     state = COALESCE(?3, state), updated_at = ?4",
+                params![s.id, s.principal, state, millis(s.updated_at)],
+            )?;
+            true
+        }
+        Small::DeleteSession(id, idle_before) => {
+            run(
+                "DELETE FROM mcp_sessions WHERE id = ?1 OR updated_at < ?2",
+                params![id, millis(*idle_before)],
+            )?;
+            true
+        }
+        Small::ClaimWork {
+            work,
+            owner,
+            until,
+            now,
+        } => {
+            run(
+                "INSERT INTO work_claims (work, owner, until) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (work) DO UPDATE SET owner = ?2, until = ?3
+                 WHERE work_claims.owner = ?2 OR work_claims.until <= ?4",
+                params![work, owner, millis(*until), millis(*now)],
+            )? == 1
+        }
+        Small::PutCheckpoint(text) => {
+            run(
+                "INSERT INTO meta (name, value) VALUES ('audit_checkpoint', ?1)
+                 ON CONFLICT (name) DO UPDATE SET value = ?1",
+                params![text],
+            )?;
+            true
+        }
+        Small::ReleaseWork { work, owner } => {
+            run(
+                "DELETE FROM work_claims WHERE work = ?1 AND owner = ?2",
+                params![work, owner],
+            )?;
+            true
+        }
+    })
+}
+
+/// Sets or clears a kill switch inside a commit's transaction.
+fn write_kill_switch(conn: &Connection, change: &KillSwitchChange) -> Result<(), StoreError> {
+    match &change.reason {
+        Some(reason) => conn
+            .prepare_cached(
+                "INSERT INTO kill_switches (target, reason, set_by, set_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (target) DO UPDATE SET reason = ?2, set_by = ?3, set_at = ?4",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    change.target,
+                    reason,
+                    change.actor,
+                    millis(change.at)
+                ])
+            }),
+        None => conn
+            .prepare_cached("DELETE FROM kill_switches WHERE target = ?1")
+            .and_then(|mut s| s.execute(params![change.target])),
+    }
+    .map(drop)
+    .map_err(unavailable)
+}
+
+/// Chains `event` after its shard's head, inserts it, and advances `heads`.
+fn append_audit(
+    conn: &Connection,
+    event: AuditEvent,
+    heads: &mut HashMap<u32, ChainHead>,
+    key: Option<&ChainKey>,
+    shards: u32,
+) -> Result<AuditRecord, StoreError> {
+    let head = heads
+        .get(&event.shard_in(shards))
+        .cloned()
+        .unwrap_or_else(ChainHead::genesis);
+    let sealed = seal_with(event, &head, key, shards);
+    let row = AuditRowV1::from(sealed.clone());
+    conn.prepare_cached(
+        "INSERT INTO audit (shard, seq, prev_hash, hash, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            i64::from(row.shard),
+            row.seq as i64,
+            row.prev_hash,
+            row.hash,
+            row.body_text()
+        ])
+    })
+    .map_err(unavailable)?;
+    heads.insert(
+        sealed.shard,
+        ChainHead {
+            seq: sealed.seq,
+            hash: sealed.hash.clone(),
+        },
+    );
+    Ok(sealed)
+}
+
+fn apply_one(
+    conn: &Connection,
+    commit: &Commit,
+    heads: &mut HashMap<u32, ChainHead>,
+    file: &WriterFile,
+) -> Result<(), StoreError> {
+    let key = file.key.as_ref();
+    let shards = file.shards;
+    let mut event = commit.event.clone();
+    let mut intent_row = None;
+    if let Some(record) = &commit.record {
+        let PreparedIntent { stored, body, seal } = rows::prepare_intent(record, |_| {});
+        // The row about to be replaced must be the one the chain wrote (or, for an
+        // insert, must never have existed): a commit never launders an edited or
+        // deleted row into a fresh, sealed version.
+        let what = format!("intent {} generation {}", stored.key, stored.generation);
+        if record.version == 0 {
+            if newest_intent_seal(conn, &stored.key, stored.generation)?.is_some()
+                && fetch_intent(conn, &stored.key, stored.generation)?.is_none()
+            {
+                return Err(rows::deleted(&what));
+            }
+        } else if let Some(current) = fetch_intent(conn, &stored.key, stored.generation)?
+            && current.version == i64::try_from(record.version).unwrap_or(-1)
+        {
+            check_row(conn, RowKind::Intent, &current, key)?;
+        }
+        intent_row = Some((stored, body, seal));
+    }
+    let mut approval_row = None;
+    if let Some(approval) = &commit.approval {
+        let PreparedApproval { stored, body, seal } = rows::prepare_approval(approval);
+        let what = format!("approval {}", stored.id);
+        if approval.version == 0 {
+            if newest_approval_seal(conn, &stored.id)?.is_some()
+                && fetch_approval(conn, &stored.id)?.is_none()
+            {
+                return Err(rows::deleted(&what));
+            }
+        } else if let Some(current) = fetch_approval(conn, &stored.id)?
+            && current.version == i64::try_from(approval.version).unwrap_or(-1)
+        {
+            check_row(conn, RowKind::Approval, &current, key)?;
+        }
+        approval_row = Some((stored, body, seal));
+    }
+    add_row_seals(
+        &mut event,
+        intent_row.as_ref().map(|r| r.2.clone()),
+        approval_row.as_ref().map(|r| r.2.clone()),
+    );
+    // Where the event will land; the rows name it. The heads move only on append.
+    let head = heads
+        .get(&event.shard_in(shards))
+        .cloned()
+        .unwrap_or_else(ChainHead::genesis);
+    let (shard, seq) = (event.shard_in(shards), head.seq + 1);
+
+    if let Some((stored, body, seal)) = &intent_row {
+        let sql = if stored.version == 1 {
+            "INSERT INTO intents (key, generation, capability, state, cross_key, run_id, business_ref, breaker_tripped, updated_at, version, body, audit_shard, audit_seq, row_hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT (key, generation) DO NOTHING"
+        } else {
+            "UPDATE intents SET capability = ?3, state = ?4, cross_key = ?5, run_id = ?6, business_ref = ?7,
+                    breaker_tripped = ?8, updated_at = ?9, version = ?10, body = ?11,
+                    audit_shard = ?12, audit_seq = ?13, row_hash = ?14
+             WHERE key = ?1 AND generation = ?2 AND version = ?10 - 1"
+        };
+        let rows = conn
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.execute(params![
+                    stored.key,
+                    i64::from(stored.generation),
+                    stored.capability,
+                    stored.state.as_str(),
+                    stored.cross_key,
+                    stored.run_id,
+                    stored.business_ref,
+                    stored.breaker_tripped,
+                    millis(stored.updated_at),
+                    stored.version as i64,
+                    body,
+                    i64::from(shard),
+                    seq as i64,
+                    seal.hash,
+                ])
+            })
+            .map_err(unavailable)?;
+        if rows != 1 {
+            return Err(StoreError::Conflict);
+        }
+    }
+    if let Some((stored, body, seal)) = &approval_row {
+        let sql = if stored.version == 1 {
+            "INSERT INTO approvals (id, key, generation, state, created_at, version, body, audit_shard, audit_seq, row_hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (id) DO NOTHING"
+        } else {
+            "UPDATE approvals SET key = ?2, generation = ?3, state = ?4, created_at = ?5, version = ?6, body = ?7,
+                    audit_shard = ?8, audit_seq = ?9, row_hash = ?10
+             WHERE id = ?1 AND version = ?6 - 1"
+        };
+        let rows = conn
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.execute(params![
+                    stored.id,
+                    stored.key,
+                    i64::from(stored.generation),
+                    stored.state.as_str(),
+                    millis(stored.created_at),
+                    stored.version as i64,
+                    body,
+                    i64::from(shard),
+                    seq as i64,
+                    seal.hash,
+                ])
+            })
+            .map_err(unavailable)?;
+        if rows != 1 {
+            return Err(StoreError::Conflict);
+        }
+    }
+    if let Some(change) = &commit.kill_switch {
+        write_kill_switch(conn, change)?;
+    }
+    let sealed = append_audit(conn, event, heads, key, shards)?;
+    debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
+    Ok(())
+}
+
+/// Seals rows written before row seals existed, once, with one admin audit record per
+/// row, so an old store opens instead of failing every intent. Afterwards (`rows_sealed`
+/// set) an unsealed row is an integrity failure, never adopted: otherwise clearing a
+/// row's seal would launder an edit.
+pub(super) fn adopt_unsealed_rows(
+    conn: &mut Connection,
+    key: Option<&ChainKey>,
+    shards: u32,
+) -> Result<(), StoreError> {
+    let done = conn
+        .query_row("SELECT 1 FROM meta WHERE name = 'rows_sealed'", [], |_| {
+            Ok(())
+        })
+        .optional()
+        .map_err(unavailable)?;
+    if done.is_some() {
+        return Ok(());
+    }
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(unavailable)?;
+    let mut heads = load_heads(&tx)?;
+    struct Unsealed {
+        kind: RowKind,
+        id: String,
+        intent_key: String,
+        generation: u32,
+        version: i64,
+        body: String,
+    }
+    let mut found = Vec::new();
+    for (kind, sql) in [
+        (
+            RowKind::Intent,
+            "SELECT key, key, generation, version, body FROM intents WHERE row_hash IS NULL",
+        ),
+        (
+            RowKind::Approval,
+            "SELECT id, key, generation, version, body FROM approvals WHERE row_hash IS NULL",
+        ),
+    ] {
+        let mut statement = tx.prepare(sql).map_err(unavailable)?;
+        let rows = statement
+            .query_map([], |r| {
+                Ok(Unsealed {
+                    kind,
+                    id: r.get(0)?,
+                    intent_key: r.get(1)?,
+                    generation: r.get::<_, i64>(2)? as u32,
+                    version: r.get(3)?,
+                    body: r.get(4)?,
+                })
+            })
+            .map_err(unavailable)?;
+        for row in rows {
+            found.push(row.map_err(unavailable)?);
+        }
+    }
+    let now = jiff::Timestamp::now();
+    let mut adopted = 0usize;
+    for row in found {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(&row.body) else {
+            tracing::warn!(row = %row.id, "an unreadable row from before row seals stays unsealed (it is refused on load)");
+            continue;
+        };
+        let seal = RowSeal {
+            key: row.id.clone(),
+            generation: row.generation,
+            version: row.version as u64,
+            hash: row_hash(&value),
+        };
+        let mut event = AuditEvent {
+            at: now,
+            kind: AuditKind::Admin,
+            key: Some(IntentKey::from_hex(row.intent_key)),
+            generation: row.generation,
+            capability: None,
+            actor: "oncegate".into(),
+            run_id: None,
+            from: None,
+            to: None,
+            status: None,
+            code: None,
+            detail: serde_json::json!({"adopted": "row written before row seals existed, sealed as found"}),
+        };
+        let (intent_seal, approval_seal) = match row.kind {
+            RowKind::Intent => (Some(seal.clone()), None),
+            RowKind::Approval => (None, Some(seal.clone())),
+        };
+        add_row_seals(&mut event, intent_seal, approval_seal);
+        let sealed = append_audit(&tx, event, &mut heads, key, shards)?;
+        let sql = match row.kind {
+            RowKind::Intent => {
+                "UPDATE intents SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE key = ?4 AND generation = ?5"
+            }
+            RowKind::Approval => {
+                "UPDATE approvals SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE id = ?4 AND ?5 = ?5"
+            }
+        };
+        tx.execute(
+            sql,
+            params![
+                i64::from(sealed.shard),
+                sealed.seq as i64,
+                seal.hash,
+                row.id,
+                i64::from(row.generation)
+            ],
+        )
+        .map_err(unavailable)?;
+        adopted += 1;
+    }
+    tx.execute(
+        "INSERT INTO meta (name, value) VALUES ('rows_sealed', ?1)",
+        params![now.to_string()],
+    )
+    .map_err(unavailable)?;
+    tx.commit().map_err(unavailable)?;
+    if adopted > 0 {
+        tracing::warn!(
+            rows = adopted,
+            "sealed rows written before row seals existed (one admin audit record each)"
+        );
+    }
+    Ok(())
+}
