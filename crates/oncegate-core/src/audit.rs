@@ -270,7 +270,20 @@ pub fn verify_shard_with(
     key: Option<&ChainKey>,
     trusted_until: u64,
 ) -> Result<ChainHead, BrokenLink> {
-    let mut head = ChainHead::genesis();
+    verify_shard_from(shard, ChainHead::genesis(), records, key, trusted_until)
+}
+
+/// Verifies records that continue one shard after `start`, a head verified before (an
+/// `audit verify` checkpoint, or the previous page of a walk), in sequence order; the
+/// rules are [`verify_shard_with`]'s. Returns the new head.
+pub fn verify_shard_from(
+    shard: u32,
+    start: ChainHead,
+    records: &[AuditRecord],
+    key: Option<&ChainKey>,
+    trusted_until: u64,
+) -> Result<ChainHead, BrokenLink> {
+    let mut head = start;
     for r in records {
         let broken = |problem: String| BrokenLink {
             shard,
@@ -498,6 +511,14 @@ pub struct RowProblem {
     pub problem: String,
 }
 
+/// The rows `records` (in store order, oldest first) wrote, each once: kind, key and
+/// generation (0 for an approval).
+pub fn sealed_rows(records: &[AuditRecord]) -> Vec<(RowKind, String, u32)> {
+    let mut rows: Vec<_> = newest_seals(records).into_keys().collect();
+    rows.sort();
+    rows
+}
+
 /// The newest seal of a row among `records` (given in store order, oldest first).
 fn newest_seals(records: &[AuditRecord]) -> HashMap<(RowKind, String, u32), (u32, u64, String)> {
     let mut newest = HashMap::new();
@@ -520,9 +541,27 @@ fn newest_seals(records: &[AuditRecord]) -> HashMap<(RowKind, String, u32), (u32
 /// rows the chain says were written but that are gone. `records` is every audit record
 /// in store order (oldest first); the chain itself is [`verify_shard_with`]'s job.
 pub fn verify_rows(records: &[AuditRecord], rows: &[StoredRow]) -> Vec<RowProblem> {
+    verify_rows_through(records, rows, None)
+}
+
+/// [`verify_rows`] for a walk that ended at `through` (each shard's last walked
+/// sequence number): a row linked to a later record, or to a shard the walk did not
+/// reach, was written after the walk read the chain. It is left for the next walk,
+/// neither checked against an older seal nor reported deleted.
+pub fn verify_rows_through(
+    records: &[AuditRecord],
+    rows: &[StoredRow],
+    through: Option<&BTreeMap<u32, u64>>,
+) -> Vec<RowProblem> {
     let mut newest = newest_seals(records);
     let mut problems = Vec::new();
     for row in rows {
+        if let (Some(through), Some((shard, seq))) = (through, row.link)
+            && through.get(&shard).is_none_or(|head| seq > *head)
+        {
+            newest.remove(&(row.kind, row.key.clone(), row.generation));
+            continue;
+        }
         let id = (row.kind, row.key.clone(), row.generation);
         let problem = |p: String| RowProblem {
             kind: row.kind,

@@ -78,11 +78,11 @@ fn settled(n: u64, now: Timestamp) -> Commit {
 }
 
 /// Writes `count` settled intents into the store `config` names; answers the rate.
-pub async fn fill(config: &Path, count: u64, bar: &ProgressBar) -> anyhow::Result<f64> {
+pub async fn fill(config: &Path, from: u64, count: u64, bar: &ProgressBar) -> anyhow::Result<f64> {
     let registry = crate::load(config)?;
     let store = crate::open_store_with(&registry, OpenMode::Existing).await?;
     let started = Instant::now();
-    let next = Arc::new(AtomicU64::new(0));
+    let next = Arc::new(AtomicU64::new(from));
     let now = Timestamp::now();
     let fillers: Vec<_> = (0..FILLERS.min(count.max(1)))
         .map(|_| {
@@ -92,12 +92,15 @@ pub async fn fill(config: &Path, count: u64, bar: &ProgressBar) -> anyhow::Resul
             tokio::spawn(async move {
                 loop {
                     let n = next.fetch_add(1, Ordering::Relaxed);
-                    if n >= count {
+                    if n >= from + count {
                         return Ok::<(), anyhow::Error>(());
                     }
                     store.commit(settled(n, now)).await?;
                     if n % 1000 == 999 {
-                        bar.set_message(format!("filling a store: {} of {count} intents", n + 1));
+                        bar.set_message(format!(
+                            "filling a store: {} of {count} intents",
+                            n + 1 - from
+                        ));
                     }
                 }
             })

@@ -207,6 +207,15 @@ fn audit_verify_and_intents_read_the_store() {
     );
     // Two claims and two effects; the repeat of A-1 is a replay, which writes nothing.
     assert!(String::from_utf8_lossy(&ok.stdout).contains("ok: 4 audit records"));
+    // The clean walk left a checkpoint: the next walk from it has nothing new to read.
+    let since = oncegate(&["audit", "verify", "--since-checkpoint", "--config", cfg]);
+    let since_out = String::from_utf8_lossy(&since.stdout);
+    assert!(
+        since.status.success()
+            && since_out.contains("ok: 0 audit records since the checkpoint")
+            && since_out.contains("(4 verified before it)"),
+        "{since_out}"
+    );
 
     rt.block_on(async {
         let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", dir.path().join("oncegate.db").display())).await.unwrap();

@@ -22,9 +22,14 @@ pub(crate) async fn audit_verify(
     let p = state.authenticate(&headers)?;
     require(&p, &[Role::Admin])?;
     let store = state.gate().store();
-    let report =
-        oncegate_store::audit_check::verify_audit(store, store.chain_key(), store.store_id(), &[])
-            .await?;
+    let report = oncegate_store::audit_check::verify_audit(
+        store,
+        store.chain_key(),
+        store.store_id(),
+        &[],
+        oncegate_store::audit_check::Walk::Full,
+    )
+    .await?;
     if !report.ok() {
         return Ok((
             StatusCode::CONFLICT,

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use oncegate_core::audit::{ChainHead, ChainKey, seal};
-use oncegate_store::audit_check::verify_audit;
+use oncegate_store::audit_check::{Walk, save_checkpoint, verify_audit};
 use oncegate_store::conformance::sample_record;
 use oncegate_store::{
     Commit, OpenMode, SqliteStore, StoreError, StoreOptions, StoreRead, StoreWrite,
@@ -109,7 +109,7 @@ async fn a_rolled_back_row_is_refused_on_load() {
         .unwrap();
     let err = store.load(&rec.key).await.unwrap_err();
     assert!(matches!(err, StoreError::Integrity(_)), "{err}");
-    let report = verify_audit(&store, None, store.store_id(), &[])
+    let report = verify_audit(&store, None, store.store_id(), &[], Walk::Full)
         .await
         .unwrap();
     assert!(!report.row_problems.is_empty(), "{report:?}");
@@ -133,7 +133,7 @@ async fn a_chain_key_catches_a_recomputed_shard() {
     for k in ["cc01", "cc02", "cc03"] {
         write(&store, k).await;
     }
-    let clean = verify_audit(&store, Some(&key), store.store_id(), &[])
+    let clean = verify_audit(&store, Some(&key), store.store_id(), &[], Walk::Full)
         .await
         .unwrap();
     assert!(clean.ok(), "{clean:?}");
@@ -168,14 +168,14 @@ async fn a_chain_key_catches_a_recomputed_shard() {
     }
     // Without the key the rewritten shard passes, which is the reproduction (the other
     // shards are keyed and cannot be checked without it); with the key, it fails.
-    let unkeyed = verify_audit(&store, None, store.store_id(), &[])
+    let unkeyed = verify_audit(&store, None, store.store_id(), &[], Walk::Full)
         .await
         .unwrap();
     assert!(
         unkeyed.broken.iter().all(|b| b.shard != shard),
         "{unkeyed:?}"
     );
-    let keyed = verify_audit(&store, Some(&key), store.store_id(), &[])
+    let keyed = verify_audit(&store, Some(&key), store.store_id(), &[], Walk::Full)
         .await
         .unwrap();
     assert!(
@@ -214,7 +214,7 @@ async fn rows_from_before_row_seals_are_adopted_once() {
         "the old row is adopted"
     );
     assert!(
-        verify_audit(&store, None, store.store_id(), &[])
+        verify_audit(&store, None, store.store_id(), &[], Walk::Full)
             .await
             .unwrap()
             .ok()
@@ -264,5 +264,123 @@ async fn open_refuses_missing_empty_and_foreign_stores() {
         SqliteStore::open(&db).await.unwrap().store_id(),
         id,
         "the identity is kept"
+    );
+}
+
+/// `audit verify` from a checkpoint: it walks only the records after the last clean
+/// verify, checks the rows they wrote, and refuses a checkpointed record that changed;
+/// an old record edited in place is what only the full walk catches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_from_a_checkpoint_walks_only_what_came_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let store = SqliteStore::open_with(
+        &db,
+        OpenMode::CreateIfMissing,
+        StoreOptions {
+            audit_shards: 1,
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let id = store.store_id().to_owned();
+    let verify = async |walk| verify_audit(&store, None, &id, &[], walk).await.unwrap();
+    for k in ["dd01", "dd02", "dd03", "dd04"] {
+        write(&store, k).await;
+    }
+    let first = verify(Walk::FromCheckpoint).await;
+    assert!(
+        first.ok() && first.since.is_none(),
+        "no checkpoint yet: a full walk {first:?}"
+    );
+    assert_eq!(first.records, 4);
+    let saved = save_checkpoint(&store, &id, &first, jiff::Timestamp::now())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(saved.records, 4);
+
+    let idle = verify(Walk::FromCheckpoint).await;
+    assert!(idle.ok(), "{idle:?}");
+    assert_eq!(
+        (idle.records, idle.rows),
+        (0, 0),
+        "nothing new, nothing walked"
+    );
+
+    for k in ["dd05", "dd06"] {
+        write(&store, k).await;
+    }
+    let next = verify(Walk::FromCheckpoint).await;
+    assert!(next.ok(), "{next:?}");
+    assert_eq!((next.records, next.rows), (2, 2));
+    assert_eq!(next.since.as_ref().map(|c| c.records), Some(4));
+    assert_eq!(
+        save_checkpoint(&store, &id, &next, jiff::Timestamp::now())
+            .await
+            .unwrap()
+            .map(|c| c.records),
+        Some(6)
+    );
+
+    // A row written after the checkpoint and edited behind the store's back is found,
+    // and so is one deleted.
+    write(&store, "dd07").await;
+    write(&store, "dd08").await;
+    let mut conn = raw(&db).await;
+    sqlx::query("UPDATE intents SET body = json_set(body, '$.edited', 1) WHERE key = 'dd07'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM intents WHERE key = 'dd08'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let tampered = verify(Walk::FromCheckpoint).await;
+    let mut found: Vec<_> = tampered
+        .row_problems
+        .iter()
+        .map(|p| p.key.as_str())
+        .collect();
+    found.sort_unstable();
+    assert_eq!(found, ["dd07", "dd08"], "{tampered:?}");
+    assert!(
+        tampered.row_problems[1].problem.contains("deleted"),
+        "{tampered:?}"
+    );
+    assert!(
+        save_checkpoint(&store, &id, &tampered, jiff::Timestamp::now())
+            .await
+            .unwrap()
+            .is_none(),
+        "a walk with problems moves no checkpoint"
+    );
+    sqlx::query("DELETE FROM intents WHERE key = 'dd07'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+
+    // An old record edited in place (the checkpointed head still links): only the full
+    // walk sees it.
+    sqlx::query("UPDATE audit SET body = json_set(body, '$.actor', 'someone else') WHERE seq = 2")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let full = verify(Walk::Full).await;
+    assert!(full.broken.iter().any(|b| b.seq == 2), "{full:?}");
+
+    // The checkpointed head itself rewritten: refused from the checkpoint.
+    sqlx::query("UPDATE audit SET hash = 'rewritten' WHERE seq = 6")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let rewritten = verify(Walk::FromCheckpoint).await;
+    assert!(
+        rewritten
+            .broken
+            .iter()
+            .any(|b| b.seq == 6 && b.problem.contains("checkpointed")),
+        "{rewritten:?}"
     );
 }

@@ -179,9 +179,15 @@ async fn three_replicas_commit_concurrently_and_no_shard_forks() {
         verify_shard(shard, &chain).unwrap_or_else(|b| panic!("shard {shard} forked: {b:?}"));
     }
     assert_eq!(records, written, "one audit record per successful commit");
-    let report = oncegate_store::audit_check::verify_audit(check, None, check.store_id(), &[])
-        .await
-        .unwrap();
+    let report = oncegate_store::audit_check::verify_audit(
+        check,
+        None,
+        check.store_id(),
+        &[],
+        oncegate_store::audit_check::Walk::Full,
+    )
+    .await
+    .unwrap();
     assert!(report.ok(), "audit verify: {report:?}");
     eprintln!(
         "three replicas: {written} commits, {records} records in {:?}",
