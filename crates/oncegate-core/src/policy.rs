@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::str::FromStr;
 
 use cedar_policy::{
-    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid,
+    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId,
     PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use serde::{Deserialize, Serialize};
@@ -54,6 +54,18 @@ pub struct PolicyEngine {
     action_type: EntityTypeName,
     tenant_type: EntityTypeName,
     authorizer: Authorizer,
+    /// Each policy's name and `@oncegate` annotation, read once: Cedar parses the
+    /// annotation key on every `PolicySet::annotation` call.
+    notes: HashMap<PolicyId, Notes>,
+}
+
+/// What evaluation reads of a policy besides its conditions.
+#[derive(Debug)]
+struct Notes {
+    /// The `@id("...")` annotation, or Cedar's positional id.
+    name: String,
+    /// The `@oncegate("...")` annotation.
+    oncegate: Option<String>,
 }
 
 /// The context attribute name for a significant argument path.
@@ -114,6 +126,18 @@ impl PolicyEngine {
                 ));
             }
         }
+        let notes = policies
+            .policies()
+            .map(|policy| {
+                let notes = Notes {
+                    name: policy
+                        .annotation("id")
+                        .map_or_else(|| policy.id().to_string(), str::to_owned),
+                    oncegate: policy.annotation("oncegate").map(str::to_owned),
+                };
+                (policy.id().clone(), notes)
+            })
+            .collect();
         let hash = hex::encode(Sha256::digest(text.as_bytes()));
         let type_name = |name: &str| {
             EntityTypeName::from_str(name).map_err(|e| format!("entity type {name}: {e}"))
@@ -126,14 +150,15 @@ impl PolicyEngine {
             action_type: type_name("Action")?,
             tenant_type: type_name("Tenant")?,
             authorizer: Authorizer::new(),
+            notes,
         })
     }
 
     /// A policy's `@id("...")` annotation, or Cedar's positional id.
-    fn name_of(&self, id: &cedar_policy::PolicyId) -> String {
-        self.policies
-            .annotation(id, "id")
-            .map_or_else(|| id.to_string(), str::to_owned)
+    fn name_of(&self, id: &PolicyId) -> String {
+        self.notes
+            .get(id)
+            .map_or_else(|| id.to_string(), |n| n.name.clone())
     }
 
     /// SHA-256 of the policy text: approvals are bound to it.
@@ -223,7 +248,7 @@ impl PolicyEngine {
         let annotated = |want: &str| -> Vec<String> {
             determining
                 .iter()
-                .filter(|id| self.policies.annotation(id, "oncegate") == Some(want))
+                .filter(|id| self.notes.get(*id).and_then(|n| n.oncegate.as_deref()) == Some(want))
                 .map(|id| self.name_of(id))
                 .collect()
         };

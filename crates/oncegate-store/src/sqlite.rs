@@ -79,6 +79,8 @@ struct Inner {
     readers: SqlitePool,
     /// Loads and approvals, whole on a blocking connection.
     blocking: read::Readers,
+    /// Rows whose stored bytes were already checked against the chain.
+    verified: Arc<read::Verified>,
     writer: mpsc::Sender<Job>,
 }
 
@@ -189,7 +191,9 @@ impl SqliteStore {
             inode: std::fs::metadata(path).map_err(unavailable)?.ino(),
             key: options.chain_key.clone(),
             shards: options.audit_shards,
+            verified: Arc::default(),
         };
+        let verified = file.verified.clone();
         let (conn, file) = tokio::task::spawn_blocking(move || {
             let mut conn = read::connect(&file.path, true)?;
             writer::adopt_unsealed_rows(&mut conn, file.key.as_ref(), file.shards)?;
@@ -208,6 +212,7 @@ impl SqliteStore {
                 chain_key: options.chain_key,
                 readers,
                 blocking,
+                verified,
                 writer: tx,
             }),
         })
@@ -405,12 +410,20 @@ fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError> {
     .map_err(corrupt)
 }
 
+impl SqliteStore {
+    /// What a read on a reader thread checks rows with (never the whole store: the
+    /// reader threads must not own what only the runtime may drop).
+    fn checks(&self) -> (Option<ChainKey>, Arc<read::Verified>) {
+        (self.inner.chain_key.clone(), self.inner.verified.clone())
+    }
+}
+
 impl StoreRead for SqliteStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
-        let (key, chain_key) = (key.clone(), self.inner.chain_key.clone());
+        let (key, keys) = (key.clone(), self.checks());
         self.inner
             .blocking
-            .run(move |conn| read::load(conn, &key, chain_key.as_ref()))
+            .run(move |conn| read::load(conn, &key, keys.0.as_ref(), &keys.1))
             .await
     }
 
@@ -419,10 +432,12 @@ impl StoreRead for SqliteStore {
         key: &IntentKey,
         generation: u32,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        let (key, chain_key) = (key.clone(), self.inner.chain_key.clone());
+        let (key, keys) = (key.clone(), self.checks());
         self.inner
             .blocking
-            .run(move |conn| read::load_generation(conn, &key, generation, chain_key.as_ref()))
+            .run(move |conn| {
+                read::load_generation(conn, &key, generation, keys.0.as_ref(), &keys.1)
+            })
             .await
     }
 
@@ -431,12 +446,18 @@ impl StoreRead for SqliteStore {
         cross_key: &IntentKey,
         run_id: Option<&str>,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        let (cross_key, chain_key) = (cross_key.clone(), self.inner.chain_key.clone());
+        let (cross_key, keys) = (cross_key.clone(), self.checks());
         let run_id = run_id.map(str::to_owned);
         self.inner
             .blocking
             .run(move |conn| {
-                read::find_other_run(conn, &cross_key, run_id.as_deref(), chain_key.as_ref())
+                read::find_other_run(
+                    conn,
+                    &cross_key,
+                    run_id.as_deref(),
+                    keys.0.as_ref(),
+                    &keys.1,
+                )
             })
             .await
     }
@@ -468,10 +489,10 @@ impl StoreRead for SqliteStore {
     }
 
     async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
-        let (id, chain_key) = (id.to_owned(), self.inner.chain_key.clone());
+        let (id, keys) = (id.to_owned(), self.checks());
         self.inner
             .blocking
-            .run(move |conn| read::approval(conn, &id, chain_key.as_ref()))
+            .run(move |conn| read::approval(conn, &id, keys.0.as_ref(), &keys.1))
             .await
     }
 

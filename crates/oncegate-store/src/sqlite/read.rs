@@ -10,6 +10,7 @@
 //! still opens and migrates the file and serves the listings (`listing.rs` shares its
 //! statements with PostgreSQL).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
@@ -19,11 +20,13 @@ use oncegate_core::audit::{AuditRecord, ChainKey, RowKind};
 use oncegate_core::intent::{Approval, IntentRecord};
 use oncegate_core::key::IntentKey;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
 
 use crate::StoreError;
 use crate::rows::{self, RowData, integrity};
-use crate::storage::AuditRowV1;
+use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 
 pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -116,6 +119,96 @@ impl Readers {
     }
 }
 
+/// An audit record's columns as stored, before its body is parsed.
+pub(super) struct RawRecord {
+    pub(super) shard: i64,
+    pub(super) seq: i64,
+    pub(super) prev_hash: String,
+    pub(super) hash: String,
+    pub(super) body: String,
+}
+
+impl RawRecord {
+    fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            shard: row.get("shard")?,
+            seq: row.get("seq")?,
+            prev_hash: row.get("prev_hash")?,
+            hash: row.get("hash")?,
+            body: row.get("body")?,
+        })
+    }
+
+    fn parse(&self) -> Result<AuditRecord, StoreError> {
+        AuditRowV1::from_columns(
+            self.shard as u32,
+            self.seq as u64,
+            self.prev_hash.clone(),
+            self.hash.clone(),
+            &self.body,
+        )
+        .map(AuditRecord::from)
+        .map_err(corrupt)
+    }
+}
+
+/// Rows whose exact stored bytes (row and sealing record) this process has checked
+/// against the chain, or written itself. A load that reads the same bytes again skips
+/// re-hashing them (canonical JSON of the body and the record's own hash were most of a
+/// replay's cost); any edit of the row, its seal columns or its record changes the
+/// fingerprint and gets the full check.
+#[derive(Default)]
+pub(super) struct Verified(Mutex<HashMap<(RowKind, String, u32), [u8; 32]>>);
+
+/// Entries kept at most (about 15 MB); the map starts over when full.
+const VERIFIED_CAPACITY: usize = 100_000;
+
+impl Verified {
+    fn holds(&self, kind: RowKind, row: &RowData, fingerprint: &[u8; 32]) -> bool {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&(kind, row.id.clone(), row.generation)) == Some(fingerprint)
+    }
+
+    pub(super) fn insert(&self, kind: RowKind, id: String, generation: u32, fp: [u8; 32]) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= VERIFIED_CAPACITY {
+            map.clear();
+        }
+        map.insert((kind, id, generation), fp);
+    }
+}
+
+/// The fingerprint of a row as stored and the record that sealed it.
+pub(super) fn fingerprint(
+    version: i64,
+    body: &str,
+    row_hash: Option<&str>,
+    link: Option<(u32, u64)>,
+    record: &RawRecord,
+) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(&version.to_le_bytes());
+    field(body.as_bytes());
+    field(row_hash.unwrap_or("").as_bytes());
+    match link {
+        Some((shard, seq)) => {
+            field(&shard.to_le_bytes());
+            field(&seq.to_le_bytes());
+        }
+        None => field(b"unlinked"),
+    }
+    field(&record.shard.to_le_bytes());
+    field(&record.seq.to_le_bytes());
+    field(record.prev_hash.as_bytes());
+    field(record.hash.as_bytes());
+    field(record.body.as_bytes());
+    h.finalize().into()
+}
+
 fn row_data(row: &Row<'_>, kind: RowKind) -> rusqlite::Result<RowData> {
     let shard: Option<i64> = row.get("audit_shard")?;
     let seq: Option<i64> = row.get("audit_seq")?;
@@ -130,19 +223,6 @@ fn row_data(row: &Row<'_>, kind: RowKind) -> rusqlite::Result<RowData> {
         row_hash: row.get("row_hash")?,
         link: shard.zip(seq).map(|(a, b)| (a as u32, b as u64)),
     })
-}
-
-fn audit_record(row: &Row<'_>) -> rusqlite::Result<Result<AuditRecord, StoreError>> {
-    let body: String = row.get("body")?;
-    Ok(AuditRowV1::from_columns(
-        row.get::<_, i64>("shard")? as u32,
-        row.get::<_, i64>("seq")? as u64,
-        row.get("prev_hash")?,
-        row.get("hash")?,
-        &body,
-    )
-    .map(AuditRecord::from)
-    .map_err(corrupt))
 }
 
 pub(super) fn fetch_intent(
@@ -173,12 +253,12 @@ pub(super) fn fetch_approval(conn: &Connection, id: &str) -> Result<Option<RowDa
     .map_err(unavailable)
 }
 
-/// The newest audit record that sealed intent (key, generation).
+/// The newest audit record that sealed intent (key, generation), as stored.
 pub(super) fn newest_intent_seal(
     conn: &Connection,
     key: &str,
     generation: u32,
-) -> Result<Option<AuditRecord>, StoreError> {
+) -> Result<Option<RawRecord>, StoreError> {
     conn.prepare_cached(
         "SELECT shard, seq, prev_hash, hash, body FROM audit
          WHERE json_extract(body, '$.detail.row_intent.key') = ?1
@@ -186,11 +266,10 @@ pub(super) fn newest_intent_seal(
          ORDER BY id DESC LIMIT 1",
     )
     .and_then(|mut s| {
-        s.query_row(params![key, i64::from(generation)], audit_record)
+        s.query_row(params![key, i64::from(generation)], RawRecord::from_row)
             .optional()
     })
-    .map_err(unavailable)?
-    .transpose()
+    .map_err(unavailable)
 }
 
 /// The newest generation of `key` the audit chain sealed.
@@ -207,39 +286,68 @@ fn newest_sealed_generation(conn: &Connection, key: &str) -> Result<Option<u32>,
 pub(super) fn newest_approval_seal(
     conn: &Connection,
     id: &str,
-) -> Result<Option<AuditRecord>, StoreError> {
+) -> Result<Option<RawRecord>, StoreError> {
     conn.prepare_cached(
         "SELECT shard, seq, prev_hash, hash, body FROM audit
          WHERE json_extract(body, '$.detail.row_approval.key') = ?1
          ORDER BY id DESC LIMIT 1",
     )
-    .and_then(|mut s| s.query_row(params![id], audit_record).optional())
-    .map_err(unavailable)?
-    .transpose()
+    .and_then(|mut s| s.query_row(params![id], RawRecord::from_row).optional())
+    .map_err(unavailable)
 }
 
 /// Checks a row against the newest audit record that sealed it
-/// ([`rows::check_sealed`]).
+/// ([`rows::check_sealed`]), unless these exact bytes were checked before. Returns the
+/// parsed body when it was checked now, `None` when the bytes were already known good.
 pub(super) fn check_row(
     conn: &Connection,
     kind: RowKind,
     row: &RowData,
     key: Option<&ChainKey>,
-) -> Result<serde_json::Value, StoreError> {
-    let newest = match kind {
+    verified: &Verified,
+) -> Result<Option<serde_json::Value>, StoreError> {
+    let raw = match kind {
         RowKind::Intent => newest_intent_seal(conn, &row.id, row.generation)?,
         RowKind::Approval => newest_approval_seal(conn, &row.id)?,
     };
-    rows::check_sealed(kind, row, newest, key)
+    let fp = raw
+        .as_ref()
+        .map(|r| fingerprint(row.version, &row.body, row.row_hash.as_deref(), row.link, r));
+    if let Some(fp) = &fp
+        && verified.holds(kind, row, fp)
+    {
+        return Ok(None);
+    }
+    let newest = raw.as_ref().map(RawRecord::parse).transpose()?;
+    let value = rows::check_sealed(kind, row, newest, key)?;
+    if let Some(fp) = fp {
+        verified.insert(kind, row.id.clone(), row.generation, fp);
+    }
+    Ok(Some(value))
+}
+
+/// A row checked against the chain, decoded in its storage form `T`.
+fn checked<T: DeserializeOwned>(
+    conn: &Connection,
+    kind: RowKind,
+    row: &RowData,
+    key: Option<&ChainKey>,
+    verified: &Verified,
+) -> Result<T, StoreError> {
+    let decoded = match check_row(conn, kind, row, key, verified)? {
+        Some(value) => serde_json::from_value(value),
+        None => serde_json::from_str(&row.body),
+    };
+    decoded.map_err(|e| StoreError::Corrupt(format!("{}: {e}", row.what(kind))))
 }
 
 fn checked_intent(
     conn: &Connection,
     row: RowData,
     chain_key: Option<&ChainKey>,
+    verified: &Verified,
 ) -> Result<IntentRecord, StoreError> {
-    let value = check_row(conn, RowKind::Intent, &row, chain_key)?;
-    rows::intent_from(&row, value)
+    checked::<IntentRowV1>(conn, RowKind::Intent, &row, chain_key, verified).map(Into::into)
 }
 
 /// The newest generation of an intent, checked against the chain. One read transaction:
@@ -249,6 +357,7 @@ pub(super) fn load(
     conn: &mut Connection,
     key: &IntentKey,
     chain_key: Option<&ChainKey>,
+    verified: &Verified,
 ) -> Result<Option<IntentRecord>, StoreError> {
     let tx = conn.transaction().map_err(unavailable)?;
     let row = tx
@@ -273,7 +382,7 @@ pub(super) fn load(
             &format!("intent {key} generation {g}"),
             "the audit chain wrote this generation and it is gone (deleted row)",
         )),
-        (Some(row), _) => checked_intent(&tx, row, chain_key).map(Some),
+        (Some(row), _) => checked_intent(&tx, row, chain_key, verified).map(Some),
     }
 }
 
@@ -283,10 +392,11 @@ pub(super) fn load_generation(
     key: &IntentKey,
     generation: u32,
     chain_key: Option<&ChainKey>,
+    verified: &Verified,
 ) -> Result<Option<IntentRecord>, StoreError> {
     let tx = conn.transaction().map_err(unavailable)?;
     match fetch_intent(&tx, key.as_str(), generation)? {
-        Some(row) => checked_intent(&tx, row, chain_key).map(Some),
+        Some(row) => checked_intent(&tx, row, chain_key, verified).map(Some),
         None => match newest_intent_seal(&tx, key.as_str(), generation)? {
             None => Ok(None),
             Some(_) => Err(integrity(
@@ -303,6 +413,7 @@ pub(super) fn find_other_run(
     cross_key: &IntentKey,
     run_id: Option<&str>,
     chain_key: Option<&ChainKey>,
+    verified: &Verified,
 ) -> Result<Option<IntentRecord>, StoreError> {
     let tx = conn.transaction().map_err(unavailable)?;
     let row = tx
@@ -318,7 +429,7 @@ pub(super) fn find_other_run(
         })
         .map_err(unavailable)?;
     match row {
-        Some(row) => checked_intent(&tx, row, chain_key).map(Some),
+        Some(row) => checked_intent(&tx, row, chain_key, verified).map(Some),
         None => Ok(None),
     }
 }
@@ -328,13 +439,12 @@ pub(super) fn approval(
     conn: &mut Connection,
     id: &str,
     chain_key: Option<&ChainKey>,
+    verified: &Verified,
 ) -> Result<Option<Approval>, StoreError> {
     let tx = conn.transaction().map_err(unavailable)?;
     match fetch_approval(&tx, id)? {
-        Some(row) => {
-            let value = check_row(&tx, RowKind::Approval, &row, chain_key)?;
-            rows::approval_from(&row, value).map(Some)
-        }
+        Some(row) => checked::<ApprovalRowV1>(&tx, RowKind::Approval, &row, chain_key, verified)
+            .map(|a| Some(a.into())),
         None => match newest_approval_seal(&tx, id)? {
             None => Ok(None),
             Some(_) => Err(integrity(

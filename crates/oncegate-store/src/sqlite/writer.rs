@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use oncegate_core::audit::{
     AuditEvent, AuditKind, AuditRecord, ChainHead, ChainKey, RowKind, RowSeal, add_row_seals,
@@ -23,7 +24,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
 use super::read::{
-    check_row, fetch_approval, fetch_intent, newest_approval_seal, newest_intent_seal, unavailable,
+    RawRecord, Verified, check_row, fetch_approval, fetch_intent, fingerprint,
+    newest_approval_seal, newest_intent_seal, unavailable,
 };
 use crate::rows::{self, PreparedApproval, PreparedIntent};
 use crate::storage::AuditRowV1;
@@ -125,6 +127,8 @@ pub(super) struct WriterFile {
     pub(super) inode: u64,
     pub(super) key: Option<ChainKey>,
     pub(super) shards: u32,
+    /// What the loads need not check again: the rows this writer committed.
+    pub(super) verified: Arc<Verified>,
 }
 
 /// Starts the writer thread on `conn`; it stops when the last sender is dropped.
@@ -266,6 +270,7 @@ fn apply_batch(
     file: &WriterFile,
 ) -> Result<Vec<Done>, StoreError> {
     let mut tentative = heads.clone();
+    let mut written = Vec::new();
     let result = (|| {
         exec(conn, "BEGIN IMMEDIATE")?;
         let savepoints = batch.len() > 1;
@@ -291,7 +296,8 @@ fn apply_batch(
                 exec(conn, "SAVEPOINT one")?;
             }
             match apply_one(conn, commit, &mut tentative, file) {
-                Ok(()) => {
+                Ok(rows) => {
+                    written.extend(rows);
                     if savepoints {
                         exec(conn, "RELEASE one")?;
                     }
@@ -318,6 +324,9 @@ fn apply_batch(
     match result {
         Ok(results) => {
             *heads = tentative;
+            for (kind, id, generation, fp) in written {
+                file.verified.insert(kind, id, generation, fp);
+            }
             Ok(results)
         }
         Err(e) => {
@@ -450,23 +459,30 @@ fn append_audit(
     heads: &mut HashMap<u32, ChainHead>,
     key: Option<&ChainKey>,
     shards: u32,
-) -> Result<AuditRecord, StoreError> {
+) -> Result<(AuditRecord, RawRecord), StoreError> {
     let head = heads
         .get(&event.shard_in(shards))
         .cloned()
         .unwrap_or_else(ChainHead::genesis);
     let sealed = seal_with(event, &head, key, shards);
     let row = AuditRowV1::from(sealed.clone());
+    let raw = RawRecord {
+        shard: i64::from(row.shard),
+        seq: row.seq as i64,
+        body: row.body_text(),
+        prev_hash: row.prev_hash,
+        hash: row.hash,
+    };
     conn.prepare_cached(
         "INSERT INTO audit (shard, seq, prev_hash, hash, body) VALUES (?1, ?2, ?3, ?4, ?5)",
     )
     .and_then(|mut s| {
         s.execute(params![
-            i64::from(row.shard),
-            row.seq as i64,
-            row.prev_hash,
-            row.hash,
-            row.body_text()
+            raw.shard,
+            raw.seq,
+            raw.prev_hash,
+            raw.hash,
+            raw.body
         ])
     })
     .map_err(unavailable)?;
@@ -477,15 +493,18 @@ fn append_audit(
             hash: sealed.hash.clone(),
         },
     );
-    Ok(sealed)
+    Ok((sealed, raw))
 }
+
+/// A row a commit wrote, for [`Verified`]: kind, id, generation, fingerprint.
+type Written = (RowKind, String, u32, [u8; 32]);
 
 fn apply_one(
     conn: &Connection,
     commit: &Commit,
     heads: &mut HashMap<u32, ChainHead>,
     file: &WriterFile,
-) -> Result<(), StoreError> {
+) -> Result<Vec<Written>, StoreError> {
     let key = file.key.as_ref();
     let shards = file.shards;
     let mut event = commit.event.clone();
@@ -505,7 +524,7 @@ fn apply_one(
         } else if let Some(current) = fetch_intent(conn, &stored.key, stored.generation)?
             && current.version == i64::try_from(record.version).unwrap_or(-1)
         {
-            check_row(conn, RowKind::Intent, &current, key)?;
+            check_row(conn, RowKind::Intent, &current, key, &file.verified)?;
         }
         intent_row = Some((stored, body, seal));
     }
@@ -522,7 +541,7 @@ fn apply_one(
         } else if let Some(current) = fetch_approval(conn, &stored.id)?
             && current.version == i64::try_from(approval.version).unwrap_or(-1)
         {
-            check_row(conn, RowKind::Approval, &current, key)?;
+            check_row(conn, RowKind::Approval, &current, key, &file.verified)?;
         }
         approval_row = Some((stored, body, seal));
     }
@@ -606,9 +625,38 @@ fn apply_one(
     if let Some(change) = &commit.kill_switch {
         write_kill_switch(conn, change)?;
     }
-    let sealed = append_audit(conn, event, heads, key, shards)?;
+    let (sealed, raw) = append_audit(conn, event, heads, key, shards)?;
     debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
-    Ok(())
+    let mut written = Vec::with_capacity(2);
+    if let Some((stored, body, seal)) = &intent_row {
+        written.push((
+            RowKind::Intent,
+            stored.key.clone(),
+            stored.generation,
+            fingerprint(
+                stored.version as i64,
+                body,
+                Some(&seal.hash),
+                Some((shard, seq)),
+                &raw,
+            ),
+        ));
+    }
+    if let Some((stored, body, seal)) = &approval_row {
+        written.push((
+            RowKind::Approval,
+            stored.id.clone(),
+            stored.generation,
+            fingerprint(
+                stored.version as i64,
+                body,
+                Some(&seal.hash),
+                Some((shard, seq)),
+                &raw,
+            ),
+        ));
+    }
+    Ok(written)
 }
 
 /// Seals rows written before row seals existed, once, with one admin audit record per
@@ -701,7 +749,7 @@ pub(super) fn adopt_unsealed_rows(
             RowKind::Approval => (None, Some(seal.clone())),
         };
         add_row_seals(&mut event, intent_seal, approval_seal);
-        let sealed = append_audit(&tx, event, &mut heads, key, shards)?;
+        let (sealed, _) = append_audit(&tx, event, &mut heads, key, shards)?;
         let sql = match row.kind {
             RowKind::Intent => {
                 "UPDATE intents SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE key = ?4 AND generation = ?5"

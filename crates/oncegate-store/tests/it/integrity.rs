@@ -384,3 +384,38 @@ async fn verify_from_a_checkpoint_walks_only_what_came_after() {
         "{rewritten:?}"
     );
 }
+
+/// Loads skip re-hashing bytes they (or the writer) already checked; any edit of the
+/// row, its seal columns or the record that sealed it is still refused on the next load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_checked_before_and_edited_since_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("v.db");
+    let store = SqliteStore::scratch(&db).await.unwrap();
+    for k in ["ee01", "ee02", "ee03"] {
+        write(&store, k).await;
+    }
+    let key = |k: &str| oncegate_core::key::IntentKey::from_hex(k);
+    for k in ["ee01", "ee02", "ee03"] {
+        assert!(store.load(&key(k)).await.unwrap().is_some(), "{k} loads");
+        assert!(
+            store.load(&key(k)).await.unwrap().is_some(),
+            "{k} loads again"
+        );
+    }
+    let mut conn = raw(&db).await;
+    for sql in [
+        // The row's body.
+        "UPDATE intents SET body = json_set(body, '$.edited', 1) WHERE key = 'ee01'",
+        // The record that sealed the row.
+        "UPDATE audit SET body = json_set(body, '$.actor', 'someone else') WHERE json_extract(body, '$.detail.row_intent.key') = 'ee02'",
+        // The row's link to that record.
+        "UPDATE intents SET audit_seq = audit_seq + 100 WHERE key = 'ee03'",
+    ] {
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    }
+    for k in ["ee01", "ee02", "ee03"] {
+        let err = store.load(&key(k)).await.unwrap_err();
+        assert!(matches!(err, StoreError::Integrity(_)), "{k}: {err}");
+    }
+}
