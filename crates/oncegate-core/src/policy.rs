@@ -211,7 +211,7 @@ impl PolicyEngine {
             EntityUid::from_type_name_and_id(self.tenant_type.clone(), EntityId::new(tenant));
         // Built from typed values, not a JSON document Cedar would parse again; the
         // request below is still validated against the schema (a wrong type denies).
-        let pairs = context_attrs(capability, business_ref, normalised)
+        let pairs = context_attrs(capability, business_ref, normalised)?
             .into_iter()
             .map(|(name, attr)| Ok((name, attr.expression()?)))
             .collect::<Result<Vec<_>, String>>()?;
@@ -291,17 +291,23 @@ impl Attr {
 }
 
 /// The context attributes of a call: `business_ref` and the normalised significant
-/// arguments (money as minor units plus `<name>_currency`).
+/// arguments (money as minor units plus `<name>_currency`). A value that should be a
+/// whole number and is not fails the evaluation (closed), never reads as 0: a policy
+/// bounding an amount must not see an amount it cannot read as nothing.
 fn context_attrs(
     capability: &Capability,
     business_ref: Option<&str>,
     normalised: &Map<String, Value>,
-) -> Vec<(String, Attr)> {
+) -> Result<Vec<(String, Attr)>, String> {
     let mut attrs = Vec::new();
     if let Some(r) = business_ref {
         attrs.push(("business_ref".to_owned(), Attr::Text(r.to_owned())));
     }
-    let long = |v: &Value| v.as_str().and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
+    let long = |name: &str, v: &Value| {
+        v.as_str()
+            .and_then(|s| s.parse::<i64>().ok())
+            .ok_or_else(|| format!("context value {name} = {v} is not a whole number"))
+    };
     for arg in &capability.key.significant {
         let Some(value) = normalised.get(arg.path.as_str()) else {
             continue;
@@ -313,11 +319,15 @@ fn context_attrs(
                     format!("{name}_currency"),
                     Attr::Value(value["currency"].clone()),
                 ));
-                attrs.push((name, Attr::Long(long(&value["minor"]))));
+                let minor = long(&name, &value["minor"])?;
+                attrs.push((name, Attr::Long(minor)));
             }
-            Normaliser::Integer => attrs.push((name, Attr::Long(long(value)))),
+            Normaliser::Integer => {
+                let n = long(&name, value)?;
+                attrs.push((name, Attr::Long(n)));
+            }
             _ => attrs.push((name, Attr::Value(value.clone()))),
         }
     }
-    attrs
+    Ok(attrs)
 }

@@ -160,6 +160,19 @@ impl Scope<'_> {
     }
 }
 
+/// Whether an upstream's URL and headers render the same for every call: their templates
+/// read nothing but the gateway's own `{env.NAME}` values. Decided from the templates, not
+/// from a rendered value (an `{arg.*}` that happens to be empty is still per call).
+fn same_for_every_call<'t>(
+    url: &'t Template,
+    headers: impl IntoIterator<Item = &'t Template>,
+) -> bool {
+    std::iter::once(url)
+        .chain(headers)
+        .flat_map(Template::sources)
+        .all(|s| matches!(s, Source::Env(_)))
+}
+
 /// Refuses a rendered URL whose path has a `.` or `..` segment, in any spelling a server
 /// might decode it to: percent-escapes are decoded repeatedly (a value `%2e%2e` renders
 /// as `%252e%252e`, which a server that decodes twice reads as `..`), and a decoded `/`
@@ -605,13 +618,18 @@ impl UpstreamExecutor {
                 meta.insert(name.into(), Value::String(v.clone()));
             }
         }
+        // Percent-encoded like an HTTP upstream's URL: an argument cannot change the
+        // endpoint's path or query.
+        let url = scope.url(&up.url)?;
+        check_path(&url)?;
         Ok(mcp::ToolCall {
-            url: scope.text(&up.url)?,
+            url,
             headers: scope.headers(&up.headers)?,
             tool: up.tool.clone().unwrap_or_default(),
             arguments,
             meta,
             timeout: up.timeout.unsigned_abs(),
+            poolable: same_for_every_call(&up.url, up.headers.values()),
         })
     }
 
@@ -657,12 +675,13 @@ impl UpstreamExecutor {
         let nobody = self.nobody();
         let scope = Scope { intent: &nobody };
         let call = mcp::ToolCall {
-            url: scope.text(&up.url).map_err(|e| e.to_string())?,
+            url: scope.url(&up.url).map_err(|e| e.to_string())?,
             headers: scope.headers(&up.headers).map_err(|e| e.to_string())?,
             tool: up.tool.clone().unwrap_or_default(),
             arguments: Map::new(),
             meta: Map::new(),
             timeout: up.timeout.unsigned_abs(),
+            poolable: false,
         };
         mcp::tool_schema(self.client.clone(), call).await
     }
@@ -826,13 +845,16 @@ impl UpstreamExecutor {
                 headers.entry(name.clone()).or_insert_with(|| value.clone());
             }
         }
+        let url = scope.url(&rec.url).map_err(|e| e.to_string())?;
+        check_path(&url).map_err(|e| e.to_string())?;
         let call = mcp::ToolCall {
-            url: scope.text(&rec.url).map_err(|e| e.to_string())?,
+            url,
             headers: scope.headers(&headers).map_err(|e| e.to_string())?,
             tool: rec.tool.clone().unwrap_or_default(),
             arguments,
             meta: Map::new(),
             timeout: rec.timeout.unsigned_abs(),
+            poolable: same_for_every_call(&rec.url, headers.values()),
         };
         match mcp::call_tool(
             self.client.clone(),

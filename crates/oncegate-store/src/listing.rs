@@ -185,14 +185,11 @@ mod tests {
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
         let name = format!("og_plans_{:016x}", rand::random::<u64>());
-        let mut admin = sqlx::PgConnection::connect(&server)
+        // Dropped on every path, a failed assertion included.
+        let scratch = crate::postgres::ScratchDatabase::create(&server, &name)
             .await
             .expect("the test PostgreSQL server answers (ONCEGATE_TEST_POSTGRES_URL)");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        let url = crate::postgres::with_database(&server, &name);
+        let url = scratch.url();
         let store = crate::PgStore::open(&url, OpenMode::CreateIfMissing, StoreOptions::default())
             .await
             .unwrap();
@@ -211,12 +208,7 @@ mod tests {
         }
         let _ = conn.close().await;
         store.close().await;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE {name} WITH (FORCE)"
-        )))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+        scratch.drop_now().await.unwrap();
         for (sql, plan) in plans {
             // A state or capability filter must narrow the index (an Index Cond), not
             // filter rows of a walk over all of it.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use indicatif::ProgressBar;
 use oncegate_engine::{Gate, SystemClock};
+use oncegate_store::postgres::ScratchDatabase;
 use oncegate_store::{OpenMode, SqliteStore, StoreOptions};
 
 use super::load::Target;
@@ -113,6 +114,7 @@ pub(super) async fn scale_group(
         ],
         pairs: vec![(0, 1), (2, 3)],
         services: vec![big, empty],
+        uncounted: Vec::new(),
         concurrencies: None,
         peer: false,
     })
@@ -142,6 +144,7 @@ pub(super) async fn gate_group(world: &World, dir: &Path) -> anyhow::Result<Grou
         ],
         pairs: vec![(0, 2), (0, 3), (1, 3)],
         services: Vec::new(),
+        uncounted: Vec::new(),
         concurrencies: None,
         peer: false,
     })
@@ -192,6 +195,9 @@ pub(super) async fn peer_group(
             ),
         ],
         pairs: vec![(0, 1), (2, 3), (4, 3), (5, 3)],
+        // CTRLRun's targets and the sandbox read through the Python SDK are there to
+        // compare against: their failures are reported in their rows, not the run's.
+        uncounted: vec![1, 3, 5],
         services: vec![ctrlrun],
         concurrencies: Some(vec![1, 32]),
         peer: true,
@@ -246,6 +252,7 @@ pub(super) async fn calls_group(world: &World) -> anyhow::Result<Group> {
         ],
         pairs: vec![(0, 1), (2, 3)],
         services: Vec::new(),
+        uncounted: Vec::new(),
         concurrencies: None,
         peer: false,
     })
@@ -273,64 +280,36 @@ pub(super) fn mcp_group(world: &World) -> anyhow::Result<Group> {
         ],
         pairs: vec![(0, 1), (2, 3)],
         services: Vec::new(),
+        uncounted: Vec::new(),
         concurrencies: None,
         peer: false,
     })
 }
 
-/// A scratch database on a PostgreSQL server, dropped when the run ends.
-pub(super) struct PgScratch {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl PgScratch {
-    pub(super) async fn create(url: &str) -> anyhow::Result<Self> {
-        use sqlx::Connection;
-        let name = format!(
-            "oncegate_bench_{}_{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        );
-        let mut conn = sqlx::PgConnection::connect(url).await.with_context(|| {
-            format!(
-                "cannot connect to PostgreSQL at {}",
-                oncegate_store::postgres::redact(url)
-            )
-        })?;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut conn)
-            .await
-            .context("cannot create the bench's scratch database")?;
-        Ok(Self {
-            admin: url.to_owned(),
-            url: oncegate_store::postgres::with_database(url, &name),
-            name,
-        })
-    }
-
-    pub(super) async fn drop_database(self) {
-        use sqlx::Connection;
-        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.admin).await {
-            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            )))
-            .execute(&mut conn)
-            .await;
-        }
-    }
+/// A scratch database on a PostgreSQL server, dropped when the run ends, on every path.
+pub(super) async fn pg_scratch(url: &str) -> anyhow::Result<ScratchDatabase> {
+    let name = format!(
+        "oncegate_bench_{}_{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    );
+    ScratchDatabase::create(url, &name)
+        .await
+        .context("cannot make the bench's scratch database")
 }
 
 /// In-process `Gate` on a PostgreSQL store vs the raw statement floor on the same server.
-pub(super) async fn pg_group(world: &World, pg: &PgScratch, plan: &Plan) -> anyhow::Result<Group> {
+pub(super) async fn pg_group(
+    world: &World,
+    pg: &ScratchDatabase,
+    plan: &Plan,
+) -> anyhow::Result<Group> {
     let registry = crate::load(&world.config)?;
     let widest = plan.concurrencies.iter().copied().max().unwrap_or(1);
     // Both pools together stay well under a default server's 100 connections.
     let connections = u32::try_from(widest.min(32)).unwrap_or(32);
     let store = oncegate_store::open(
-        &pg.url,
+        &pg.url(),
         Path::new("."),
         OpenMode::CreateIfMissing,
         StoreOptions {
@@ -350,11 +329,12 @@ pub(super) async fn pg_group(world: &World, pg: &PgScratch, plan: &Plan) -> anyh
             ),
             (
                 "PostgreSQL floor, 1 row/txn",
-                driven(PgFloor::open(&pg.url, connections).await?),
+                driven(PgFloor::open(&pg.url(), connections).await?),
             ),
         ],
         pairs: vec![(0, 1)],
         services: Vec::new(),
+        uncounted: Vec::new(),
         concurrencies: None,
         peer: false,
     })

@@ -33,7 +33,7 @@ use futures::future::BoxFuture;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use groups::{PgScratch, calls_group, gate_group, mcp_group, peer_group, pg_group, scale_group};
+use groups::{calls_group, gate_group, mcp_group, peer_group, pg_group, pg_scratch, scale_group};
 use load::{Sample, Target, closed_loop};
 use world::{Service, World};
 
@@ -188,16 +188,16 @@ pub struct Report {
     pub logs: Vec<(String, String)>,
     /// Wall time of the whole run, seconds.
     pub seconds: f64,
+    /// Failed requests of the targets that count (see [`Report::errors`]).
+    failed: u64,
 }
 
 impl Report {
-    /// oncegate's (and the baselines' own) requests that failed, over every row; the
-    /// peer's failures are reported in its rows and do not count.
+    /// oncegate's (and the baselines' own) requests that failed, warm-ups included, each
+    /// counted once however many rows show its target; the peer's targets' failures are
+    /// reported in their rows and do not count.
     pub fn errors(&self) -> u64 {
-        self.rows
-            .iter()
-            .map(|r| r.subject.errors + if r.peer { 0 } else { r.baseline.errors })
-            .sum()
+        self.failed
     }
 }
 
@@ -240,6 +240,9 @@ struct Group {
     concurrencies: Option<Vec<usize>>,
     /// The baselines are the peer's.
     peer: bool,
+    /// Targets whose failures do not fail the run (the peer's, and what is measured
+    /// only to compare with it).
+    uncounted: Vec<usize>,
 }
 
 impl Group {
@@ -251,14 +254,19 @@ impl Group {
         (self.targets.len() * self.concurrencies(plan).len()) as u64 * u64::from(plan.rounds + 1)
     }
 
-    /// Runs every target at every concurrency, interleaved, and makes the rows.
-    async fn run(&self, plan: &Plan, bar: &ProgressBar) -> Vec<Row> {
+    /// Runs every target at every concurrency, interleaved, and makes the rows; also
+    /// the failed requests of its counted targets (warm-ups included, each target once).
+    async fn run(&self, plan: &Plan, bar: &ProgressBar) -> (Vec<Row>, u64) {
         let mut rows = Vec::new();
+        let mut failed = 0;
         for &c in self.concurrencies(plan) {
             let mut samples: Vec<Option<Sample>> = vec![None; self.targets.len()];
-            for (name, target) in &self.targets {
+            for (i, (name, target)) in self.targets.iter().enumerate() {
                 bar.set_message(format!("{}: {name}, concurrency {c} (warm-up)", self.name));
-                target.drive(c, plan.warmup).await;
+                let warm = target.drive(c, plan.warmup).await;
+                if !self.uncounted.contains(&i) {
+                    failed += warm.errors;
+                }
                 bar.inc(1);
             }
             for round in 0..plan.rounds {
@@ -277,6 +285,12 @@ impl Group {
                     bar.inc(1);
                 }
             }
+            failed += samples
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !self.uncounted.contains(i))
+                .filter_map(|(_, s)| s.as_ref().map(|s| s.errors))
+                .sum::<u64>();
             for &(subject, baseline) in &self.pairs {
                 let (Some(s), Some(b)) = (&samples[subject], &samples[baseline]) else {
                     continue;
@@ -295,7 +309,7 @@ impl Group {
                 });
             }
         }
-        rows
+        (rows, failed)
     }
 }
 
@@ -338,7 +352,8 @@ pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
         groups.push(mcp_group(&world)?);
     }
     let pg = match &options.postgres {
-        Some(url) if wants("postgres") => Some(PgScratch::create(url).await?),
+        // Dropped on every path out of here, an error included.
+        Some(url) if wants("postgres") => Some(pg_scratch(url).await?),
         Some(_) => None,
         None => {
             if wants("postgres") {
@@ -365,15 +380,15 @@ pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
 
     bar.set_length(groups.iter().map(|g| g.segments(plan)).sum());
     let mut rows = Vec::new();
+    let mut failed = 0;
     for group in &groups {
-        rows.extend(group.run(plan, &bar).await);
+        let (group_rows, group_failed) = group.run(plan, &bar).await;
+        rows.extend(group_rows);
+        failed += group_failed;
     }
     bar.finish_and_clear();
     let mut logs = Vec::new();
-    if rows
-        .iter()
-        .any(|r| r.subject.errors + if r.peer { 0 } else { r.baseline.errors } > 0)
-    {
+    if failed > 0 {
         let services = [&world.sandbox, &world.gateway]
             .into_iter()
             .chain(groups.iter().flat_map(|g| &g.services));
@@ -383,7 +398,7 @@ pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
     }
     drop(groups);
     if let Some(pg) = pg {
-        pg.drop_database().await;
+        pg.drop_now().await?;
     }
     Ok(Report {
         plan: plan.clone(),
@@ -392,5 +407,48 @@ pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
         skipped,
         logs,
         seconds: started.elapsed().as_secs_f64(),
+        failed,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fails one request each time it is driven.
+    struct Failing;
+
+    impl Drive for Failing {
+        fn drive(&self, _: usize, _: Duration) -> BoxFuture<'static, Sample> {
+            Box::pin(async { Sample::failed("refused".into()) })
+        }
+    }
+
+    /// A failing target in two pairs counts once per failed request (warm-up included),
+    /// not once per row; an uncounted target (the peer's) counts nothing.
+    #[tokio::test]
+    async fn failed_requests_are_counted_per_request_not_per_row() {
+        let group = Group {
+            name: "test",
+            targets: vec![
+                ("subject", Box::new(Failing)),
+                ("other subject", Box::new(Failing)),
+                ("shared baseline", Box::new(Failing)),
+                ("peer", Box::new(Failing)),
+            ],
+            pairs: vec![(0, 2), (1, 2), (3, 2)],
+            services: Vec::new(),
+            concurrencies: Some(vec![1]),
+            peer: true,
+            uncounted: vec![3],
+        };
+        let plan = Plan {
+            rounds: 2,
+            ..Plan::quick()
+        };
+        let (rows, failed) = group.run(&plan, &ProgressBar::hidden()).await;
+        assert_eq!(rows.len(), 3);
+        // Three counted targets, each failing once in the warm-up and once per round.
+        assert_eq!(failed, 3 * (1 + 2));
+    }
 }

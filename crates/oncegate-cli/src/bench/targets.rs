@@ -116,12 +116,15 @@ fn mcp_call(
 /// The gateway's `/mcp`: `charge_card` (its HTTP upstream).
 pub fn gateway_mcp(url: &str, prefix: &str) -> anyhow::Result<HttpTarget> {
     let prefix = prefix.to_owned();
-    mcp_call(
+    // Every order is new: anything but an applied call (a replay, `unknown`, a denial)
+    // is a failed request, not a fast one.
+    Ok(mcp_call(
         url,
         TOKEN,
         "charge_card",
         move |n| json!({"order_id": format!("{prefix}-{n}"), "amount": "12.50"}),
-    )
+    )?
+    .expect(r#""status":"applied""#))
 }
 
 /// The sandbox's own MCP server: `create_charge` with a fresh key each time.
@@ -237,18 +240,26 @@ async fn floor_connection(db: &Path) -> anyhow::Result<SqliteConnection> {
     Ok(conn)
 }
 
-/// Inserts `keys` in one `BEGIN IMMEDIATE ... COMMIT`.
+/// Inserts `keys` in one `BEGIN IMMEDIATE ... COMMIT`; a failed insert rolls back, so
+/// the shared connection is not left inside a transaction (where every later `BEGIN`
+/// would fail, turning one error into all of them).
 async fn floor_insert(conn: &mut SqliteConnection, keys: &[u64], body: &str) -> sqlx::Result<()> {
     sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-    for k in keys {
-        sqlx::query("INSERT INTO floor (k, body) VALUES (?, ?)")
-            .bind(format!("{k:064x}"))
-            .bind(body)
-            .execute(&mut *conn)
-            .await?;
+    let inserted = async {
+        for k in keys {
+            sqlx::query("INSERT INTO floor (k, body) VALUES (?, ?)")
+                .bind(format!("{k:064x}"))
+                .bind(body)
+                .execute(&mut *conn)
+                .await?;
+        }
+        sqlx::query("COMMIT").execute(&mut *conn).await.map(|_| ())
     }
-    sqlx::query("COMMIT").execute(&mut *conn).await?;
-    Ok(())
+    .await;
+    if inserted.is_err() {
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    }
+    inserted
 }
 
 /// The raw SQLite floor, one row per transaction: callers take turns on one connection.

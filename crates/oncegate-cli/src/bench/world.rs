@@ -145,6 +145,19 @@ impl Service {
     }
 }
 
+impl Drop for Service {
+    /// Kills the child and waits (briefly) until it has exited, so it never outlives
+    /// the scratch directory it writes to: the directory is removed after the services,
+    /// on every path out of a run.
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
 /// Starts `exe args...`, waiting for its first stdout line to name the URL it listens on.
 async fn start(exe: &Path, args: &[&str], dir: &Path, name: &str) -> anyhow::Result<Service> {
     start_program(exe, args, dir, name, &[]).await

@@ -119,3 +119,149 @@ fn rand_suffix() -> u128 {
         .unwrap()
         .as_nanos()
 }
+
+/// A registry with one capability over money, a set, an integer and a string, and
+/// `policy` as its Cedar file, parsed in a directory of its own.
+fn with_policy(policy: &str) -> oncegate_core::Registry {
+    let dir = tempdir();
+    let config = r#"
+[gateway]
+tenant = "acme"
+time_zone = "UTC"
+
+[store]
+url = "sqlite://oncegate.db"
+
+[[principals]]
+name = "planner"
+role = "agent"
+token_env = "ONCEGATE_TOKEN_PLANNER"
+
+[[capabilities]]
+name = "ship"
+category = "keyed"
+policy = "policies.cedar"
+
+[capabilities.key]
+business_ref = "order_id"
+significant = [
+  { arg = "amount", type = "money", currency_arg = "currency", default_currency = "USD" },
+  { arg = "tags", type = "set" },
+  { arg = "boxes", type = "integer" },
+  { arg = "carrier", type = "text" },
+]
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:9/ship"
+effect_ref = "/id"
+"#;
+    std::fs::write(dir.join("oncegate.toml"), config).unwrap();
+    std::fs::write(dir.join("policies.cedar"), policy).unwrap();
+    oncegate_core::Registry::parse(&dir.join("oncegate.toml"), config, &crate::TestEnv)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Evaluates `ship` on already normalised values (what a store or a caller could hand
+/// over that the normalisers would never produce).
+fn ship_verdict(registry: &oncegate_core::Registry, normalised: Value) -> PolicyVerdict {
+    let cap = registry.capability("ship").unwrap();
+    let Value::Object(normalised) = normalised else {
+        unreachable!()
+    };
+    cap.policy.as_ref().unwrap().evaluate(
+        "planner",
+        Role::Agent,
+        "acme",
+        cap,
+        Some("A-1"),
+        &normalised,
+    )
+}
+
+const SHIP_POLICY: &str = r#"
+permit (principal, action == Action::"ship", resource)
+when {
+  context.amount <= 10000 && context.amount_currency == "USD" &&
+  !(context.tags.contains("hazmat")) && context.boxes <= 3 && context.carrier == "post"
+};
+"#;
+
+fn shipment() -> Value {
+    json!({
+        "amount": {"minor": "2500", "currency": "USD"},
+        "tags": ["fragile", "gift"],
+        "boxes": "2",
+        "carrier": "post",
+    })
+}
+
+/// Sets, currencies and integers reach Cedar typed: each attribute decides.
+#[test]
+fn sets_currency_and_integers_reach_the_policy_typed() {
+    let registry = with_policy(SHIP_POLICY);
+    assert_eq!(ship_verdict(&registry, shipment()), PolicyVerdict::Allow);
+    let changed = |path: &str, value: Value| {
+        let mut v = shipment();
+        v[path] = value;
+        ship_verdict(&registry, v)
+    };
+    let denied = |v: PolicyVerdict| matches!(v, PolicyVerdict::Deny { .. });
+    assert!(
+        denied(changed("tags", json!(["gift", "hazmat"]))),
+        "a set member"
+    );
+    assert!(
+        denied(changed(
+            "amount",
+            json!({"minor": "2500", "currency": "EUR"})
+        )),
+        "a currency"
+    );
+    assert!(
+        denied(changed(
+            "amount",
+            json!({"minor": "10001", "currency": "USD"})
+        )),
+        "an amount"
+    );
+    assert!(denied(changed("boxes", json!("4"))), "an integer");
+}
+
+/// A value that is not what its attribute's type says fails the evaluation closed,
+/// with the reason: an unreadable amount or count is not 0, and a number or an object
+/// where a string or a set of strings belongs is not coerced.
+#[test]
+fn untyped_context_values_are_refused_not_coerced() {
+    let registry = with_policy(SHIP_POLICY);
+    let refused = |path: &str, value: Value, why: &str| {
+        let mut v = shipment();
+        v[path] = value.clone();
+        match ship_verdict(&registry, v) {
+            PolicyVerdict::Deny { reason } => assert!(
+                reason.contains("policy evaluation failed") && reason.contains(why),
+                "{path} = {value}: {reason}"
+            ),
+            other => panic!("{path} = {value}: {other:?}"),
+        }
+    };
+    refused(
+        "amount",
+        json!({"minor": "12.50", "currency": "USD"}),
+        "not a whole number",
+    );
+    refused(
+        "amount",
+        json!({"minor": "lots", "currency": "USD"}),
+        "not a whole number",
+    );
+    refused("boxes", json!("two"), "not a whole number");
+    refused("boxes", json!(2), "not a whole number");
+    refused("carrier", json!(7), "not a string");
+    refused("tags", json!(["gift", 3]), "not a string");
+    refused(
+        "amount",
+        json!({"minor": "2500", "currency": 840}),
+        "not a string",
+    );
+}

@@ -13,9 +13,16 @@
 //!
 //! A gateway keeps one connected client per upstream (URL and headers) in [`Sessions`]
 //! and sends every call through it, concurrently: connecting and discovering per call
-//! cost more than the call. A client whose call failed below the protocol (the
-//! connection, the session) is dropped from the pool, so the next call connects anew;
-//! each call is still its own JSON-RPC request, never shared between two attempts.
+//! cost more than the call. Only an upstream whose URL and header templates are the
+//! same for every call (literal, or `{env.NAME}` only) is pooled: one templated per
+//! intent (`{key}`, `{arg.*}`, `{run_id}`, ...) would leave a client behind per intent,
+//! so it connects per call. Only clients at the stateless 2026-07-28 era are pooled: a
+//! 2025-11-25 session that expires is re-initialised by rmcp, which cuts the streams of
+//! the session's other calls. The pool is bounded ([`POOL_CAPACITY`] clients, each
+//! dropped after [`POOL_IDLE`] unused). A client whose call failed below the protocol
+//! (the connection, the session, a stale negotiation) is dropped from the pool, so the
+//! next call connects anew; each call is still its own JSON-RPC request, never shared
+//! between two attempts.
 //!
 //! The `tools/call` runs in its own task: rmcp cancels the upstream request when its
 //! future is dropped, and an effect must never be cancelled half-way, so on a timeout the
@@ -25,7 +32,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig, ErrorCode, JsonObject,
@@ -33,7 +40,9 @@ use rmcp::model::{
 };
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
 use rmcp::{ClientLifecycleMode, ClientServiceExt};
 
 use super::client::reqwest_error_text;
@@ -42,6 +51,21 @@ pub use crate::tool_result::{all_text, as_tool_result, first_text, record_of, st
 
 /// The `_meta` key an MCP upstream finds the intent key under.
 pub const IDEMPOTENCY_META_KEY: &str = "dev.oncegate/idempotency_key";
+
+/// The most upstreams a gateway keeps a connected client for; connecting one more drops
+/// the least recently used.
+pub const POOL_CAPACITY: usize = 64;
+
+/// How long a pooled client may stay unused before it is dropped.
+pub const POOL_IDLE: Duration = Duration::from_secs(5 * 60);
+
+/// The most `tools/call`s one client sends at once; more wait inside rmcp (whose default
+/// is 16) until one ends, and a call that waits past its timeout reads `unknown` though
+/// it was never sent. The gateway has no concurrency limit of its own to take this
+/// from (`[gateway]` bounds argument and answer sizes, not calls), and one pooled client
+/// carries every concurrent call to its upstream, so the bound is set well above what
+/// one upstream is expected to serve at once.
+pub const MAX_CONCURRENT_CALLS: usize = 256;
 
 /// How long a timed-out `tools/call` is left running before it is given up.
 pub const LATE_ANSWER_LIMIT: Duration =
@@ -113,6 +137,9 @@ pub struct ToolCall {
     pub meta: JsonObject,
     /// How long the whole exchange may take.
     pub timeout: Duration,
+    /// Whether the URL and headers are the same for every call (their templates are
+    /// literal or read `{env.NAME}` only), so the client may be pooled.
+    pub poolable: bool,
 }
 
 /// How a `tools/call` ended.
@@ -130,11 +157,47 @@ pub enum CallEnd {
 type Client = RunningService<RoleClient, ClientConfig>;
 
 /// Connected MCP clients, one per upstream (URL and headers), shared by every executor
-/// of a gateway.
-#[derive(Clone, Default)]
-pub struct Sessions(Arc<Mutex<HashMap<String, Arc<Client>>>>);
+/// of a gateway; bounded in number and in idle time.
+#[derive(Clone)]
+pub struct Sessions(Arc<Mutex<Pool>>);
+
+struct Pool {
+    clients: HashMap<String, Pooled>,
+    capacity: usize,
+    idle: Duration,
+}
+
+struct Pooled {
+    client: Arc<Client>,
+    last_used: Instant,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Self::bounded(POOL_CAPACITY, POOL_IDLE)
+    }
+}
 
 impl Sessions {
+    /// A pool of at most `capacity` clients, each dropped after `idle` unused.
+    pub fn bounded(capacity: usize, idle: Duration) -> Self {
+        Self(Arc::new(Mutex::new(Pool {
+            clients: HashMap::new(),
+            capacity: capacity.max(1),
+            idle,
+        })))
+    }
+
+    /// How many clients are pooled.
+    pub fn len(&self) -> usize {
+        self.lock().clients.len()
+    }
+
+    /// Whether no client is pooled.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn key(call: &ToolCall) -> String {
         let mut headers: Vec<String> = call
             .headers
@@ -145,39 +208,139 @@ impl Sessions {
         format!("{}\n{}", call.url, headers.join("\n"))
     }
 
-    /// The pooled client for `call`'s upstream, connecting one when there is none (or
-    /// the pooled one has closed).
-    async fn client(&self, http: reqwest::Client, call: &ToolCall) -> Result<Arc<Client>, String> {
+    /// The client for `call`'s upstream and whether it is pooled: the pooled one, or a
+    /// new one, pooled when the call and the negotiated era allow it.
+    async fn client(
+        &self,
+        http: reqwest::Client,
+        call: &ToolCall,
+    ) -> Result<(Arc<Client>, bool), String> {
+        if !call.poolable {
+            return Ok((Arc::new(connect(http, call).await?), false));
+        }
         let key = Self::key(call);
-        let pooled = self.lock().get(&key).filter(|c| !c.is_closed()).cloned();
-        if let Some(client) = pooled {
-            return Ok(client);
+        {
+            let mut pool = self.lock();
+            let now = Instant::now();
+            match pool.clients.get_mut(&key) {
+                Some(p) if usable(&p.client) => {
+                    p.last_used = now;
+                    return Ok((p.client.clone(), true));
+                }
+                Some(_) => {
+                    if let Some(stale) = pool.clients.remove(&key) {
+                        retire(stale.client);
+                    }
+                }
+                None => {}
+            }
         }
         let client = Arc::new(connect(http, call).await?);
-        // Two calls may connect at once; the first one pooled stays, the other is used
-        // for its own call and then closes.
-        Ok(self
-            .lock()
-            .entry(key)
-            .and_modify(|c| {
-                if c.is_closed() {
-                    *c = client.clone();
-                }
-            })
-            .or_insert(client)
-            .clone())
+        let modern = client
+            .peer_info()
+            .is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28);
+        if !modern {
+            return Ok((client, false));
+        }
+        let mut pool = self.lock();
+        // Two calls may connect at once: the client pooled first stays, and a later one
+        // serves only its own call and is then closed.
+        if pool.clients.get(&key).is_some_and(|p| usable(&p.client)) {
+            return Ok((client, false));
+        }
+        let now = Instant::now();
+        let idle = pool.idle;
+        let expired: Vec<String> = pool
+            .clients
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.last_used) >= idle)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in expired {
+            if let Some(p) = pool.clients.remove(&k) {
+                retire(p.client);
+            }
+        }
+        while pool.clients.len() >= pool.capacity {
+            let Some(oldest) = pool
+                .clients
+                .iter()
+                .min_by_key(|(_, p)| p.last_used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(p) = pool.clients.remove(&oldest) {
+                retire(p.client);
+            }
+        }
+        if let Some(replaced) = pool.clients.insert(
+            key,
+            Pooled {
+                client: client.clone(),
+                last_used: now,
+            },
+        ) {
+            retire(replaced.client);
+        }
+        Ok((client, true))
     }
 
     /// Drops `client` from the pool (if it is still the pooled one).
     fn evict(&self, call_key: &str, client: &Arc<Client>) {
         let mut pool = self.lock();
-        if pool.get(call_key).is_some_and(|c| Arc::ptr_eq(c, client)) {
-            pool.remove(call_key);
+        if pool
+            .clients
+            .get(call_key)
+            .is_some_and(|p| Arc::ptr_eq(&p.client, client))
+            && let Some(p) = pool.clients.remove(call_key)
+        {
+            retire(p.client);
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Client>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Whether a client can carry another call: neither cancelled nor with its service loop
+/// (the transport) gone.
+fn usable(client: &Client) -> bool {
+    !client.is_closed() && !client.peer().is_transport_closed()
+}
+
+/// Closes a client that left the pool once nobody uses it. A call still running on it
+/// keeps it open (closing it would cut the call); that call's task closes it when it
+/// ends, and whichever holder drops it last cancels it in any case.
+fn retire(client: Arc<Client>) {
+    if let Ok(client) = Arc::try_unwrap(client) {
+        tokio::spawn(async move {
+            let _ = client.cancel().await;
+        });
+    }
+}
+
+/// JSON-RPC errors that say the client's negotiated state no longer fits the server
+/// (it was upgraded or reconfigured under a pooled client): the next call should connect
+/// anew. MCP 2026-07-28 defines them; rmcp names them.
+const STALE_NEGOTIATION: [ErrorCode; 3] = [
+    // -32020: the `Mcp-*` headers do not match the request body.
+    ErrorCode::HEADER_MISMATCH,
+    // -32021: the server now requires a client capability that was not declared.
+    ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+    // -32022: the server no longer supports the negotiated protocol version.
+    ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+];
+
+/// Whether a pooled client should leave the pool after this answer.
+fn evicts(answer: &Result<CallToolResponse, ServiceError>, client: &Client) -> bool {
+    match answer {
+        Ok(_) => !usable(client),
+        Err(ServiceError::McpError(data)) => {
+            STALE_NEGOTIATION.contains(&data.code) || !usable(client)
+        }
+        Err(_) => true,
     }
 }
 
@@ -205,6 +368,7 @@ fn transport_config(call: &ToolCall) -> Result<StreamableHttpClientTransportConf
         custom.insert(name, value);
     }
     config.custom_headers = custom;
+    config.max_concurrent_requests = MAX_CONCURRENT_CALLS;
     // Sessions that expire are re-initialised by rmcp only for requests the server
     // rejected with 404 (never processed), which is safe for effects.
     config.reinit_on_expired_session = true;
@@ -247,12 +411,21 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// True when the error chain proves the request never left: a failed connect.
+///
+/// rmcp wraps the reqwest error of a connected client's request in
+/// `StreamableHttpError::Client` without exposing it as the error's source, so that
+/// wrapper is opened too: otherwise a pooled client whose upstream has gone away would
+/// read every refused connection as a call that may have run.
 fn never_sent(e: &(dyn std::error::Error + 'static)) -> bool {
+    let refused = |r: &reqwest::Error| r.is_connect() || r.is_builder();
     let mut source = Some(e);
     while let Some(err) = source {
-        if err
-            .downcast_ref::<reqwest::Error>()
-            .is_some_and(|r| r.is_connect() || r.is_builder())
+        if err.downcast_ref::<reqwest::Error>().is_some_and(refused) {
+            return true;
+        }
+        if let Some(StreamableHttpError::Client(r)) =
+            err.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+            && refused(r)
         {
             return true;
         }
@@ -308,7 +481,7 @@ pub async fn call_tool(
     let deadline = tokio::time::Instant::now() + call.timeout;
     let connecting = async {
         match sessions {
-            Some(pool) => pool.client(client, &call).await.map(|c| (c, true)),
+            Some(pool) => pool.client(client, &call).await,
             None => connect(client, &call).await.map(|c| (Arc::new(c), false)),
         }
     };
@@ -345,18 +518,15 @@ pub async fn call_tool(
         // The call has ended (answered or failed): from here on it can no longer take
         // effect through this request.
         drop(running);
-        match pool {
-            // A pooled client stays for the next call unless the transport failed.
-            Some((pool, key, client)) => {
-                if matches!(&answer, Err(e) if !matches!(e, ServiceError::McpError(_))) {
-                    pool.evict(&key, &client);
-                }
-            }
-            None => {
-                if let Ok(client) = Arc::try_unwrap(peer) {
-                    let _ = client.cancel().await;
-                }
-            }
+        // A pooled client stays for the next call unless this answer shows it cannot
+        // carry one; a client that is no longer pooled is closed by its last call.
+        if let Some((pool, key, client)) = pool
+            && evicts(&answer, &client)
+        {
+            pool.evict(&key, &client);
+        }
+        if let Ok(client) = Arc::try_unwrap(peer) {
+            let _ = client.cancel().await;
         }
         answer
     });

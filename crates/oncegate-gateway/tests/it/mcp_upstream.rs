@@ -12,7 +12,7 @@ use crate::upstream::{intent, pay_executor};
 use oncegate_engine::Executor;
 use rmcp::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, ErrorData,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{MaybeSendFuture, RequestContext, RoleServer};
@@ -75,6 +75,12 @@ impl ServerHandler for Provider {
             )])
             .into()),
             "internal" => Err(ErrorData::internal_error("database hiccup", None)),
+            // What a server upgraded under a pooled client answers.
+            "stale" => Err(ErrorData::new(
+                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+                "Unsupported protocol version",
+                None,
+            )),
             "slow" => {
                 // Inline, not spawned: if the caller dropped its request (a cancel,
                 // a closed stream), this would never complete.
@@ -403,4 +409,303 @@ async fn a_refused_upstream_pools_nothing_and_leaves_other_clients_alone() {
         ex.execute(intent("A-3")).await,
         EffectResult::Applied { .. }
     ));
+}
+
+/// The provider behind a recorder of every request's URI; with `legacy`, it answers
+/// `server/discover` the way a 2025-11-25 server does (method not found), so clients
+/// fall back to `initialize` and a session.
+async fn recorded_provider(legacy: bool) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let uris = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let served = Provider::default();
+    let service: StreamableHttpService<Provider, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(served.clone()),
+        Arc::default(),
+        StreamableHttpServerConfig::default().with_json_response(true),
+    );
+    let recorder = uris.clone();
+    let app = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let recorder = recorder.clone();
+                async move {
+                    recorder.lock().unwrap().push(request.uri().to_string());
+                    let (parts, body) = request.into_parts();
+                    let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+                    let message = serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null);
+                    if legacy && message["method"] == "server/discover" {
+                        let refusal = json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}});
+                        return axum::response::IntoResponse::into_response(axum::Json(refusal));
+                    }
+                    next.run(axum::extract::Request::from_parts(parts, bytes.into()))
+                        .await
+                }
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, uris)
+}
+
+/// An upstream whose URL or headers are rendered per intent gets no pooled client: one
+/// per intent would never be used again and never be closed. Literal and `{env.*}`
+/// templates are the same for every call, so they pool.
+#[tokio::test]
+async fn per_intent_templates_pool_no_client() {
+    let (url, _) = provider().await;
+    let templated = [
+        (
+            "header",
+            url.clone(),
+            "headers = { \"X-Order\" = \"{arg.order_id}\" }",
+        ),
+        ("url", format!("{url}?key={{key}}"), ""),
+        (
+            "run id",
+            url.clone(),
+            "headers = { \"X-Run\" = \"{run_id}\" }",
+        ),
+    ];
+    for (what, url, extra) in templated {
+        let sessions = oncegate_gateway::upstream::mcp::Sessions::default();
+        for n in 0..4 {
+            let result = executor(&url, "ok", extra)
+                .with_sessions(sessions.clone())
+                .execute(intent(&format!("T-{n}")))
+                .await;
+            assert!(
+                matches!(result, EffectResult::Applied { .. }),
+                "{what}: {result:?}"
+            );
+        }
+        assert_eq!(
+            sessions.len(),
+            0,
+            "a {what} templated per intent was pooled"
+        );
+    }
+    let sessions = oncegate_gateway::upstream::mcp::Sessions::default();
+    for n in 0..4 {
+        let result = executor(
+            &url,
+            "ok",
+            "headers = { \"X-Pkg\" = \"{env.CARGO_PKG_NAME}\" }",
+        )
+        .with_sessions(sessions.clone())
+        .execute(intent(&format!("E-{n}")))
+        .await;
+        assert!(matches!(result, EffectResult::Applied { .. }), "{result:?}");
+    }
+    assert_eq!(
+        sessions.len(),
+        1,
+        "an {{env.*}} header is the same for every call"
+    );
+}
+
+/// The pool is bounded: connecting to one upstream more than it holds drops the least
+/// recently used, and a client unused for the idle time is dropped.
+#[tokio::test]
+async fn the_pool_drops_its_least_recently_used_and_idle_clients() {
+    let (url, _) = provider().await;
+    let sessions = oncegate_gateway::upstream::mcp::Sessions::bounded(2, Duration::from_secs(300));
+    let call = |n: u32| {
+        let ex = executor(&format!("{url}?upstream={n}"), "ok", "").with_sessions(sessions.clone());
+        async move {
+            let result = ex.execute(intent("C-1")).await;
+            assert!(matches!(result, EffectResult::Applied { .. }), "{result:?}");
+        }
+    };
+    call(1).await;
+    call(2).await;
+    assert_eq!(sessions.len(), 2);
+    call(1).await; // 1 is now the most recently used
+    call(3).await; // drops 2
+    assert_eq!(sessions.len(), 2);
+    call(1).await;
+    call(3).await;
+    assert_eq!(sessions.len(), 2, "1 and 3 stayed");
+    call(2).await;
+    assert_eq!(sessions.len(), 2, "the cap holds");
+
+    let idle = oncegate_gateway::upstream::mcp::Sessions::bounded(8, Duration::from_millis(50));
+    let ex = |n: u32| executor(&format!("{url}?idle={n}"), "ok", "").with_sessions(idle.clone());
+    assert!(matches!(
+        ex(1).execute(intent("I-1")).await,
+        EffectResult::Applied { .. }
+    ));
+    assert_eq!(idle.len(), 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(matches!(
+        ex(2).execute(intent("I-2")).await,
+        EffectResult::Applied { .. }
+    ));
+    assert_eq!(
+        idle.len(),
+        1,
+        "the idle client was dropped when another connected"
+    );
+}
+
+/// Argument values in an MCP upstream's URL are percent-encoded, as in an HTTP
+/// upstream's: an order id cannot add a query parameter.
+#[tokio::test]
+async fn mcp_upstream_urls_percent_encode_argument_values() {
+    let (url, uris) = recorded_provider(false).await;
+    let result = executor(&format!("{url}?order={{arg.order_id}}"), "ok", "")
+        .execute(intent("a b&admin=1"))
+        .await;
+    assert!(matches!(result, EffectResult::Applied { .. }), "{result:?}");
+    let uris = uris.lock().unwrap().clone();
+    assert!(!uris.is_empty());
+    assert!(
+        uris.iter()
+            .all(|u| u.ends_with("/mcp?order=a%20b%26admin%3D1")),
+        "{uris:?}"
+    );
+}
+
+/// A client that fell back to a 2025-11-25 session is never pooled (rmcp re-initialises
+/// an expired session by cutting its other calls' streams): each call connects anew.
+#[tokio::test]
+async fn legacy_sessions_are_not_pooled() {
+    let (url, uris) = recorded_provider(true).await;
+    let sessions = oncegate_gateway::upstream::mcp::Sessions::default();
+    for n in 0..3 {
+        let result = executor(&url, "ok", "")
+            .with_sessions(sessions.clone())
+            .execute(intent(&format!("L-{n}")))
+            .await;
+        assert!(matches!(result, EffectResult::Applied { .. }), "{result:?}");
+    }
+    assert_eq!(sessions.len(), 0);
+    // The fallback really happened: a session was opened for each call.
+    let initializes = uris.lock().unwrap().len();
+    assert!(
+        initializes >= 6,
+        "{initializes} requests for 3 legacy calls"
+    );
+}
+
+/// An error saying the negotiation no longer fits the server (-32022 here) drops the
+/// pooled client, so the next call negotiates again; an ordinary tool error keeps it.
+#[tokio::test]
+async fn a_stale_negotiation_error_evicts_the_pooled_client() {
+    let (url, _) = provider().await;
+    let sessions = oncegate_gateway::upstream::mcp::Sessions::default();
+    let run = |tool: &str| executor(&url, tool, "").with_sessions(sessions.clone());
+    assert!(matches!(
+        run("ok").execute(intent("S-1")).await,
+        EffectResult::Applied { .. }
+    ));
+    let _ = run("declined").execute(intent("S-2")).await;
+    assert_eq!(
+        sessions.len(),
+        1,
+        "a tool error says nothing about the client"
+    );
+    let stale = run("stale").execute(intent("S-3")).await;
+    assert!(matches!(stale, EffectResult::Unknown { .. }), "{stale:?}");
+    assert_eq!(sessions.len(), 0, "-32022 drops the client");
+    assert!(matches!(
+        run("ok").execute(intent("S-4")).await,
+        EffectResult::Applied { .. }
+    ));
+    assert_eq!(sessions.len(), 1);
+}
+
+/// An intent with its own key (the sandbox dedupes on it).
+fn keyed(order: &str) -> oncegate_engine::IntentHandle {
+    let mut handle = intent(order);
+    handle.key = format!("key-{order}");
+    handle
+}
+
+/// The sandbox's charges committed so far, by idempotency key.
+async fn charges(base: &str) -> Vec<String> {
+    let body: Value = reqwest::get(format!("{base}/v1/effects?kind=charge"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["idempotency_key"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The sandbox goes away under a pooled client and comes back on the same port (the
+/// same ledger): the call made while it is down sends nothing and drops the client, the
+/// next connects anew and succeeds, and each intent is one charge.
+#[tokio::test]
+async fn a_pooled_client_is_replaced_after_the_upstream_restarts() {
+    oncegate_gateway::server::install_crypto();
+    let app = oncegate_sandbox::router(oncegate_sandbox::SandboxConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let base = format!("http://{addr}");
+    let serve = |listener: tokio::net::TcpListener| {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = app.clone();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        (stop, task)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"
+[[capabilities]]
+name = "pay"
+category = "keyed"
+key = {{ business_ref = "order_id" }}
+
+[capabilities.upstream]
+kind = "mcp"
+url = "{base}/mcp"
+tool = "create_charge"
+timeout = "2s"
+effect_ref = "/id"
+body = {{ order_id = "{{arg.order_id}}", amount_minor = 1250, currency = "USD" }}
+"#
+    );
+    let sessions = oncegate_gateway::upstream::mcp::Sessions::default();
+    let ex = || pay_executor(dir.path(), &text).with_sessions(sessions.clone());
+
+    let (stop, task) = serve(listener);
+    let first = ex().execute(keyed("R-1")).await;
+    assert!(matches!(first, EffectResult::Applied { .. }), "{first:?}");
+    assert_eq!(sessions.len(), 1);
+
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    let down = ex().execute(keyed("R-2")).await;
+    assert!(matches!(down, EffectResult::NotSent { .. }), "{down:?}");
+    assert_eq!(sessions.len(), 0, "the failed client left the pool");
+
+    let (stop, task) = serve(tokio::net::TcpListener::bind(addr).await.unwrap());
+    let retried = ex().execute(keyed("R-2")).await;
+    assert!(
+        matches!(retried, EffectResult::Applied { .. }),
+        "{retried:?}"
+    );
+    assert_eq!(sessions.len(), 1, "the new client is pooled");
+    // A repeat of the first intent reaches the provider again and is deduplicated.
+    let repeat = ex().execute(keyed("R-1")).await;
+    assert!(matches!(repeat, EffectResult::Applied { .. }), "{repeat:?}");
+
+    let mut keys = charges(&base).await;
+    keys.sort();
+    assert_eq!(keys, ["key-R-1", "key-R-2"], "one charge per intent");
+    stop.send(()).unwrap();
+    task.await.unwrap();
 }

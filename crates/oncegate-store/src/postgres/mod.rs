@@ -32,8 +32,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use oncegate_core::audit::ChainKey;
-use sqlx::Row;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Connection, Row};
 
 use crate::StoreError;
 use crate::options::{OpenMode, StoreOptions};
@@ -167,11 +167,7 @@ impl PgStore {
             }
             _ => {}
         }
-        migrator().run(&pool).await.map_err(|e| {
-            StoreError::Unavailable(format!(
-                "cannot migrate the PostgreSQL store at {shown}: {e}"
-            ))
-        })?;
+        migrate(url, &shown).await?;
         let store_id: String = sqlx::query("SELECT value FROM meta WHERE name = 'store_id'")
             .fetch_one(&pool)
             .await
@@ -312,6 +308,114 @@ pub async fn pending_at(url: &str) -> Result<Vec<(i64, String)>, StoreError> {
     result
 }
 
+/// How long a migration waits for a lock before it gives up (and can be run again at a
+/// quieter time): a DDL statement queued behind a long transaction would otherwise queue
+/// every reader and writer of the table behind itself.
+pub const MIGRATION_LOCK_TIMEOUT: &str = "10s";
+
+/// Applies pending migrations on a connection of its own, without the store's
+/// `statement_timeout` (building an index on a large table takes as long as it takes)
+/// but with [`MIGRATION_LOCK_TIMEOUT`]. The settings travel as startup parameters of
+/// that connection, so no migration's SQL (whose checksum sqlx keeps) changes.
+async fn migrate(url: &str, shown: &str) -> Result<(), StoreError> {
+    let failed = |e: &dyn std::fmt::Display| {
+        StoreError::Unavailable(format!(
+            "cannot migrate the PostgreSQL store at {shown}: {e}"
+        ))
+    };
+    let connect = PgConnectOptions::from_str(url)
+        .map_err(|e| StoreError::UnsupportedUrl(format!("{shown} ({e})")))?
+        .options([
+            ("statement_timeout", "0"),
+            ("lock_timeout", MIGRATION_LOCK_TIMEOUT),
+        ])
+        .application_name("oncegate migrate");
+    let mut conn = sqlx::PgConnection::connect_with(&connect)
+        .await
+        .map_err(|e| failed(&e))?;
+    let result = migrator().run(&mut conn).await.map_err(|e| failed(&e));
+    let _ = sqlx::Connection::close(conn).await;
+    result
+}
+
+/// A scratch database on a server, for tools that need one (`oncegate bench`, the
+/// tests): created by [`ScratchDatabase::create`] and dropped (`WITH (FORCE)`) when the
+/// guard goes, on every path: [`ScratchDatabase::drop_now`] where the caller can await
+/// it, else from `Drop` (an error, a panic) on a thread of its own.
+pub struct ScratchDatabase {
+    server: String,
+    name: String,
+    dropped: bool,
+}
+
+impl ScratchDatabase {
+    /// Creates database `name` on the server `server` names.
+    pub async fn create(server: &str, name: &str) -> Result<Self, StoreError> {
+        let shown = redact(server);
+        let mut admin = sqlx::PgConnection::connect(server).await.map_err(|e| {
+            StoreError::Unavailable(format!("cannot connect to PostgreSQL at {shown}: {e}"))
+        })?;
+        let created = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await;
+        let _ = sqlx::Connection::close(admin).await;
+        created.map_err(|e| {
+            StoreError::Unavailable(format!("cannot create database {name} at {shown}: {e}"))
+        })?;
+        Ok(Self {
+            server: server.to_owned(),
+            name: name.to_owned(),
+            dropped: false,
+        })
+    }
+
+    /// The database's URL.
+    pub fn url(&self) -> String {
+        with_database(&self.server, &self.name)
+    }
+
+    /// Drops the database now.
+    pub async fn drop_now(mut self) -> Result<(), StoreError> {
+        self.dropped = true;
+        drop_database(&self.server, &self.name).await
+    }
+}
+
+impl Drop for ScratchDatabase {
+    fn drop(&mut self) {
+        if self.dropped {
+            return;
+        }
+        let (server, name) = (self.server.clone(), self.name.clone());
+        // Drop cannot await, and may run inside a runtime (which cannot block on
+        // another): a thread with its own small runtime drops the database.
+        let dropping = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(runtime) = runtime
+                && let Err(e) = runtime.block_on(drop_database(&server, &name))
+            {
+                tracing::warn!(database = name, error = %e, "a scratch database was left behind");
+            }
+        });
+        let _ = dropping.join();
+    }
+}
+
+async fn drop_database(server: &str, name: &str) -> Result<(), StoreError> {
+    let mut admin = sqlx::PgConnection::connect(server)
+        .await
+        .map_err(unavailable)?;
+    let dropped = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await;
+    let _ = sqlx::Connection::close(admin).await;
+    dropped.map(|_| ()).map_err(unavailable)
+}
+
 /// The migrations this build carries.
 fn migrator() -> sqlx::migrate::Migrator {
     sqlx::migrate!("migrations/postgres")
@@ -369,6 +473,75 @@ async fn inspect(pool: &PgPool) -> Result<Found, StoreError> {
         }
         Found::Foreign(format!("its tables are {shown}"))
     })
+}
+
+#[cfg(test)]
+mod migration_tests {
+    use std::borrow::Cow;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A store at migration 0001 with enough intents that building 0002's indexes takes
+    /// longer than the store's statement timeout (50 ms, set the way the store sets it):
+    /// opening it applies 0002 all the same, and the store then serves under that
+    /// timeout.
+    #[tokio::test]
+    async fn migrations_outlast_the_statement_timeout_on_a_large_table() {
+        let server = std::env::var("ONCEGATE_TEST_POSTGRES_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
+        let name = format!("og_migrate_{:016x}", rand::random::<u64>());
+        let scratch = ScratchDatabase::create(&server, &name).await.unwrap();
+        let url = scratch.url();
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut first = migrator();
+        first.migrations = Cow::Owned(
+            first
+                .migrations
+                .iter()
+                .filter(|m| m.version == 1)
+                .cloned()
+                .collect(),
+        );
+        first.run(&mut conn).await.unwrap();
+        sqlx::raw_sql(
+            "INSERT INTO intents (key, generation, capability, state, breaker_tripped, updated_at, version, body)
+             SELECT 'k' || n, 1, 'cap' || (n % 7), CASE WHEN n % 3 = 0 THEN 'unknown' ELSE 'applied' END,
+                    n % 11 = 0, now() - n * interval '1 second', 1, '{}'
+             FROM generate_series(1, 400000) AS n",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        // The index builds of 0002, timed here without a timeout: each is what the
+        // migration would have to fit in the store's.
+        let started = std::time::Instant::now();
+        sqlx::raw_sql(
+            "CREATE INDEX probe ON intents (state, capability, updated_at); DROP INDEX probe",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let one_index = started.elapsed();
+        let _ = sqlx::Connection::close(conn).await;
+        let timeout = Duration::from_millis(50);
+        assert!(
+            one_index > timeout,
+            "one index builds in {one_index:?}: the table is too small to show anything"
+        );
+        let options = StoreOptions {
+            statement_timeout: timeout,
+            ..StoreOptions::default()
+        };
+        let store = PgStore::open(&url, OpenMode::Existing, options)
+            .await
+            .expect("the migration ran past the statement timeout");
+        assert!(store.pending_migrations().await.unwrap().is_empty());
+        store.close().await;
+        scratch.drop_now().await.unwrap();
+    }
 }
 
 #[cfg(test)]
