@@ -775,7 +775,7 @@ impl SqliteStore {
         let (tx, rx) = oneshot::channel();
         self.inner
             .writer
-            .send(Job::Commit(commit, tx))
+            .send(Job::Commit(writer::Prepared::new(commit), tx))
             .await
             .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?;
         rx.await

@@ -53,8 +53,13 @@ pub(super) fn connect(path: &Path, write: bool) -> Result<Connection, StoreError
         .map_err(unavailable)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     // The same settings sqlx's connections use (its defaults plus the store's options).
-    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
-        .map_err(unavailable)?;
+    // temp_store=MEMORY keeps the writer's savepoint journals (one per commit of a
+    // batch) off the disk: they only roll back a commit inside the open transaction,
+    // and the WAL is what makes a transaction durable.
+    conn.execute_batch(
+        "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY;",
+    )
+    .map_err(unavailable)?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .map_err(unavailable)?;

@@ -40,7 +40,7 @@ const MAX_BATCH: usize = 256;
     reason = "commits are the common job; a binding is rare"
 )]
 pub(super) enum Job {
-    Commit(Commit, oneshot::Sender<Result<(), StoreError>>),
+    Commit(Prepared, oneshot::Sender<Result<(), StoreError>>),
     Bind(
         ClientKeyBinding,
         oneshot::Sender<Result<ClientKeyBinding, StoreError>>,
@@ -49,6 +49,27 @@ pub(super) enum Job {
     Probe(oneshot::Sender<Result<(), StoreError>>),
     /// Shared state outside the audit chain: sessions and work claims.
     Small(Small, oneshot::Sender<Result<bool, StoreError>>),
+}
+
+/// A commit with its rows already serialised and hashed, by the caller: that work needs
+/// no database, and done here it would run on the one writer thread.
+pub(super) struct Prepared {
+    commit: Commit,
+    intent: Option<PreparedIntent>,
+    approval: Option<PreparedApproval>,
+}
+
+impl Prepared {
+    pub(super) fn new(commit: Commit) -> Self {
+        Self {
+            intent: commit
+                .record
+                .as_ref()
+                .map(|r| rows::prepare_intent(r, |_| {})),
+            approval: commit.approval.as_ref().map(rows::prepare_approval),
+            commit,
+        }
+    }
 }
 
 /// A small write outside the audit chain (answers a bool: work claimed, else true).
@@ -276,8 +297,8 @@ fn apply_batch(
         let savepoints = batch.len() > 1;
         let mut results = Vec::with_capacity(batch.len());
         for job in batch {
-            let commit = match job {
-                Job::Commit(commit, _) => commit,
+            let prepared = match job {
+                Job::Commit(prepared, _) => prepared,
                 Job::Bind(binding, _) => {
                     results.push(Done::Bind(bind(conn, binding)?));
                     continue;
@@ -295,7 +316,7 @@ fn apply_batch(
             if savepoints {
                 exec(conn, "SAVEPOINT one")?;
             }
-            match apply_one(conn, commit, &mut tentative, file) {
+            match apply_one(conn, prepared, &mut tentative, file) {
                 Ok(rows) => {
                     written.extend(rows);
                     if savepoints {
@@ -501,16 +522,20 @@ type Written = (RowKind, String, u32, [u8; 32]);
 
 fn apply_one(
     conn: &Connection,
-    commit: &Commit,
+    prepared: &Prepared,
     heads: &mut HashMap<u32, ChainHead>,
     file: &WriterFile,
 ) -> Result<Vec<Written>, StoreError> {
     let key = file.key.as_ref();
     let shards = file.shards;
+    let Prepared {
+        commit,
+        intent,
+        approval,
+    } = prepared;
     let mut event = commit.event.clone();
     let mut intent_row = None;
-    if let Some(record) = &commit.record {
-        let PreparedIntent { stored, body, seal } = rows::prepare_intent(record, |_| {});
+    if let (Some(record), Some(PreparedIntent { stored, body, seal })) = (&commit.record, intent) {
         // The row about to be replaced must be the one the chain wrote (or, for an
         // insert, must never have existed): a commit never launders an edited or
         // deleted row into a fresh, sealed version.
@@ -529,8 +554,9 @@ fn apply_one(
         intent_row = Some((stored, body, seal));
     }
     let mut approval_row = None;
-    if let Some(approval) = &commit.approval {
-        let PreparedApproval { stored, body, seal } = rows::prepare_approval(approval);
+    if let (Some(approval), Some(PreparedApproval { stored, body, seal })) =
+        (&commit.approval, approval)
+    {
         let what = format!("approval {}", stored.id);
         if approval.version == 0 {
             if newest_approval_seal(conn, &stored.id)?.is_some()
