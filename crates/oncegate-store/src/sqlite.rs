@@ -1,5 +1,9 @@
 //! The embedded SQLite backend.
 //!
+//! Why one file for the rest: opening (inspection, the lock, migrations) and the
+//! [`StoreRead`] / [`StoreWrite`] impls are each short, and they share the one `Inner`;
+//! the hot path lives in `sqlite/` beside it.
+//!
 //! WAL with `synchronous=FULL`: a commit is on disk when it returns. One writer thread
 //! owns the only write connection and group-commits ([`writer`]); the reads that decide
 //! a call run whole on reader threads of their own ([`read`]), each owning a blocking
@@ -44,6 +48,7 @@ use crate::{
     StoreWrite, UnreadableRow,
 };
 
+mod adopt;
 mod read;
 mod writer;
 
@@ -196,7 +201,7 @@ impl SqliteStore {
         let verified = file.verified.clone();
         let (conn, file) = tokio::task::spawn_blocking(move || {
             let mut conn = read::connect(&file.path, true)?;
-            writer::adopt_unsealed_rows(&mut conn, file.key.as_ref(), file.shards)?;
+            adopt::adopt_unsealed_rows(&mut conn, file.key.as_ref(), file.shards)?;
             Ok::<_, StoreError>((conn, file))
         })
         .await
