@@ -150,6 +150,12 @@ impl ChainKey {
     pub fn new(secret: &[u8]) -> Option<Self> {
         (!secret.is_empty()).then(|| Self(secret.to_vec()))
     }
+
+    /// The hex HMAC-SHA256 of `value`'s canonical JSON under this key: what seals a
+    /// document kept beside the chain (the `audit verify` checkpoint).
+    pub fn mac(&self, value: &Value) -> String {
+        mac_hex(self, value)
+    }
 }
 
 impl std::fmt::Debug for ChainKey {
@@ -544,20 +550,26 @@ pub fn verify_rows(records: &[AuditRecord], rows: &[StoredRow]) -> Vec<RowProble
     verify_rows_through(records, rows, None)
 }
 
+/// Each shard's last sequence number as walked, and as read again after the rows.
+pub type WalkedHeads<'a> = (&'a BTreeMap<u32, u64>, &'a BTreeMap<u32, u64>);
+
 /// [`verify_rows`] for a walk that ended at `through` (each shard's last walked
-/// sequence number): a row linked to a later record, or to a shard the walk did not
-/// reach, was written after the walk read the chain. It is left for the next walk,
-/// neither checked against an older seal nor reported deleted.
+/// sequence number) while writes went on: a row linked to a record after the walked
+/// head that exists (up to `later`, each shard's head read after the rows) was written
+/// after the walk read the chain. It is left for the next walk, neither checked against
+/// an older seal nor reported deleted. A row linked past `later`, to a record that does
+/// not exist, is checked (and refused) like any other.
 pub fn verify_rows_through(
     records: &[AuditRecord],
     rows: &[StoredRow],
-    through: Option<&BTreeMap<u32, u64>>,
+    through: Option<WalkedHeads<'_>>,
 ) -> Vec<RowProblem> {
     let mut newest = newest_seals(records);
     let mut problems = Vec::new();
     for row in rows {
-        if let (Some(through), Some((shard, seq))) = (through, row.link)
-            && through.get(&shard).is_none_or(|head| seq > *head)
+        if let (Some((through, later)), Some((shard, seq))) = (through, row.link)
+            && seq > through.get(&shard).copied().unwrap_or(0)
+            && later.get(&shard).is_some_and(|head| seq <= *head)
         {
             newest.remove(&(row.kind, row.key.clone(), row.generation));
             continue;

@@ -11,6 +11,12 @@
 //! edited in place (every load checks its row against the chain, so such a row is
 //! refused before anything is decided on it). Anchors need the full walk too.
 //!
+//! The checkpoint lives in the store, so it is trusted as far as the store is: with a
+//! chain key it carries an HMAC under the key (one without a valid MAC is ignored), and
+//! the checkpointed record must still pass its own hash check; without a key, anyone who
+//! can rewrite the chain can rewrite the checkpoint too (anchors kept elsewhere are the
+//! outside reference).
+//!
 //! The checks themselves are pure (`oncegate_core::audit`); this module only reads,
 //! except [`save_checkpoint`].
 
@@ -18,7 +24,8 @@ use std::collections::BTreeMap;
 
 use oncegate_core::audit::{
     Anchor, AnchorHead, AuditRecord, BrokenLink, ChainHead, ChainKey, RowKind, RowProblem,
-    check_anchor, sealed_rows, verify_rows_through, verify_shard_from, verify_shard_with,
+    check_anchor, check_record, sealed_rows, verify_rows_through, verify_shard_from,
+    verify_shard_with,
 };
 use oncegate_core::key::IntentKey;
 use serde::{Deserialize, Serialize};
@@ -68,6 +75,20 @@ pub struct Checkpoint {
     pub heads: BTreeMap<u32, AnchorHead>,
     /// Records verified up to it, over every walk.
     pub records: u64,
+    /// With a chain key, the HMAC of the rest under it: without the key the checkpoint
+    /// cannot be moved past records edited after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+}
+
+impl Checkpoint {
+    fn mac_under(&self, key: &ChainKey) -> String {
+        let unsealed = Checkpoint {
+            mac: None,
+            ..self.clone()
+        };
+        key.mac(&serde_json::to_value(unsealed).unwrap_or_default())
+    }
 }
 
 /// How much of the chain to walk.
@@ -101,20 +122,28 @@ async fn all_records<S: StoreRead>(
     Ok((all, shards))
 }
 
-/// The stored checkpoint, if any. One that does not parse, or names another store, is
-/// ignored (the walk is then full), never trusted.
+/// The stored checkpoint, if any. One that does not parse, names another store, or
+/// (with a chain key) lacks a valid MAC under it is ignored (the walk is then whole),
+/// never trusted.
 pub async fn checkpoint<S: StoreRead>(
     store: &S,
+    key: Option<&ChainKey>,
     store_id: &str,
 ) -> Result<Option<Checkpoint>, StoreError> {
     let Some(text) = store.audit_checkpoint().await? else {
         return Ok(None);
     };
     match serde_json::from_str::<Checkpoint>(&text) {
-        Ok(c) if c.store_id == store_id => Ok(Some(c)),
+        Ok(c)
+            if c.store_id == store_id
+                && key.is_none_or(|k| c.mac.as_deref() == Some(c.mac_under(k).as_str())) =>
+        {
+            Ok(Some(c))
+        }
         Ok(_) | Err(_) => {
             tracing::warn!(
-                "the stored audit checkpoint is unreadable or of another store; walking the whole chain"
+                alert = "audit_checkpoint",
+                "the stored audit checkpoint is unreadable, of another store, or not sealed with the chain key; walking the whole chain"
             );
             Ok(None)
         }
@@ -134,7 +163,7 @@ pub async fn verify_audit<S: StoreRead>(
 ) -> Result<AuditReport, StoreError> {
     if walk == Walk::FromCheckpoint
         && anchors.is_empty()
-        && let Some(from) = checkpoint(store, store_id).await?
+        && let Some(from) = checkpoint(store, key, store_id).await?
     {
         return verify_from(store, key, from).await;
     }
@@ -185,12 +214,22 @@ async fn verify_full<S: StoreRead>(
     }
     let rows = store.stored_rows().await?;
     report.rows = rows.len();
-    // Rows written after the walk read the chain are the next walk's.
-    let through = shards
+    // Rows written after the walk read the chain are the next walk's: those linked to a
+    // record that exists now, past the walked head.
+    let through: BTreeMap<u32, u64> = shards
         .iter()
         .map(|(shard, records)| (*shard, records.last().map_or(0, |r| r.seq)))
         .collect();
-    report.row_problems = verify_rows_through(&all, &rows, Some(&through));
+    let mut later = through.clone();
+    for shard in store.audit_shards().await? {
+        let head = later.entry(shard).or_default();
+        loop {
+            let page = store.audit_shard_after(shard, *head, PAGE).await?;
+            let Some(last) = page.last() else { break };
+            *head = last.seq;
+        }
+    }
+    report.row_problems = verify_rows_through(&all, &rows, Some((&through, &later)));
     Ok(report)
 }
 
@@ -218,10 +257,17 @@ async fn verify_from<S: StoreRead>(
                     .audit_shard_after(shard, checked.seq.saturating_sub(1), 1)
                     .await?;
                 match found.first() {
-                    Some(r) if r.seq == checked.seq && r.hash == checked.hash => ChainHead {
-                        seq: r.seq,
-                        hash: r.hash.clone(),
-                    },
+                    // The record itself must still hash to what it says, not only say it.
+                    Some(r)
+                        if r.seq == checked.seq
+                            && r.hash == checked.hash
+                            && check_record(r, key).is_ok() =>
+                    {
+                        ChainHead {
+                            seq: r.seq,
+                            hash: r.hash.clone(),
+                        }
+                    }
                     _ => {
                         report.broken.push(BrokenLink {
                             shard,
@@ -288,6 +334,7 @@ async fn verify_from<S: StoreRead>(
 /// with problems leaves the previous checkpoint in place.
 pub async fn save_checkpoint<S: StoreWrite>(
     store: &S,
+    key: Option<&ChainKey>,
     store_id: &str,
     report: &AuditReport,
     at: jiff::Timestamp,
@@ -302,12 +349,14 @@ pub async fn save_checkpoint<S: StoreWrite>(
         .map(|c| c.heads.clone())
         .unwrap_or_default();
     heads.extend(report.heads.clone());
-    let checkpoint = Checkpoint {
+    let mut checkpoint = Checkpoint {
         store_id: store_id.to_owned(),
         at,
         heads,
         records: before + report.records as u64,
+        mac: None,
     };
+    checkpoint.mac = key.map(|k| checkpoint.mac_under(k));
     let text = serde_json::to_string(&checkpoint)
         .map_err(|e| StoreError::Corrupt(format!("the audit checkpoint: {e}")))?;
     store.put_audit_checkpoint(text).await?;

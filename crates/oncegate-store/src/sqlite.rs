@@ -679,6 +679,19 @@ impl StoreRead for SqliteStore {
             .execute(&self.inner.readers)
             .await
             .map_err(unavailable)?;
+        // The reads that decide calls run on the reader threads: they must answer too.
+        let answered = self.inner.blocking.run(|conn| {
+            conn.query_row("SELECT 1", [], |_| Ok(()))
+                .map_err(read::unavailable)
+        });
+        match tokio::time::timeout(PROBE_TIMEOUT, answered).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(StoreError::Unavailable(format!(
+                    "the store readers did not answer within {PROBE_TIMEOUT:?}"
+                )));
+            }
+        }
         // Reads answering says nothing about writes: another process holding the write
         // lock makes every commit fail after the busy timeout. Ask the writer, briefly.
         let (tx, rx) = oneshot::channel();

@@ -132,8 +132,14 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             );
             // Where the next verify starts; failing to save it only costs the next one a
             // full walk.
-            if let Err(e) =
-                save_checkpoint(&store, store.store_id(), &report, jiff::Timestamp::now()).await
+            if let Err(e) = save_checkpoint(
+                &store,
+                store.chain_key(),
+                store.store_id(),
+                &report,
+                jiff::Timestamp::now(),
+            )
+            .await
             {
                 eprintln!("warning: the checkpoint for the next verify was not saved: {e}");
             }

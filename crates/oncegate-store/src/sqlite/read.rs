@@ -32,6 +32,17 @@ pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
+/// A failed read: a column that does not hold what the schema says (edited behind the
+/// store's back) is corrupt, anything else a store that cannot answer now.
+fn read_failed(e: rusqlite::Error) -> StoreError {
+    match e {
+        rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::Corrupt(e.to_string()),
+        e => unavailable(e),
+    }
+}
+
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
@@ -71,6 +82,9 @@ pub(super) fn connect(path: &Path, write: bool) -> Result<Connection, StoreError
     }
     Ok(conn)
 }
+
+/// How long a caller waits for a reader thread (what sqlx's pool waited to acquire).
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A read to run on a reader thread.
 type ReadJob = Box<dyn FnOnce(&mut Connection) + Send>;
@@ -119,8 +133,15 @@ impl Readers {
                 let _ = tx.send(read(conn));
             }))
             .map_err(|_| StoreError::Unavailable("the store readers have stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Unavailable("the store readers have stopped".into()))?
+        match tokio::time::timeout(READ_TIMEOUT, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(StoreError::Unavailable(
+                "the store readers have stopped".into(),
+            )),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no store reader answered within {READ_TIMEOUT:?}"
+            ))),
+        }
     }
 }
 
@@ -244,7 +265,7 @@ pub(super) fn fetch_intent(
         })
         .optional()
     })
-    .map_err(unavailable)
+    .map_err(read_failed)
 }
 
 pub(super) fn fetch_approval(conn: &Connection, id: &str) -> Result<Option<RowData>, StoreError> {
@@ -255,7 +276,7 @@ pub(super) fn fetch_approval(conn: &Connection, id: &str) -> Result<Option<RowDa
         s.query_row(params![id], |r| row_data(r, RowKind::Approval))
             .optional()
     })
-    .map_err(unavailable)
+    .map_err(read_failed)
 }
 
 /// The newest audit record that sealed intent (key, generation), as stored.
@@ -274,7 +295,7 @@ pub(super) fn newest_intent_seal(
         s.query_row(params![key, i64::from(generation)], RawRecord::from_row)
             .optional()
     })
-    .map_err(unavailable)
+    .map_err(read_failed)
 }
 
 /// The newest generation of `key` the audit chain sealed.
@@ -285,7 +306,7 @@ fn newest_sealed_generation(conn: &Connection, key: &str) -> Result<Option<u32>,
     )
     .and_then(|mut s| s.query_row(params![key], |r| r.get::<_, Option<i64>>(0)))
     .map(|g| g.map(|g| g as u32))
-    .map_err(unavailable)
+    .map_err(read_failed)
 }
 
 pub(super) fn newest_approval_seal(
@@ -298,7 +319,7 @@ pub(super) fn newest_approval_seal(
          ORDER BY id DESC LIMIT 1",
     )
     .and_then(|mut s| s.query_row(params![id], RawRecord::from_row).optional())
-    .map_err(unavailable)
+    .map_err(read_failed)
 }
 
 /// Checks a row against the newest audit record that sealed it
@@ -310,6 +331,7 @@ pub(super) fn check_row(
     row: &RowData,
     key: Option<&ChainKey>,
     verified: &Verified,
+    remember: Remember,
 ) -> Result<Option<serde_json::Value>, StoreError> {
     let raw = match kind {
         RowKind::Intent => newest_intent_seal(conn, &row.id, row.generation)?,
@@ -325,10 +347,18 @@ pub(super) fn check_row(
     }
     let newest = raw.as_ref().map(RawRecord::parse).transpose()?;
     let value = rows::check_sealed(kind, row, newest, key)?;
-    if let Some(fp) = fp {
+    if let (Some(fp), Remember::Yes) = (fp, remember) {
         verified.insert(kind, row.id.clone(), row.generation, fp);
     }
     Ok(Some(value))
+}
+
+/// Whether a passed check goes into [`Verified`]: not from inside the writer's open
+/// transaction, whose reads may see a row that is then rolled back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Remember {
+    Yes,
+    No,
 }
 
 /// A row checked against the chain, decoded in its storage form `T`.
@@ -339,7 +369,7 @@ fn checked<T: DeserializeOwned>(
     key: Option<&ChainKey>,
     verified: &Verified,
 ) -> Result<T, StoreError> {
-    let decoded = match check_row(conn, kind, row, key, verified)? {
+    let decoded = match check_row(conn, kind, row, key, verified, Remember::Yes)? {
         Some(value) => serde_json::from_value(value),
         None => serde_json::from_str(&row.body),
     };
@@ -373,7 +403,7 @@ pub(super) fn load(
             s.query_row(params![key.as_str()], |r| row_data(r, RowKind::Intent))
                 .optional()
         })
-        .map_err(unavailable)?;
+        .map_err(read_failed)?;
     // The chain's newest generation of this key: on a miss it tells "never written" from
     // "deleted"; on a hit, a newer sealed generation means the newest row is gone.
     let sealed = newest_sealed_generation(&tx, key.as_str())?;
@@ -432,7 +462,7 @@ pub(super) fn find_other_run(
             })
             .optional()
         })
-        .map_err(unavailable)?;
+        .map_err(read_failed)?;
     match row {
         Some(row) => checked_intent(&tx, row, chain_key, verified).map(Some),
         None => Ok(None),

@@ -23,7 +23,7 @@ use rusqlite::{Connection, params};
 use tokio::sync::{mpsc, oneshot};
 
 use super::read::{
-    RawRecord, Verified, check_row, fetch_approval, fetch_intent, fingerprint,
+    RawRecord, Remember, Verified, check_row, fetch_approval, fetch_intent, fingerprint,
     newest_approval_seal, newest_intent_seal, unavailable,
 };
 use crate::rows::{self, PreparedApproval, PreparedIntent};
@@ -548,7 +548,14 @@ fn apply_one(
         } else if let Some(current) = fetch_intent(conn, &stored.key, stored.generation)?
             && current.version == i64::try_from(record.version).unwrap_or(-1)
         {
-            check_row(conn, RowKind::Intent, &current, key, &file.verified)?;
+            check_row(
+                conn,
+                RowKind::Intent,
+                &current,
+                key,
+                &file.verified,
+                Remember::No,
+            )?;
         }
         intent_row = Some((stored, body, seal));
     }
@@ -566,7 +573,14 @@ fn apply_one(
         } else if let Some(current) = fetch_approval(conn, &stored.id)?
             && current.version == i64::try_from(approval.version).unwrap_or(-1)
         {
-            check_row(conn, RowKind::Approval, &current, key, &file.verified)?;
+            check_row(
+                conn,
+                RowKind::Approval,
+                &current,
+                key,
+                &file.verified,
+                Remember::No,
+            )?;
         }
         approval_row = Some((stored, body, seal));
     }

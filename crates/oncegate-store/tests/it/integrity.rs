@@ -295,7 +295,7 @@ async fn verify_from_a_checkpoint_walks_only_what_came_after() {
         "no checkpoint yet: a full walk {first:?}"
     );
     assert_eq!(first.records, 4);
-    let saved = save_checkpoint(&store, &id, &first, jiff::Timestamp::now())
+    let saved = save_checkpoint(&store, None, &id, &first, jiff::Timestamp::now())
         .await
         .unwrap()
         .unwrap();
@@ -317,7 +317,7 @@ async fn verify_from_a_checkpoint_walks_only_what_came_after() {
     assert_eq!((next.records, next.rows), (2, 2));
     assert_eq!(next.since.as_ref().map(|c| c.records), Some(4));
     assert_eq!(
-        save_checkpoint(&store, &id, &next, jiff::Timestamp::now())
+        save_checkpoint(&store, None, &id, &next, jiff::Timestamp::now())
             .await
             .unwrap()
             .map(|c| c.records),
@@ -350,7 +350,7 @@ async fn verify_from_a_checkpoint_walks_only_what_came_after() {
         "{tampered:?}"
     );
     assert!(
-        save_checkpoint(&store, &id, &tampered, jiff::Timestamp::now())
+        save_checkpoint(&store, None, &id, &tampered, jiff::Timestamp::now())
             .await
             .unwrap()
             .is_none(),
@@ -418,4 +418,81 @@ async fn a_row_checked_before_and_edited_since_is_refused() {
         let err = store.load(&key(k)).await.unwrap_err();
         assert!(matches!(err, StoreError::Integrity(_)), "{k}: {err}");
     }
+}
+
+/// A row relinked past every head the walk read (to a record that does not exist) is
+/// not deferred as "written during the walk": the whole walk reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_relinked_past_the_chain_is_reported_by_the_whole_walk() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    let store = SqliteStore::scratch(&db).await.unwrap();
+    write(&store, "ff01").await;
+    write(&store, "ff02").await;
+    let mut conn = raw(&db).await;
+    sqlx::query("UPDATE intents SET body = json_set(body, '$.edited', 1), audit_seq = 9999999 WHERE key = 'ff01'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE intents SET audit_shard = 999 WHERE key = 'ff02'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let report = verify_audit(&store, None, store.store_id(), &[], Walk::Full)
+        .await
+        .unwrap();
+    let mut found: Vec<_> = report.row_problems.iter().map(|p| p.key.as_str()).collect();
+    found.sort_unstable();
+    found.dedup();
+    assert_eq!(found, ["ff01", "ff02"], "{report:?}");
+}
+
+/// With a chain key, the checkpoint carries a MAC under it: one edited without the key
+/// is ignored (the walk is whole), never trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_edited_without_the_chain_key_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let key = ChainKey::new(b"the verifier's secret").unwrap();
+    let store = SqliteStore::open_with(
+        &db,
+        OpenMode::CreateIfMissing,
+        StoreOptions {
+            chain_key: Some(key.clone()),
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let id = store.store_id().to_owned();
+    write(&store, "gg01").await;
+    let first = verify_audit(&store, Some(&key), &id, &[], Walk::Full)
+        .await
+        .unwrap();
+    let saved = save_checkpoint(&store, Some(&key), &id, &first, jiff::Timestamp::now())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(saved.mac.is_some());
+    let trusted = verify_audit(&store, Some(&key), &id, &[], Walk::FromCheckpoint)
+        .await
+        .unwrap();
+    assert!(trusted.ok() && trusted.since.is_some(), "{trusted:?}");
+
+    let mut conn = raw(&db).await;
+    sqlx::query(
+        "UPDATE meta SET value = json_set(value, '$.records', 99) WHERE name = 'audit_checkpoint'",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let whole = verify_audit(&store, Some(&key), &id, &[], Walk::FromCheckpoint)
+        .await
+        .unwrap();
+    assert!(whole.ok(), "{whole:?}");
+    assert!(
+        whole.since.is_none(),
+        "an edited checkpoint is ignored: {whole:?}"
+    );
+    assert_eq!(whole.records, 1);
 }
