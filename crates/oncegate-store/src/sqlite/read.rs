@@ -409,10 +409,7 @@ pub(super) fn load(
     let sealed = newest_sealed_generation(&tx, key.as_str())?;
     match (row, sealed) {
         (None, None) => Ok(None),
-        (None, Some(g)) => Err(integrity(
-            &format!("intent {key} generation {g}"),
-            "the audit chain wrote this row and it is gone (deleted row)",
-        )),
+        (None, Some(g)) => Err(rows::deleted(&format!("intent {key} generation {g}"))),
         (Some(row), Some(g)) if g > row.generation => Err(integrity(
             &format!("intent {key} generation {g}"),
             "the audit chain wrote this generation and it is gone (deleted row)",
@@ -434,10 +431,9 @@ pub(super) fn load_generation(
         Some(row) => checked_intent(&tx, row, chain_key, verified).map(Some),
         None => match newest_intent_seal(&tx, key.as_str(), generation)? {
             None => Ok(None),
-            Some(_) => Err(integrity(
-                &format!("intent {key} generation {generation}"),
-                "the audit chain wrote this row and it is gone (deleted row)",
-            )),
+            Some(_) => Err(rows::deleted(&format!(
+                "intent {key} generation {generation}"
+            ))),
         },
     }
 }
@@ -482,10 +478,7 @@ pub(super) fn approval(
             .map(|a| Some(a.into())),
         None => match newest_approval_seal(&tx, id)? {
             None => Ok(None),
-            Some(_) => Err(integrity(
-                &format!("approval {id}"),
-                "the audit chain wrote this row and it is gone (deleted row)",
-            )),
+            Some(_) => Err(rows::deleted(&format!("approval {id}"))),
         },
     }
 }

@@ -36,6 +36,13 @@ async fn write(store: &SqliteStore, key: &str) {
         .unwrap();
 }
 
+/// A scratch store with these options.
+async fn scratch_with(db: &Path, options: StoreOptions) -> SqliteStore {
+    SqliteStore::open_with(db, OpenMode::CreateIfMissing, options)
+        .await
+        .unwrap()
+}
+
 async fn raw(db: &Path) -> sqlx::SqliteConnection {
     sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
         .await
@@ -120,16 +127,14 @@ async fn a_chain_key_catches_a_recomputed_shard() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("k.db");
     let key = ChainKey::new(b"a secret the editor does not have").unwrap();
-    let store = SqliteStore::open_with(
+    let store = scratch_with(
         &db,
-        OpenMode::CreateIfMissing,
         StoreOptions {
             chain_key: Some(key.clone()),
             ..StoreOptions::default()
         },
     )
-    .await
-    .unwrap();
+    .await;
     for k in ["cc01", "cc02", "cc03"] {
         write(&store, k).await;
     }
@@ -274,16 +279,14 @@ async fn open_refuses_missing_empty_and_foreign_stores() {
 async fn verify_from_a_checkpoint_walks_only_what_came_after() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("c.db");
-    let store = SqliteStore::open_with(
+    let store = scratch_with(
         &db,
-        OpenMode::CreateIfMissing,
         StoreOptions {
             audit_shards: 1,
             ..StoreOptions::default()
         },
     )
-    .await
-    .unwrap();
+    .await;
     let id = store.store_id().to_owned();
     let verify = async |walk| verify_audit(&store, None, &id, &[], walk).await.unwrap();
     for k in ["dd01", "dd02", "dd03", "dd04"] {
@@ -454,16 +457,14 @@ async fn a_checkpoint_edited_without_the_chain_key_is_not_trusted() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("m.db");
     let key = ChainKey::new(b"the verifier's secret").unwrap();
-    let store = SqliteStore::open_with(
+    let store = scratch_with(
         &db,
-        OpenMode::CreateIfMissing,
         StoreOptions {
             chain_key: Some(key.clone()),
             ..StoreOptions::default()
         },
     )
-    .await
-    .unwrap();
+    .await;
     let id = store.store_id().to_owned();
     write(&store, "gg01").await;
     let first = verify_audit(&store, Some(&key), &id, &[], Walk::Full)
