@@ -37,7 +37,10 @@ impl IntentKey {
     }
 
     fn of(material: &Value) -> Self {
-        let canonical = canonical_json(material);
+        Self::of_canonical(&canonical_json(material))
+    }
+
+    fn of_canonical(canonical: &str) -> Self {
         Self(hex::encode(Sha256::digest(canonical.as_bytes())))
     }
 }
@@ -51,6 +54,12 @@ impl fmt::Display for IntentKey {
 /// RFC 8785 canonical JSON.
 pub fn canonical_json(value: &Value) -> String {
     serde_json_canonicalizer::to_string(value).expect("a serde_json::Value always serialises")
+}
+
+/// RFC 8785 canonical JSON of anything that serialises, without building a
+/// `serde_json::Value` first: the same text as [`canonical_json`] of its value form.
+pub fn canonical_json_of(value: &impl Serialize) -> String {
+    serde_json_canonicalizer::to_string(value).expect("storage and audit forms serialise")
 }
 
 /// SHA-256 hex of a value's canonical JSON.
@@ -286,7 +295,9 @@ pub fn derive(
     if principal_in_key {
         material["principal"] = Value::String(principal.to_owned());
     }
-    let key = IntentKey::of(&material);
+    // Canonicalised once: the key hashes it and the explanation shows it.
+    let canonical = canonical_json(&material);
+    let key = IntentKey::of_canonical(&canonical);
     let cross_key = cross_scope.map(|s| {
         let mut m = material.clone();
         m["scope"] = s;
@@ -305,7 +316,7 @@ pub fn derive(
     let explanation = KeyExplanation {
         key: key.clone(),
         cross_run_key: cross_key.clone(),
-        material: canonical_json(&material),
+        material: canonical,
         tenant: tenant.to_owned(),
         capability: capability.name.clone(),
         principal: principal.to_owned(),

@@ -7,7 +7,7 @@
 //! edited, rolled-back, deleted or unsealed row are written once.
 
 use oncegate_core::audit::{
-    AuditRecord, ChainKey, RowKind, RowSeal, check_record, row_hash, row_seal,
+    AuditRecord, ChainKey, RowKind, RowSeal, check_record, row_hash, row_hash_of, row_seal,
 };
 use oncegate_core::intent::{Approval, IntentRecord};
 
@@ -81,16 +81,15 @@ pub(crate) fn prepare_intent(
     let mut stored = IntentRowV1::from(record);
     stored.version = record.version + 1;
     adjust(&mut stored);
-    let value = stored.to_body();
     let seal = RowSeal {
         key: stored.key.clone(),
         generation: stored.generation,
         version: stored.version,
-        hash: row_hash(&value),
+        hash: row_hash_of(&stored),
     };
     PreparedIntent {
+        body: stored.body_text(),
         stored,
-        body: value.to_string(),
         seal,
     }
 }
@@ -99,16 +98,15 @@ pub(crate) fn prepare_intent(
 pub(crate) fn prepare_approval(approval: &Approval) -> PreparedApproval {
     let mut stored = ApprovalRowV1::from(approval);
     stored.version = approval.version + 1;
-    let value = stored.to_body();
     let seal = RowSeal {
         key: stored.id.clone(),
         generation: stored.generation,
         version: stored.version,
-        hash: row_hash(&value),
+        hash: row_hash_of(&stored),
     };
     PreparedApproval {
+        body: stored.body_text(),
         stored,
-        body: value.to_string(),
         seal,
     }
 }

@@ -27,7 +27,7 @@
 //! hashing: the stored body is exactly what the hash covers.
 
 use jiff::Timestamp;
-use oncegate_core::audit::{AuditRecord, EventV1};
+use oncegate_core::audit::{AuditEvent, AuditRecord, EventV1};
 use oncegate_core::codes::Code;
 use oncegate_core::intent::{
     Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState, Lease, Reason,
@@ -171,6 +171,12 @@ impl IntentRowV1 {
         serde_json::to_value(self).expect("storage forms serialise")
     }
 
+    /// The body column's text: [`IntentRowV1::to_body`]'s text, written without building the
+    /// value.
+    pub fn body_text(&self) -> String {
+        serde_json::to_string(self).expect("storage forms serialise")
+    }
+
     /// Decodes a stored body.
     pub fn from_body(body: Value) -> Result<Self, serde_json::Error> {
         serde_json::from_value(body)
@@ -183,6 +189,12 @@ impl ApprovalRowV1 {
         serde_json::to_value(self).expect("storage forms serialise")
     }
 
+    /// The body column's text: [`ApprovalRowV1::to_body`]'s text, written without building the
+    /// value.
+    pub fn body_text(&self) -> String {
+        serde_json::to_string(self).expect("storage forms serialise")
+    }
+
     /// Decodes a stored body.
     pub fn from_body(body: Value) -> Result<Self, serde_json::Error> {
         serde_json::from_value(body)
@@ -193,6 +205,12 @@ impl AuditRowV1 {
     /// The body column's text.
     pub fn body_text(&self) -> String {
         serde_json::to_string(&self.body).expect("storage forms serialise")
+    }
+
+    /// The body column's text of a record of `event` (what [`AuditRowV1::body_text`]
+    /// gives once it is sealed).
+    pub fn body_text_of(event: &AuditEvent) -> String {
+        serde_json::to_string(&EventV1::from(event)).expect("storage forms serialise")
     }
 
     /// A row from its columns and the body column's text.

@@ -21,7 +21,7 @@
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{AuditEvent, AuditKind};
 use crate::codes::Code;
@@ -101,15 +101,26 @@ impl From<EventV1> for AuditEvent {
     }
 }
 
+/// The canonical JSON of an event's V1 form: the part of a record's hashed bytes that
+/// is the event (see `hash_input_v1` for the whole).
+pub(crate) fn canonical_v1(event: &AuditEvent) -> String {
+    crate::key::canonical_json_of(&EventV1::from(event))
+}
+
 /// What a record's hash (or HMAC) is computed over, before canonical JSON: the shard,
 /// the sequence number as a string, the previous hash and the event in its V1 form.
+/// The chain spells its canonical JSON directly around [`canonical_v1`] (`hash_at`);
+/// this value form is what the tests hold that spelling to.
+#[cfg(test)]
 pub(crate) fn hash_input_v1(shard: u32, seq: u64, prev_hash: &str, event: &AuditEvent) -> Value {
     let body = serde_json::to_value(EventV1::from(event)).expect("audit events serialise");
-    json!({"shard": shard, "seq": seq.to_string(), "prev": prev_hash, "event": body})
+    serde_json::json!({"shard": shard, "seq": seq.to_string(), "prev": prev_hash, "event": body})
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::audit::{ChainHead, RowSeal, add_row_seals, seal};
     use crate::key::{canonical_json, digest};
@@ -158,6 +169,32 @@ mod tests {
             canonical_json(&input),
             record.hash
         ));
+    }
+
+    /// The chain spells its hashed bytes around the event's canonical text; they must
+    /// be exactly the canonical JSON of `hash_input_v1`, with and without a chain key,
+    /// for any previous hash, position and detail (escapes and non-ASCII included).
+    #[test]
+    fn encoded_events_seal_as_events_do() {
+        use crate::audit::{ChainKey, EncodedEvent, KEYED_PREFIX, hash_at};
+        use proptest::prelude::*;
+        let key = ChainKey::new(b"a chain key").expect("a non-empty key");
+        proptest!(|(shard in 0u32..64, seq in 0u64..u64::MAX, prev in any::<String>(), memo in any::<String>())| {
+            let mut event = sample();
+            event.detail["memo"] = Value::String(memo);
+            let input = hash_input_v1(shard, seq, &prev, &event);
+            let canonical = canonical_v1(&event);
+            prop_assert_eq!(hash_at(&canonical, shard, seq, &prev, None), digest(&input));
+            let keyed = hash_at(&canonical, shard, seq, &prev, Some(&key));
+            prop_assert_eq!(keyed, format!("{KEYED_PREFIX}{}", key.mac(&input)));
+            let head = ChainHead { seq, hash: prev.clone() };
+            if let Some(next) = seq.checked_add(1) {
+                prop_assert_eq!(
+                    EncodedEvent::new(event.clone()).hash_at(shard, &head, Some(&key)),
+                    hash_at(&canonical, shard, next, &prev, Some(&key))
+                );
+            }
+        });
     }
 
     #[test]

@@ -7,7 +7,7 @@ use oncegate_core::key::IntentKey;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::read::unavailable;
-use super::writer::{append_audit, load_heads};
+use super::writer::{Sealable, append_audit, load_heads};
 use crate::StoreError;
 
 /// Seals rows written before row seals existed, once, with one admin audit record per
@@ -100,7 +100,7 @@ pub(super) fn adopt_unsealed_rows(
             RowKind::Approval => (None, Some(seal.clone())),
         };
         add_row_seals(&mut event, intent_seal, approval_seal);
-        let (sealed, _) = append_audit(&tx, event, &mut heads, key, shards)?;
+        let sealed = append_audit(&tx, &Sealable::new(event), &mut heads, key, shards)?;
         let sql = match row.kind {
             RowKind::Intent => {
                 "UPDATE intents SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE key = ?4 AND generation = ?5"
@@ -112,8 +112,8 @@ pub(super) fn adopt_unsealed_rows(
         tx.execute(
             sql,
             params![
-                i64::from(sealed.shard),
-                sealed.seq as i64,
+                sealed.shard,
+                sealed.seq,
                 seal.hash,
                 row.id,
                 i64::from(row.generation)

@@ -14,9 +14,11 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
 
 use oncegate_core::audit::{
-    AuditEvent, AuditRecord, ChainHead, ChainKey, RowKind, RowSeal, add_row_seals, seal_with,
+    AuditEvent, ChainHead, ChainKey, EncodedEvent, RowKind, RowSeal, add_row_seals,
 };
 use oncegate_core::key::IntentKey;
 use rusqlite::{Connection, params};
@@ -32,6 +34,66 @@ use crate::{ClientKeyBinding, Commit, KillSwitchChange, McpSession, StoreError};
 
 /// Jobs applied in one transaction at most.
 const MAX_BATCH: usize = 256;
+
+/// Intent rows [`Own`] remembers at most (then it starts again).
+const OWN_ROWS: usize = 50_000;
+
+/// The intent rows this thread committed, as it wrote them: a fingerprint of each row's
+/// version, body, seal hash and audit link ([`own_fingerprint`]).
+///
+/// Before it replaces a row the writer makes sure the row is the one the chain wrote.
+/// A row found exactly as this thread committed it needs no lookup of the newest record
+/// that sealed it (the most expensive statement of a claim's completion): a newer seal
+/// for it could only come from another writer, which would have appended to the row's
+/// shard (intent seals go to their key's shard), so this thread's next append there
+/// collides on `UNIQUE (shard, seq)`, the batch fails, and this map is cleared with the
+/// chain heads before the batch is tried again with every check. Any edit of the row
+/// changes the fingerprint and gets the full check.
+#[derive(Default)]
+struct Own(HashMap<(String, u32), [u8; 32]>);
+
+impl Own {
+    fn wrote(&self, row: &rows::RowData) -> bool {
+        self.0
+            .get(&(row.id.clone(), row.generation))
+            .is_some_and(|fp| {
+                *fp == own_fingerprint(row.version, &row.body, row.row_hash.as_deref(), row.link)
+            })
+    }
+
+    fn remember(&mut self, id: String, generation: u32, fp: [u8; 32]) {
+        if self.0.len() >= OWN_ROWS {
+            self.0.clear();
+        }
+        self.0.insert((id, generation), fp);
+    }
+}
+
+/// What [`Own`] keeps of a row.
+fn own_fingerprint(
+    version: i64,
+    body: &str,
+    row_hash: Option<&str>,
+    link: Option<(u32, u64)>,
+) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(&version.to_le_bytes());
+    field(body.as_bytes());
+    field(row_hash.unwrap_or("").as_bytes());
+    match link {
+        Some((shard, seq)) => {
+            field(&shard.to_le_bytes());
+            field(&seq.to_le_bytes());
+        }
+        None => field(b"unlinked"),
+    }
+    h.finalize().into()
+}
 
 /// Work for the writer (queued by value; commits dominate, so boxing buys nothing).
 #[expect(
@@ -50,23 +112,50 @@ pub(super) enum Job {
     Small(Small, oneshot::Sender<Result<bool, StoreError>>),
 }
 
-/// A commit with its rows already serialised and hashed, by the caller: that work needs
-/// no database, and done here it would run on the one writer thread.
+/// A commit with its rows serialised and hashed and its audit event encoded (row seals
+/// written), by the caller: that work needs no database and no chain head, and done
+/// here it would run on the one writer thread. The writer only chains the event
+/// ([`EncodedEvent::hash_at`]: one SHA-256 of the encoded bytes).
 pub(super) struct Prepared {
     commit: Commit,
     intent: Option<PreparedIntent>,
     approval: Option<PreparedApproval>,
+    event: Sealable,
 }
 
 impl Prepared {
     pub(super) fn new(commit: Commit) -> Self {
+        let intent = commit
+            .record
+            .as_ref()
+            .map(|r| rows::prepare_intent(r, |_| {}));
+        let approval = commit.approval.as_ref().map(rows::prepare_approval);
+        let mut event = commit.event.clone();
+        add_row_seals(
+            &mut event,
+            intent.as_ref().map(|r| r.seal.clone()),
+            approval.as_ref().map(|r| r.seal.clone()),
+        );
         Self {
-            intent: commit
-                .record
-                .as_ref()
-                .map(|r| rows::prepare_intent(r, |_| {})),
-            approval: commit.approval.as_ref().map(rows::prepare_approval),
+            intent,
+            approval,
+            event: Sealable::new(event),
             commit,
+        }
+    }
+}
+
+/// An audit event ready to be chained: encoded for its hash, with its body column's text.
+pub(super) struct Sealable {
+    encoded: EncodedEvent,
+    body: String,
+}
+
+impl Sealable {
+    pub(super) fn new(event: AuditEvent) -> Self {
+        Self {
+            body: AuditRowV1::body_text_of(&event),
+            encoded: EncodedEvent::new(event),
         }
     }
 }
@@ -151,24 +240,61 @@ pub(super) struct WriterFile {
     pub(super) verified: Arc<Verified>,
 }
 
-/// Starts the writer thread on `conn`; it stops when the last sender is dropped.
+/// How long the checkpointer lets commits gather before it checkpoints them.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+
+/// Starts the writer thread on `conn` and its checkpointer; both stop when the last
+/// sender is dropped.
 pub(super) fn start(
     conn: Connection,
     rx: mpsc::Receiver<Job>,
     file: WriterFile,
 ) -> Result<(), StoreError> {
+    // The WAL is copied back into the database by a thread of its own, off the one
+    // writer's path (SQLite's automatic checkpoint would run inside the writer's
+    // COMMIT, with its fsync of the database file). It checkpoints at most every
+    // CHECKPOINT_EVERY while commits come, and sleeps on a channel when none do.
+    conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
+        .map_err(unavailable)?;
+    let checkpointer = super::read::connect(&file.path, true)?;
+    let (kick, kicks) = std_mpsc::sync_channel(1);
+    let path = file.path.clone();
+    std::thread::Builder::new()
+        .name("oncegate-sqlite-checkpoint".into())
+        .spawn(move || checkpoints(&checkpointer, &kicks, &path))
+        .map_err(unavailable)?;
     std::thread::Builder::new()
         .name("oncegate-sqlite-writer".into())
-        .spawn(move || run(conn, rx, &file))
+        .spawn(move || run(conn, rx, &file, &kick))
         .map(drop)
         .map_err(unavailable)
 }
 
-fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, file: &WriterFile) {
+/// Checkpoints (passively: never waits for a reader or the writer) after commits.
+fn checkpoints(conn: &Connection, kicks: &std_mpsc::Receiver<()>, path: &std::path::Path) {
+    while kicks.recv().is_ok() {
+        std::thread::sleep(CHECKPOINT_EVERY);
+        // A file marked read-only is not written, even to copy committed pages back.
+        if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) {
+            continue;
+        }
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(error = %e, "the SQLite checkpoint failed; the WAL grows until the next one");
+        }
+    }
+}
+
+fn run(
+    conn: Connection,
+    mut rx: mpsc::Receiver<Job>,
+    file: &WriterFile,
+    kick: &std_mpsc::SyncSender<()>,
+) {
     // The chain heads live in memory: this thread is the only writer of this file, so
     // it need not read them back on every commit. They are reloaded after any failed
     // batch (which also covers a second writer having appended meanwhile).
     let mut heads = load_heads(&conn).unwrap_or_default();
+    let mut own = Own::default();
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
@@ -209,10 +335,12 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, file: &WriterFile) {
                 results = probe(&conn).map(|()| batch.iter().map(|_| Done::Probe).collect());
                 break;
             }
-            results = apply_batch(&conn, &batch, &mut heads, file);
+            results = apply_batch(&conn, &batch, &mut heads, &mut own, file);
             if results.is_ok() {
                 break;
             }
+            // Another writer may have appended (see `Own`): check everything again.
+            own = Own::default();
             heads = match load_heads(&conn) {
                 Ok(h) => h,
                 Err(_) => break,
@@ -220,6 +348,8 @@ fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, file: &WriterFile) {
         }
         match results {
             Ok(results) => {
+                // Full: a checkpoint is already due.
+                let _ = kick.try_send(());
                 for (job, done) in batch.drain(..).zip(results) {
                     job.reply(Ok(done));
                 }
@@ -287,6 +417,7 @@ fn apply_batch(
     conn: &Connection,
     batch: &[Job],
     heads: &mut HashMap<u32, ChainHead>,
+    own: &mut Own,
     file: &WriterFile,
 ) -> Result<Vec<Done>, StoreError> {
     let mut tentative = heads.clone();
@@ -315,7 +446,7 @@ fn apply_batch(
             if savepoints {
                 exec(conn, "SAVEPOINT one")?;
             }
-            match apply_one(conn, prepared, &mut tentative, file) {
+            match apply_one(conn, prepared, &mut tentative, own, file) {
                 Ok(rows) => {
                     written.extend(rows);
                     if savepoints {
@@ -344,8 +475,11 @@ fn apply_batch(
     match result {
         Ok(results) => {
             *heads = tentative;
-            for (kind, id, generation, fp) in written {
-                file.verified.insert(kind, id, generation, fp);
+            for w in written {
+                if let Some(fp) = w.own {
+                    own.remember(w.id.clone(), w.generation, fp);
+                }
+                file.verified.insert(w.kind, w.id, w.generation, w.verified);
             }
             Ok(results)
         }
@@ -472,26 +606,26 @@ fn write_kill_switch(conn: &Connection, change: &KillSwitchChange) -> Result<(),
     .map_err(unavailable)
 }
 
-/// Chains `event` after its shard's head, inserts it, and advances `heads`.
+/// Chains `event` after its shard's head, inserts it, and advances `heads`; returns the
+/// record as stored.
 pub(super) fn append_audit(
     conn: &Connection,
-    event: AuditEvent,
+    event: &Sealable,
     heads: &mut HashMap<u32, ChainHead>,
     key: Option<&ChainKey>,
     shards: u32,
-) -> Result<(AuditRecord, RawRecord), StoreError> {
+) -> Result<RawRecord, StoreError> {
+    let shard = event.encoded.event().shard_in(shards);
     let head = heads
-        .get(&event.shard_in(shards))
+        .get(&shard)
         .cloned()
         .unwrap_or_else(ChainHead::genesis);
-    let sealed = seal_with(event, &head, key, shards);
-    let row = AuditRowV1::from(sealed.clone());
     let raw = RawRecord {
-        shard: i64::from(row.shard),
-        seq: row.seq as i64,
-        body: row.body_text(),
-        prev_hash: row.prev_hash,
-        hash: row.hash,
+        shard: i64::from(shard),
+        seq: (head.seq + 1) as i64,
+        body: event.body.clone(),
+        hash: event.encoded.hash_at(shard, &head, key),
+        prev_hash: head.hash,
     };
     conn.prepare_cached(
         "INSERT INTO audit (shard, seq, prev_hash, hash, body) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -507,22 +641,29 @@ pub(super) fn append_audit(
     })
     .map_err(unavailable)?;
     heads.insert(
-        sealed.shard,
+        shard,
         ChainHead {
-            seq: sealed.seq,
-            hash: sealed.hash.clone(),
+            seq: head.seq + 1,
+            hash: raw.hash.clone(),
         },
     );
-    Ok((sealed, raw))
+    Ok(raw)
 }
 
-/// A row a commit wrote, for [`Verified`]: kind, id, generation, fingerprint.
-type Written = (RowKind, String, u32, [u8; 32]);
+/// A row a commit wrote: for [`Verified`], and (intent rows) for [`Own`].
+struct Written {
+    kind: RowKind,
+    id: String,
+    generation: u32,
+    verified: [u8; 32],
+    own: Option<[u8; 32]>,
+}
 
 fn apply_one(
     conn: &Connection,
     prepared: &Prepared,
     heads: &mut HashMap<u32, ChainHead>,
+    own: &Own,
     file: &WriterFile,
 ) -> Result<Vec<Written>, StoreError> {
     let key = file.key.as_ref();
@@ -531,8 +672,8 @@ fn apply_one(
         commit,
         intent,
         approval,
+        event,
     } = prepared;
-    let mut event = commit.event.clone();
     let mut intent_row = None;
     if let (Some(record), Some(PreparedIntent { stored, body, seal })) = (&commit.record, intent) {
         // The row about to be replaced must be the one the chain wrote (or, for an
@@ -547,6 +688,7 @@ fn apply_one(
             }
         } else if let Some(current) = fetch_intent(conn, &stored.key, stored.generation)?
             && current.version == i64::try_from(record.version).unwrap_or(-1)
+            && !own.wrote(&current)
         {
             check_row(
                 conn,
@@ -584,17 +726,9 @@ fn apply_one(
         }
         approval_row = Some((stored, body, seal));
     }
-    add_row_seals(
-        &mut event,
-        intent_row.as_ref().map(|r| r.2.clone()),
-        approval_row.as_ref().map(|r| r.2.clone()),
-    );
     // Where the event will land; the rows name it. The heads move only on append.
-    let head = heads
-        .get(&event.shard_in(shards))
-        .cloned()
-        .unwrap_or_else(ChainHead::genesis);
-    let (shard, seq) = (event.shard_in(shards), head.seq + 1);
+    let shard = event.encoded.event().shard_in(shards);
+    let seq = heads.get(&shard).map_or(0, |h| h.seq) + 1;
 
     if let Some((stored, body, seal)) = &intent_row {
         let sql = if stored.version == 1 {
@@ -664,8 +798,8 @@ fn apply_one(
     if let Some(change) = &commit.kill_switch {
         write_kill_switch(conn, change)?;
     }
-    let (sealed, raw) = append_audit(conn, event, heads, key, shards)?;
-    debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
+    let raw = append_audit(conn, event, heads, key, shards)?;
+    debug_assert_eq!((raw.shard, raw.seq), (i64::from(shard), seq as i64));
     // What the loads need not check again: exactly the bytes just written.
     let fp = |version: u64, body: &str, seal: &RowSeal| {
         fingerprint(
@@ -678,22 +812,27 @@ fn apply_one(
     };
     let mut written = Vec::with_capacity(2);
     if let Some((stored, body, seal)) = &intent_row {
-        let id = stored.key.clone();
-        written.push((
-            RowKind::Intent,
-            id,
-            stored.generation,
-            fp(stored.version, body, seal),
-        ));
+        written.push(Written {
+            kind: RowKind::Intent,
+            id: stored.key.clone(),
+            generation: stored.generation,
+            verified: fp(stored.version, body, seal),
+            own: Some(own_fingerprint(
+                stored.version as i64,
+                body,
+                Some(&seal.hash),
+                Some((shard, seq)),
+            )),
+        });
     }
     if let Some((stored, body, seal)) = &approval_row {
-        let id = stored.id.clone();
-        written.push((
-            RowKind::Approval,
-            id,
-            stored.generation,
-            fp(stored.version, body, seal),
-        ));
+        written.push(Written {
+            kind: RowKind::Approval,
+            id: stored.id.clone(),
+            generation: stored.generation,
+            verified: fp(stored.version, body, seal),
+            own: None,
+        });
     }
     Ok(written)
 }

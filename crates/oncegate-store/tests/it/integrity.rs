@@ -497,3 +497,51 @@ async fn a_checkpoint_edited_without_the_chain_key_is_not_trusted() {
     );
     assert_eq!(whole.records, 1);
 }
+
+/// The writer skips the seal lookup before replacing a row it finds exactly as it
+/// committed it. A row edited since, or sealed since by another writer (whose record is
+/// the next of the row's shard, so this writer's append there collides) and then put
+/// back, is still refused, and nothing is laundered into a fresh sealed version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_changed_since_this_writer_committed_it_is_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let store = SqliteStore::scratch(&db).await.unwrap();
+    // One shard each (the first four hex digits pick it).
+    let keys = ["dd01", "dd02", "dd03"];
+    let mut loaded = Vec::new();
+    for k in keys {
+        write(&store, k).await;
+        let key = oncegate_core::key::IntentKey::from_hex(k);
+        loaded.push(store.load(&key).await.unwrap().expect("written"));
+    }
+    let mut conn = raw(&db).await;
+    for sql in [
+        "UPDATE intents SET body = json_set(body, '$.edited', 1) WHERE key = 'dd01'",
+        "INSERT INTO audit (shard, seq, prev_hash, hash, body)
+         SELECT shard, seq + 1, hash, 'another writer', json_set(body, '$.detail.row_intent.version', 2)
+         FROM audit WHERE json_extract(body, '$.detail.row_intent.key') = 'dd02'",
+    ] {
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    }
+    let mut outcomes = Vec::new();
+    for rec in loaded {
+        let result = store
+            .commit(Commit::new(Some(rec.clone()), None, event(&rec)))
+            .await;
+        outcomes.push(match result {
+            Ok(()) => "replaced",
+            Err(StoreError::Integrity(_)) => "refused",
+            Err(e) => panic!("{}: {e}", rec.key),
+        });
+    }
+    assert_eq!(outcomes, ["refused", "refused", "replaced"]);
+    let versions: Vec<i64> = sqlx::query("SELECT version FROM intents ORDER BY key")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, [1, 1, 2], "only the untouched row moved on");
+}

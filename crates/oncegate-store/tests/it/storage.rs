@@ -5,8 +5,8 @@
 
 use jiff::Timestamp;
 use oncegate_core::audit::{
-    AuditEvent, AuditKind, AuditRecord, ChainHead, ChainKey, RowKind, RowSeal, StoredRow,
-    add_row_seals, row_hash, seal, seal_with, verify_rows, verify_shard,
+    AuditEvent, AuditKind, AuditRecord, ChainHead, ChainKey, EncodedEvent, RowKind, RowSeal,
+    StoredRow, add_row_seals, row_hash, row_hash_of, seal, seal_with, verify_rows, verify_shard,
 };
 use oncegate_core::codes::Code;
 use oncegate_core::intent::{
@@ -141,6 +141,29 @@ fn audit_row_v1_bytes_and_hash() {
         keyed.hash,
         plain.body_text()
     ));
+}
+
+/// A commit writes and seals its rows straight from their storage forms, without the
+/// value form a load reads back: the two spellings must give the same bytes and hashes.
+#[test]
+fn rows_and_events_written_without_a_value_match_their_value_form() {
+    let intent = IntentRowV1::from(&full_intent());
+    assert_eq!(intent.body_text(), intent.to_body().to_string());
+    assert_eq!(row_hash_of(&intent), row_hash(&intent.to_body()));
+    let approval = ApprovalRowV1::from(&full_approval());
+    assert_eq!(approval.body_text(), approval.to_body().to_string());
+    assert_eq!(row_hash_of(&approval), row_hash(&approval.to_body()));
+    let event = full_event();
+    let head = ChainHead::genesis();
+    let sealed = seal(event.clone(), &head);
+    assert_eq!(
+        EncodedEvent::new(event.clone()).hash_at(sealed.shard, &head, None),
+        sealed.hash
+    );
+    assert_eq!(
+        AuditRowV1::body_text_of(&event),
+        AuditRowV1::from(sealed).body_text()
+    );
 }
 
 #[test]
