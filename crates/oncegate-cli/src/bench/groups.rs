@@ -67,18 +67,22 @@ pub(super) async fn scale_group(
     let empty = site.serve(&empty_config, "empty-gateway").await?;
     let big = site.serve(&big_config, "big-gateway").await?;
 
-    bar.set_message("watching idle gateways");
-    let idle = scale::idle_cpu(&[&big, &empty], plan.idle).await;
-    for (label, share) in [
-        (format!("{n} intents"), idle[0]),
-        ("an empty store".to_owned(), idle[1]),
-    ] {
-        if let Some(share) = share {
-            facts.push(Fact::new(
-                format!("idle gateway CPU, {label}"),
-                share * 100.0,
-                "% of a core",
-            ));
+    // Two windows: the first right after the gateways answer ready (what a start costs,
+    // its first sweep included), then the steady idle cost.
+    for phase in ["after start", "steady"] {
+        bar.set_message(format!("watching idle gateways ({phase})"));
+        let idle = scale::idle_cpu(&[&big, &empty], plan.idle).await;
+        for (label, share) in [
+            (format!("{n} intents"), idle[0]),
+            ("an empty store".to_owned(), idle[1]),
+        ] {
+            if let Some(share) = share {
+                facts.push(Fact::new(
+                    format!("idle gateway CPU ({phase}), {label}"),
+                    share * 100.0,
+                    "% of a core",
+                ));
+            }
         }
     }
 

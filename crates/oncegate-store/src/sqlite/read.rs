@@ -204,13 +204,14 @@ impl Verified {
     }
 }
 
-/// The fingerprint of a row as stored and the record that sealed it.
+/// The fingerprint of a row as stored and the record that sealed it (without a
+/// record: of the row alone, what the writer remembers of its own rows).
 pub(super) fn fingerprint(
     version: i64,
     body: &str,
     row_hash: Option<&str>,
     link: Option<(u32, u64)>,
-    record: &RawRecord,
+    record: Option<&RawRecord>,
 ) -> [u8; 32] {
     let mut h = Sha256::new();
     let mut field = |bytes: &[u8]| {
@@ -227,11 +228,13 @@ pub(super) fn fingerprint(
         }
         None => field(b"unlinked"),
     }
-    field(&record.shard.to_le_bytes());
-    field(&record.seq.to_le_bytes());
-    field(record.prev_hash.as_bytes());
-    field(record.hash.as_bytes());
-    field(record.body.as_bytes());
+    if let Some(record) = record {
+        field(&record.shard.to_le_bytes());
+        field(&record.seq.to_le_bytes());
+        field(record.prev_hash.as_bytes());
+        field(record.hash.as_bytes());
+        field(record.body.as_bytes());
+    }
     h.finalize().into()
 }
 
@@ -337,9 +340,15 @@ pub(super) fn check_row(
         RowKind::Intent => newest_intent_seal(conn, &row.id, row.generation)?,
         RowKind::Approval => newest_approval_seal(conn, &row.id)?,
     };
-    let fp = raw
-        .as_ref()
-        .map(|r| fingerprint(row.version, &row.body, row.row_hash.as_deref(), row.link, r));
+    let fp = raw.as_ref().map(|r| {
+        fingerprint(
+            row.version,
+            &row.body,
+            row.row_hash.as_deref(),
+            row.link,
+            Some(r),
+        )
+    });
     if let Some(fp) = &fp
         && verified.holds(kind, row, fp)
     {

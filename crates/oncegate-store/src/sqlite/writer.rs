@@ -69,30 +69,14 @@ impl Own {
     }
 }
 
-/// What [`Own`] keeps of a row.
+/// What [`Own`] keeps of a row: its fingerprint without a sealing record.
 fn own_fingerprint(
     version: i64,
     body: &str,
     row_hash: Option<&str>,
     link: Option<(u32, u64)>,
 ) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    let mut field = |bytes: &[u8]| {
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    };
-    field(&version.to_le_bytes());
-    field(body.as_bytes());
-    field(row_hash.unwrap_or("").as_bytes());
-    match link {
-        Some((shard, seq)) => {
-            field(&shard.to_le_bytes());
-            field(&seq.to_le_bytes());
-        }
-        None => field(b"unlinked"),
-    }
-    h.finalize().into()
+    fingerprint(version, body, row_hash, link, None)
 }
 
 /// Work for the writer (queued by value; commits dominate, so boxing buys nothing).
@@ -807,7 +791,7 @@ fn apply_one(
             body,
             Some(&seal.hash),
             Some((shard, seq)),
-            &raw,
+            Some(&raw),
         )
     };
     let mut written = Vec::with_capacity(2);
