@@ -19,7 +19,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use hmac::{KeyInit, Mac};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -31,7 +30,8 @@ use crate::key::{IntentKey, canonical_json, digest};
 
 mod encoding;
 
-pub use encoding::EventV1;
+use encoding::mac_bytes;
+pub use encoding::{EncodedEvent, EventV1};
 
 /// The default number of audit shards (`[store] audit_shards`). Changing it re-shards only new records; verification walks
 /// whatever shards exist.
@@ -175,60 +175,11 @@ fn hash_of(
     key: Option<&ChainKey>,
 ) -> String {
     // The event's frozen V1 form, never its domain serde: see `encoding`.
-    hash_at(&encoding::canonical_v1(event), shard, seq, prev_hash, key)
-}
-
-/// The hash of a record at (`shard`, `seq`) after `prev_hash` whose event's V1 form has
-/// the canonical JSON `event`. The hashed bytes are the canonical JSON of
-/// `encoding::hash_input_v1`; RFC 8785 orders its four members `event`, `prev`,
-/// `seq`, `shard`, so they are spelled here around the event's own canonical text
-/// rather than canonicalising the event again (the `hash_input_and_hash_v1` and
-/// `encoded_events_seal_as_events_do` tests hold the two spellings equal).
-fn hash_at(event: &str, shard: u32, seq: u64, prev_hash: &str, key: Option<&ChainKey>) -> String {
-    let prev = canonical_json(&Value::String(prev_hash.to_owned()));
-    let material = format!(r#"{{"event":{event},"prev":{prev},"seq":"{seq}","shard":{shard}}}"#);
-    match key {
-        None => hex::encode(<Sha256 as sha2::Digest>::digest(material.as_bytes())),
-        Some(key) => format!("{KEYED_PREFIX}{}", mac_bytes(key, material.as_bytes())),
-    }
+    encoding::hash_at(&encoding::canonical_v1(event), shard, seq, prev_hash, key)
 }
 
 fn mac_hex(key: &ChainKey, material: &Value) -> String {
     mac_bytes(key, canonical_json(material).as_bytes())
-}
-
-fn mac_bytes(key: &ChainKey, bytes: &[u8]) -> String {
-    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key.0).expect("HMAC takes any key length");
-    mac.update(bytes);
-    hex::encode(mac.finalize().into_bytes())
-}
-
-/// An event encoded for the chain before it is sealed: encoding (the V1 form's
-/// canonical JSON) is most of what sealing costs, and it needs no chain head. A store
-/// with one writer encodes on the caller's thread and seals on its own with
-/// [`EncodedEvent::hash_at`], which costs one SHA-256 (or HMAC) of the encoded bytes.
-#[derive(Clone, Debug)]
-pub struct EncodedEvent {
-    event: AuditEvent,
-    canonical: String,
-}
-
-impl EncodedEvent {
-    /// Encodes `event` (its row seals already written: they are part of what is hashed).
-    pub fn new(event: AuditEvent) -> Self {
-        let canonical = encoding::canonical_v1(&event);
-        Self { event, canonical }
-    }
-
-    /// The event.
-    pub fn event(&self) -> &AuditEvent {
-        &self.event
-    }
-
-    /// The hash [`seal_with`] gives this event at `head`'s next position in `shard`.
-    pub fn hash_at(&self, shard: u32, head: &ChainHead, key: Option<&ChainKey>) -> String {
-        hash_at(&self.canonical, shard, head.seq + 1, &head.hash, key)
-    }
 }
 
 /// Chains `event` after `head` (no chain key, the default shard count).

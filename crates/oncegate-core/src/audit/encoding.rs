@@ -19,14 +19,16 @@
 //! The row seals inside `detail` ([`RowSeal`](super::RowSeal)) are pinned by the same
 //! rule through the stored-bytes snapshots of `oncegate-store`.
 
+use hmac::{KeyInit, Mac};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::Sha256;
 
-use super::{AuditEvent, AuditKind};
+use super::{AuditEvent, AuditKind, ChainHead, ChainKey, KEYED_PREFIX};
 use crate::codes::Code;
 use crate::intent::{IntentState, Status};
-use crate::key::IntentKey;
+use crate::key::{IntentKey, canonical_json};
 
 /// Version 1 of the hashed (and stored) form of an audit event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -117,6 +119,61 @@ pub(crate) fn hash_input_v1(shard: u32, seq: u64, prev_hash: &str, event: &Audit
     serde_json::json!({"shard": shard, "seq": seq.to_string(), "prev": prev_hash, "event": body})
 }
 
+/// The hash of a record at (`shard`, `seq`) after `prev_hash` whose event's V1 form has
+/// the canonical JSON `event`. The hashed bytes are the canonical JSON of
+/// `hash_input_v1`; RFC 8785 orders its four members `event`, `prev`,
+/// `seq`, `shard`, so they are spelled here around the event's own canonical text
+/// rather than canonicalising the event again (the `hash_input_and_hash_v1` and
+/// `encoded_events_seal_as_events_do` tests hold the two spellings equal).
+pub(super) fn hash_at(
+    event: &str,
+    shard: u32,
+    seq: u64,
+    prev_hash: &str,
+    key: Option<&ChainKey>,
+) -> String {
+    let prev = canonical_json(&Value::String(prev_hash.to_owned()));
+    let material = format!(r#"{{"event":{event},"prev":{prev},"seq":"{seq}","shard":{shard}}}"#);
+    match key {
+        None => hex::encode(<Sha256 as sha2::Digest>::digest(material.as_bytes())),
+        Some(key) => format!("{KEYED_PREFIX}{}", mac_bytes(key, material.as_bytes())),
+    }
+}
+
+pub(super) fn mac_bytes(key: &ChainKey, bytes: &[u8]) -> String {
+    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key.0).expect("HMAC takes any key length");
+    mac.update(bytes);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// An event encoded for the chain before it is sealed: encoding (the V1 form's
+/// canonical JSON) is most of what sealing costs, and it needs no chain head. A store
+/// with one writer encodes on the caller's thread and seals on its own with
+/// [`EncodedEvent::hash_at`], which costs one SHA-256 (or HMAC) of the encoded bytes.
+#[derive(Clone, Debug)]
+pub struct EncodedEvent {
+    event: AuditEvent,
+    canonical: String,
+}
+
+impl EncodedEvent {
+    /// Encodes `event` (its row seals already written: they are part of what is hashed).
+    pub fn new(event: AuditEvent) -> Self {
+        let canonical = canonical_v1(&event);
+        Self { event, canonical }
+    }
+
+    /// The event.
+    pub fn event(&self) -> &AuditEvent {
+        &self.event
+    }
+
+    /// The hash [`seal_with`] gives this event at `head`'s next position in `shard`.
+    pub fn hash_at(&self, shard: u32, head: &ChainHead, key: Option<&ChainKey>) -> String {
+        hash_at(&self.canonical, shard, head.seq + 1, &head.hash, key)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -176,7 +233,7 @@ mod tests {
     /// for any previous hash, position and detail (escapes and non-ASCII included).
     #[test]
     fn encoded_events_seal_as_events_do() {
-        use crate::audit::{ChainKey, EncodedEvent, KEYED_PREFIX, hash_at};
+        use crate::audit::{ChainKey, EncodedEvent, KEYED_PREFIX};
         use proptest::prelude::*;
         let key = ChainKey::new(b"a chain key").expect("a non-empty key");
         proptest!(|(shard in 0u32..64, seq in 0u64..u64::MAX, prev in any::<String>(), memo in any::<String>())| {

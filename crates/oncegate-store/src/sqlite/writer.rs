@@ -20,7 +20,6 @@ use std::time::Duration;
 use oncegate_core::audit::{
     AuditEvent, ChainHead, ChainKey, EncodedEvent, RowKind, RowSeal, add_row_seals,
 };
-use oncegate_core::key::IntentKey;
 use rusqlite::{Connection, params};
 use tokio::sync::{mpsc, oneshot};
 
@@ -30,7 +29,12 @@ use super::read::{
 };
 use crate::rows::{self, PreparedApproval, PreparedIntent};
 use crate::storage::AuditRowV1;
-use crate::{ClientKeyBinding, Commit, KillSwitchChange, McpSession, StoreError};
+use crate::{ClientKeyBinding, Commit, StoreError};
+
+mod shared;
+
+pub(super) use shared::Small;
+use shared::{bind, small, write_kill_switch};
 
 /// Jobs applied in one transaction at most.
 const MAX_BATCH: usize = 256;
@@ -144,23 +148,6 @@ impl Sealable {
     }
 }
 
-/// A small write outside the audit chain (answers a bool: work claimed, else true).
-pub(super) enum Small {
-    PutSession(McpSession),
-    DeleteSession(String, jiff::Timestamp),
-    ClaimWork {
-        work: String,
-        owner: String,
-        until: jiff::Timestamp,
-        now: jiff::Timestamp,
-    },
-    ReleaseWork {
-        work: String,
-        owner: String,
-    },
-    PutCheckpoint(String),
-}
-
 /// What the writer did for one job.
 enum Done {
     Commit(Result<(), StoreError>),
@@ -204,10 +191,6 @@ impl Job {
             }
         }
     }
-}
-
-fn corrupt(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(e.to_string())
 }
 
 fn millis(t: jiff::Timestamp) -> i64 {
@@ -474,120 +457,6 @@ fn apply_batch(
             Err(e)
         }
     }
-}
-
-/// Binds a client's `Idempotency-Key` to an intent, first writer wins; returns the
-/// binding that holds.
-fn bind(conn: &Connection, b: &ClientKeyBinding) -> Result<ClientKeyBinding, StoreError> {
-    conn.prepare_cached(
-        "INSERT INTO client_keys (principal, capability, client_key, intent_key, args_digest, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            b.principal,
-            b.capability,
-            b.client_key,
-            b.intent_key.as_str(),
-            b.args_digest,
-            millis(b.created_at)
-        ])
-    })
-    .map_err(unavailable)?;
-    let (intent_key, args_digest, created_at): (String, String, i64) = conn
-        .prepare_cached("SELECT intent_key, args_digest, created_at FROM client_keys WHERE principal = ?1 AND capability = ?2 AND client_key = ?3")
-        .and_then(|mut s| {
-            s.query_row(params![b.principal, b.capability, b.client_key], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-        })
-        .map_err(unavailable)?;
-    Ok(ClientKeyBinding {
-        intent_key: IntentKey::from_hex(intent_key),
-        args_digest,
-        created_at: jiff::Timestamp::from_millisecond(created_at).map_err(corrupt)?,
-        ..b.clone()
-    })
-}
-
-/// A write outside the audit chain.
-fn small(conn: &Connection, job: &Small) -> Result<bool, StoreError> {
-    let run = |sql: &str, params: &[&dyn rusqlite::ToSql]| {
-        conn.prepare_cached(sql)
-            .and_then(|mut s| s.execute(params))
-            .map_err(unavailable)
-    };
-    Ok(match job {
-        Small::PutSession(s) => {
-            let state = s.state.as_ref().map(serde_json::Value::to_string);
-            run(
-                "INSERT INTO mcp_sessions (id, principal, state, updated_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (id) DO UPDATE SET principal = COALESCE(?2, principal),
-                     state = COALESCE(?3, state), updated_at = ?4",
-                params![s.id, s.principal, state, millis(s.updated_at)],
-            )?;
-            true
-        }
-        Small::DeleteSession(id, idle_before) => {
-            run(
-                "DELETE FROM mcp_sessions WHERE id = ?1 OR updated_at < ?2",
-                params![id, millis(*idle_before)],
-            )?;
-            true
-        }
-        Small::ClaimWork {
-            work,
-            owner,
-            until,
-            now,
-        } => {
-            run(
-                "INSERT INTO work_claims (work, owner, until) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (work) DO UPDATE SET owner = ?2, until = ?3
-                 WHERE work_claims.owner = ?2 OR work_claims.until <= ?4",
-                params![work, owner, millis(*until), millis(*now)],
-            )? == 1
-        }
-        Small::PutCheckpoint(text) => {
-            run(
-                "INSERT INTO meta (name, value) VALUES ('audit_checkpoint', ?1)
-                 ON CONFLICT (name) DO UPDATE SET value = ?1",
-                params![text],
-            )?;
-            true
-        }
-        Small::ReleaseWork { work, owner } => {
-            run(
-                "DELETE FROM work_claims WHERE work = ?1 AND owner = ?2",
-                params![work, owner],
-            )?;
-            true
-        }
-    })
-}
-
-/// Sets or clears a kill switch inside a commit's transaction.
-fn write_kill_switch(conn: &Connection, change: &KillSwitchChange) -> Result<(), StoreError> {
-    match &change.reason {
-        Some(reason) => conn
-            .prepare_cached(
-                "INSERT INTO kill_switches (target, reason, set_by, set_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (target) DO UPDATE SET reason = ?2, set_by = ?3, set_at = ?4",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    change.target,
-                    reason,
-                    change.actor,
-                    millis(change.at)
-                ])
-            }),
-        None => conn
-            .prepare_cached("DELETE FROM kill_switches WHERE target = ?1")
-            .and_then(|mut s| s.execute(params![change.target])),
-    }
-    .map(drop)
-    .map_err(unavailable)
 }
 
 /// Chains `event` after its shard's head, inserts it, and advances `heads`; returns the
