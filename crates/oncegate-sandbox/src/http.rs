@@ -19,10 +19,11 @@ use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
 use super::{
-    AfterCommit, LookupError, LookupParams, Refusal, Resource, Sandbox, acceptable_key,
+    AfterCommit, EffectsParams, LookupError, LookupParams, Refusal, Resource, Sandbox,
+    acceptable_key,
     conn::Severer,
     faults::{Fault, FaultKind, FaultRequest},
-    ledger::{EffectFilter, NewEffect},
+    ledger::NewEffect,
     mcp,
 };
 
@@ -287,40 +288,16 @@ async fn order(State(sandbox): State<SharedSandbox>, Path(order_id): Path<String
     Json(sandbox.order(&order_id))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EffectsQuery {
-    kind: Option<String>,
-    order_id: Option<String>,
-    idempotency_key: Option<String>,
-}
-
 async fn effects(
     State(sandbox): State<SharedSandbox>,
-    query: Result<Query<EffectsQuery>, QueryRejection>,
+    query: Result<Query<EffectsParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     // Unknown parameters are refused: a misspelt filter would otherwise count everything.
-    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
-    let resource = match query.kind.as_deref() {
-        None => None,
-        Some(kind) => Some(
-            Resource::ALL
-                .into_iter()
-                .find(|r| r.effect_kind() == kind)
-                .ok_or_else(|| {
-                    ApiError::InvalidQuery(format!(
-                        "kind {kind:?} is not one of charge, refund, email, ledger"
-                    ))
-                })?,
-        ),
-    };
-    let filter = EffectFilter {
-        resource,
-        order_id: query.order_id.as_deref(),
-        idempotency_key: query.idempotency_key.as_deref(),
-    };
-    let effects = sandbox.ledger().effects(&filter);
-    Ok(Json(json!({ "effects": effects })))
+    let Query(params) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+    let listing = sandbox
+        .effects(&params)
+        .map_err(|e| ApiError::InvalidQuery(e.0))?;
+    Ok(Json(listing))
 }
 
 async fn health() -> Json<Value> {

@@ -3,7 +3,7 @@
 //! Everything here runs under one lock and never awaits, so "is this key new?" and
 //! "commit it" are one atomic step, as in a provider that enforces keys in a database.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, num::NonZeroUsize};
 
 use jiff::Timestamp;
 use rand::distr::{Alphanumeric, SampleString};
@@ -209,6 +209,21 @@ pub(super) struct EffectFilter<'a> {
     pub(super) resource: Option<Resource>,
     pub(super) order_id: Option<&'a str>,
     pub(super) idempotency_key: Option<&'a str>,
+    /// Only effects committed at or after this instant.
+    pub(super) since: Option<Timestamp>,
+    /// Only effects whose `seq` is greater: the `next` of the page before (0: from the
+    /// first effect).
+    pub(super) after: usize,
+}
+
+/// One page of `/v1/effects`.
+#[derive(Debug, PartialEq)]
+pub(super) struct EffectPage {
+    /// In commit (`seq`) order.
+    pub(super) effects: Vec<Value>,
+    /// The `seq` of the last effect when the page is full, so that there may be more;
+    /// `None` when the listing is exhausted.
+    pub(super) next: Option<usize>,
 }
 
 /// Every effect committed, in order, and the keys that name them.
@@ -326,11 +341,22 @@ impl Ledger {
             .collect()
     }
 
-    /// The committed effects that pass `filter`, in commit order, as `/v1/effects` shows them.
-    pub(super) fn effects(&self, filter: &EffectFilter<'_>) -> Vec<Value> {
-        self.entries
+    /// The committed effects that pass `filter`, in commit order, as `/v1/effects` shows
+    /// them: at most `limit` of them, or all with `None`.
+    pub(super) fn effects(
+        &self,
+        filter: &EffectFilter<'_>,
+        limit: Option<NonZeroUsize>,
+    ) -> EffectPage {
+        let limit = limit.map_or(usize::MAX, NonZeroUsize::get);
+        // `seq` is the index plus one, so the cursor skips straight to its place: a
+        // detection job paging through a long benchmark's ledger never rescans it.
+        let effects: Vec<(usize, &Entry)> = self
+            .entries
             .iter()
             .enumerate()
+            .skip(filter.after)
+            .map(|(index, e)| (index + 1, e))
             .filter(|(_, e)| {
                 filter.resource.is_none_or(|r| e.resource == r)
                     && filter
@@ -339,10 +365,20 @@ impl Ledger {
                     && filter
                         .idempotency_key
                         .is_none_or(|k| e.sent_key.as_deref() == Some(k))
+                    // A filter, not a cursor: it assumes nothing about the clock.
+                    && filter.since.is_none_or(|since| e.at >= since)
             })
-            .map(|(index, e)| {
+            .take(limit)
+            .collect();
+        let next = match effects.last() {
+            Some(&(seq, _)) if effects.len() == limit => Some(seq),
+            _ => None,
+        };
+        let effects = effects
+            .into_iter()
+            .map(|(seq, e)| {
                 json!({
-                    "seq": index + 1,
+                    "seq": seq,
                     "kind": e.resource.effect_kind(),
                     "id": e.id,
                     "order_id": e.order_id,
@@ -353,7 +389,8 @@ impl Ledger {
                     "request": e.request,
                 })
             })
-            .collect()
+            .collect();
+        EffectPage { effects, next }
     }
 }
 
@@ -389,7 +426,10 @@ mod tests {
             ledger.commit(charge(999), honoured("k"), now),
             Commit::KeyReused
         );
-        assert_eq!(ledger.effects(&EffectFilter::default()).len(), 1);
+        assert_eq!(
+            ledger.effects(&EffectFilter::default(), None).effects.len(),
+            1
+        );
     }
 
     #[test]
@@ -406,12 +446,55 @@ mod tests {
             idempotency_key: Some("k"),
             ..EffectFilter::default()
         };
-        assert_eq!(ledger.effects(&by_sent_key).len(), 2);
+        assert_eq!(ledger.effects(&by_sent_key, None).effects.len(), 2);
         let lookup = Lookup {
             idempotency_key: Some("k"),
             ..Lookup::default()
         };
         assert_eq!(ledger.find(Resource::Charges, &lookup), None);
+    }
+
+    #[test]
+    fn effects_page_by_seq_and_filter_by_commit_time() {
+        let mut ledger = Ledger::default();
+        let at = |second| Timestamp::from_second(second).expect("a second in range");
+        let unkeyed = KeyUse {
+            key: None,
+            honoured: true,
+        };
+        for (amount, second) in [(100, 10), (200, 20), (300, 30), (400, 40), (500, 50)] {
+            ledger.commit(charge(amount), unkeyed, at(second));
+        }
+        let page = |after, limit, since| {
+            let filter = EffectFilter {
+                since,
+                after,
+                ..EffectFilter::default()
+            };
+            let page = ledger.effects(&filter, NonZeroUsize::new(limit));
+            let seqs: Vec<u64> = page
+                .effects
+                .iter()
+                .filter_map(|e| e["seq"].as_u64())
+                .collect();
+            (seqs, page.next)
+        };
+
+        assert_eq!(page(0, 2, None), (vec![1, 2], Some(2)));
+        assert_eq!(page(2, 2, None), (vec![3, 4], Some(4)));
+        assert_eq!(page(4, 2, None), (vec![5], None));
+        // A full last page may have more behind it; the next one, empty, says there is none.
+        assert_eq!(page(3, 2, None), (vec![4, 5], Some(5)));
+        assert_eq!(page(5, 2, None), (vec![], None));
+        assert_eq!(page(99, 2, None), (vec![], None));
+        assert_eq!(page(0, 0, None), (vec![1, 2, 3, 4, 5], None), "no limit");
+        assert_eq!(
+            page(0, 2, Some(at(30))),
+            (vec![3, 4], Some(4)),
+            "at >= since"
+        );
+        assert_eq!(page(4, 2, Some(at(30))), (vec![5], None));
+        assert_eq!(page(0, 2, Some(at(51))), (vec![], None));
     }
 
     #[test]

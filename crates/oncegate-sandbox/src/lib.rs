@@ -26,6 +26,7 @@ mod mcp;
 
 use std::{
     fmt,
+    num::NonZeroUsize,
     str::FromStr,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
@@ -37,7 +38,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use faults::{Fault, FaultKind, FaultQueue};
-use ledger::{Commit, KeyUse, Ledger, Lookup, NewEffect};
+use ledger::{Commit, EffectFilter, KeyUse, Ledger, Lookup, NewEffect};
 
 /// How a sandbox behaves; the defaults are a well-behaved provider without auth.
 #[derive(Default, Clone)]
@@ -171,9 +172,17 @@ impl FromStr for Resource {
 ///   `dedupe_ref=D` for emails; every given parameter must match) →
 ///   `{"found":true,"charge":{..}}` with the first match, or `{"found":false}`.
 /// - `GET /v1/orders/{order_id}` → `{"order_id","charges":[..],"refunds":[..]}`.
-/// - `GET /v1/effects[?kind=charge&order_id=O&idempotency_key=K]` → `{"effects":[..]}`,
-///   every committed effect in commit order, whichever surface committed it;
-///   `idempotency_key` there is the key as sent, whether or not the provider honoured it.
+/// - `GET /v1/effects[?kind=charge&order_id=O&idempotency_key=K&since=T&after=S&limit=N]`
+///   → `{"effects":[{seq,kind,id,order_id,amount_minor,currency,idempotency_key,at,
+///   request}..],"next":S|null}`, the committed effects that match, in commit (`seq`)
+///   order, whichever surface committed them; `idempotency_key` there is the key as sent,
+///   whether or not the provider honoured it. `since` (RFC 3339, a `+` sent as `%2B`)
+///   keeps effects with `at >= since`; `after` keeps those with `seq > after`; `limit`
+///   (1 to 1000) caps the page. With neither `after` nor `limit` the answer is every
+///   match and `next` is `null`; otherwise a page of `limit` (default 1000) whose `next`
+///   is its last `seq` when the page is full (there may be more), else `null`. So a
+///   reader pages with `?since=T&limit=100`, then `&after=<next>` until `next` is `null`.
+///   A bad parameter is a 400 `invalid_query`.
 ///
 /// MCP server at `/mcp` (Streamable HTTP; the same `Authorization: Bearer` rule as `/v1`;
 /// only loopback `Host` headers are accepted, against DNS rebinding). Clients of the
@@ -190,6 +199,8 @@ impl FromStr for Resource {
 ///   answers the first result with `_meta["dev.oncegate/idempotent_replayed"] = true`.
 /// - `find_charge`, `find_refund`, `find_email`, `find_ledger_entry` `{idempotency_key?,
 ///   order_id?, dedupe_ref? (emails)}` and `get_order` `{order_id}`: read-only lookups.
+/// - `list_effects` `{kind?, order_id?, idempotency_key?, since?, after?, limit?}`
+///   (`after` and `limit` integers): read-only, `GET /v1/effects` with those parameters.
 ///
 /// A refusal is a tool result with `isError: true` and `structuredContent` `{"error":
 /// code, "detail"?}`, with the codes of the HTTP API (`invalid_request`,
@@ -283,6 +294,29 @@ struct LookupParams {
     order_id: Option<String>,
     dedupe_ref: Option<String>,
 }
+
+/// What an effect listing asks for (`GET /v1/effects?..`, `list_effects`); every given
+/// criterion must match. `after` and `limit` page it (see [`Sandbox::effects`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EffectsParams {
+    kind: Option<String>,
+    order_id: Option<String>,
+    idempotency_key: Option<String>,
+    /// RFC 3339; parsed here rather than by serde, so that the caller is told what a
+    /// timestamp looks like.
+    since: Option<String>,
+    after: Option<u64>,
+    limit: Option<u64>,
+}
+
+/// The largest page an effect listing answers, and the page size once `after` is given
+/// without a `limit`.
+const MAX_EFFECTS_PAGE: usize = 1000;
+
+/// Why an effect listing cannot be made; the text is shown to the caller.
+#[derive(Debug, PartialEq, Eq)]
+struct InvalidListing(String);
 
 /// Why a lookup cannot be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -411,6 +445,70 @@ impl Sandbox {
             Some(object) => json!({ "found": true, resource.lookup_field(): object }),
             None => json!({ "found": false }),
         })
+    }
+
+    /// `{"effects":[..],"next":seq|null}`: the effects that match `params`, in commit
+    /// order. With neither `after` nor `limit` that is every match (as callers from before
+    /// paging expect); otherwise a page of `limit` (default and most
+    /// [`MAX_EFFECTS_PAGE`]) after the `after` seq, whose `next` is the `after` of the
+    /// following page when this one is full, else `null`.
+    fn effects(&self, params: &EffectsParams) -> Result<Value, InvalidListing> {
+        let resource = match params.kind.as_deref() {
+            None => None,
+            Some(kind) => Some(
+                Resource::ALL
+                    .into_iter()
+                    .find(|r| r.effect_kind() == kind)
+                    .ok_or_else(|| {
+                        InvalidListing(format!(
+                            "kind {kind:?} is not one of charge, refund, email, ledger"
+                        ))
+                    })?,
+            ),
+        };
+        let since = match params.since.as_deref() {
+            None => None,
+            Some(text) => Some(text.parse::<Timestamp>().map_err(|e| {
+                // A `+` in a query string arrives as a space: say so, it is the usual
+                // reason a correct-looking offset is refused.
+                let plus = if text.contains(' ') {
+                    " (send a '+' offset as %2B in a query string)"
+                } else {
+                    ""
+                };
+                InvalidListing(format!(
+                    "since must be an RFC 3339 timestamp such as 2026-01-31T09:30:00Z, \
+                     not {text:?}{plus}: {e}"
+                ))
+            })?),
+        };
+        let limit = match (params.limit, params.after) {
+            (None, None) => None,
+            (None, Some(_)) => NonZeroUsize::new(MAX_EFFECTS_PAGE),
+            (Some(limit), _) => Some(
+                usize::try_from(limit)
+                    .ok()
+                    .filter(|limit| *limit <= MAX_EFFECTS_PAGE)
+                    .and_then(NonZeroUsize::new)
+                    .ok_or_else(|| {
+                        InvalidListing(format!(
+                            "limit must be from 1 to {MAX_EFFECTS_PAGE}, not {limit}"
+                        ))
+                    })?,
+            ),
+        };
+        let filter = EffectFilter {
+            resource,
+            order_id: params.order_id.as_deref(),
+            idempotency_key: params.idempotency_key.as_deref(),
+            since,
+            // A cursor past any `seq` there can be is an empty page, not an error.
+            after: params
+                .after
+                .map_or(0, |after| usize::try_from(after).unwrap_or(usize::MAX)),
+        };
+        let page = self.ledger().effects(&filter, limit);
+        Ok(json!({ "effects": page.effects, "next": page.next }))
     }
 
     /// `{"order_id","charges":[..],"refunds":[..]}`. The sandbox has no order catalogue:

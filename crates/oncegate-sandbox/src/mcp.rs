@@ -1,10 +1,11 @@
 //! The sandbox's MCP surface: its provider calls as tools, over MCP Streamable HTTP.
 //!
-//! One ledger, two surfaces: a tool call runs the same create and lookup code as the
-//! HTTP API, so an effect created here is the same kind of effect as a `POST`, listed by
-//! `GET /v1/effects` with its idempotency key as sent, a call and a `POST` with the same
-//! key and body are one effect, and a fault queued for `/v1/charges` breaks the next
-//! charge whichever surface makes it. The tools are documented on [`super::router`].
+//! One ledger, two surfaces: a tool call runs the same create, lookup and listing code
+//! as the HTTP API, so an effect created here is the same kind of effect as a `POST`,
+//! listed by `GET /v1/effects` (and `list_effects`) with its idempotency key as sent, a
+//! call and a `POST` with the same key and body are one effect, and a fault queued for
+//! `/v1/charges` breaks the next charge whichever surface makes it. The tools are
+//! documented on [`super::router`].
 //!
 //! rmcp serves both protocol eras from the one endpoint: a 2025-11-25 client initializes
 //! and gets a session, a 2026-07-28 request carries its version in `_meta` and is served
@@ -31,8 +32,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    AfterCommit, LookupError, LookupParams, Refusal, Resource, Sandbox, acceptable_key,
-    ledger::NewEffect,
+    AfterCommit, EffectsParams, LookupError, LookupParams, MAX_EFFECTS_PAGE, Refusal, Resource,
+    Sandbox, acceptable_key, ledger::NewEffect,
 };
 
 /// Where a create tool takes its idempotency key from, besides its `idempotency_key`
@@ -124,6 +125,7 @@ impl ServerHandler for Tools {
             }
             ToolCall::Find(resource) => self.find(resource, arguments),
             ToolCall::GetOrder => self.get_order(arguments),
+            ToolCall::ListEffects => self.list_effects(arguments),
         };
         match outcome {
             Ok(result) => Ok(result.into()),
@@ -199,6 +201,16 @@ impl Tools {
         }
         Ok(CallToolResult::structured(self.sandbox.order(&order_id)))
     }
+
+    fn list_effects(&self, arguments: JsonObject) -> Result<CallToolResult, ToolError> {
+        let params = EffectsParams::deserialize(Value::Object(arguments))
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        let listing = self
+            .sandbox
+            .effects(&params)
+            .map_err(|e| ToolError::InvalidArguments(e.0))?;
+        Ok(CallToolResult::structured(listing))
+    }
 }
 
 /// The idempotency key of a create: the argument or the `_meta` entry, which must agree
@@ -238,10 +250,12 @@ enum ToolCall {
     Create(Resource),
     Find(Resource),
     GetOrder,
+    ListEffects,
 }
 
 impl ToolCall {
     const GET_ORDER: &str = "get_order";
+    const LIST_EFFECTS: &str = "list_effects";
 
     fn create_name(resource: Resource) -> &'static str {
         match resource {
@@ -262,8 +276,10 @@ impl ToolCall {
     }
 
     fn parse(name: &str) -> Option<ToolCall> {
-        if name == Self::GET_ORDER {
-            return Some(ToolCall::GetOrder);
+        match name {
+            Self::GET_ORDER => return Some(ToolCall::GetOrder),
+            Self::LIST_EFFECTS => return Some(ToolCall::ListEffects),
+            _ => {}
         }
         Resource::ALL.into_iter().find_map(|resource| {
             if name == Self::create_name(resource) {
@@ -413,10 +429,21 @@ fn catalogue() -> Vec<Tool> {
     )
     .with_title("Get an order")
     .with_annotations(ToolAnnotations::with_title("Get an order").read_only(true));
+    let list_effects = Tool::new(
+        ToolCall::LIST_EFFECTS,
+        "Every effect the provider committed, whichever surface committed it, in commit \
+         (seq) order (GET /v1/effects); every filter given must match. Page with limit, \
+         then after = the answer's next until next is null. Answers \
+         {\"effects\":[{seq, kind, id, order_id, amount_minor, currency, idempotency_key, \
+         at, request}..],\"next\":seq|null}.",
+        effects_schema(),
+    )
+    .with_title("List effects")
+    .with_annotations(ToolAnnotations::with_title("List effects").read_only(true));
 
     creates
         .chain(finds)
-        .chain(std::iter::once(get_order))
+        .chain([get_order, list_effects])
         .collect()
 }
 
@@ -500,6 +527,41 @@ fn find_schema(resource: Resource) -> Arc<JsonObject> {
     schema
 }
 
+fn effects_schema() -> Arc<JsonObject> {
+    object_schema(
+        json!({
+            "kind": { "type": "string", "enum": ["charge", "refund", "email", "ledger"] },
+            "order_id": { "type": "string", "minLength": 1 },
+            "idempotency_key": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The key as sent, whether or not the provider honoured it.",
+            },
+            "since": {
+                "type": "string",
+                "format": "date-time",
+                "description": "RFC 3339: only effects committed at or after it.",
+            },
+            "after": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Only effects with a greater seq: the next of the page before.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_EFFECTS_PAGE,
+                "description": format!(
+                    "At most this many effects (default {MAX_EFFECTS_PAGE} once after is \
+                     given; with neither, every one)."
+                ),
+            },
+        }),
+        &[],
+        false,
+    )
+}
+
 /// A JSON Schema object. Creates tolerate unknown fields (and keep them in the stored
 /// body), as the HTTP API does; lookups refuse them, so a misspelt criterion is not
 /// silently dropped.
@@ -521,7 +583,7 @@ mod tests {
     #[test]
     fn every_tool_name_parses_back() {
         let names: Vec<_> = catalogue().into_iter().map(|tool| tool.name).collect();
-        assert_eq!(names.len(), 9);
+        assert_eq!(names.len(), 10);
         for name in &names {
             assert!(ToolCall::parse(name).is_some(), "{name}");
         }

@@ -1,5 +1,6 @@
 //! The sandbox provider over a real socket: idempotency keys honoured and ignored, each
-//! injected fault, lookups, the effect list the demo counts, and API-key auth.
+//! injected fault, lookups, the effect list the demo counts and a detection job pages
+//! through, and API-key auth.
 //! Its MCP surface is tested in `mcp`.
 //!
 //! Why one file: every test here drives the same provider over HTTP with the same
@@ -638,6 +639,111 @@ async fn orders_ledger_and_effect_filters() {
         .map(|e| e["seq"].clone())
         .collect();
     assert_eq!(seqs, [json!(1), json!(2), json!(3), json!(4)]);
+}
+
+/// What a detection job reads: effects since a time, a page at a time, each page's
+/// `next` the `after` of the one after it.
+#[tokio::test]
+async fn effects_page_by_seq_and_since_excludes_older_ones() {
+    let sandbox = Running::start(SandboxConfig::default()).await;
+    let post_charges = async |orders: &[&str]| {
+        for order in orders {
+            let response = sandbox
+                .post("/v1/charges", None, &charge(order, 100))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{order}");
+        }
+    };
+    let page = async |query: &str| {
+        let body = sandbox.get_json(&format!("/v1/effects?{query}")).await;
+        let seqs: Vec<u64> = body["effects"]
+            .as_array()
+            .expect("an effects array")
+            .iter()
+            .filter_map(|e| e["seq"].as_u64())
+            .collect();
+        (seqs, body["next"].clone())
+    };
+
+    post_charges(&["A-1", "A-2"]).await;
+    // The sandbox stamps effects with this process's clock; keep clear of its resolution.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let noted = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    post_charges(&["A-3", "A-4", "A-5", "A-6", "A-7"]).await;
+
+    let all = sandbox.get_json("/v1/effects").await;
+    assert_eq!(all["effects"].as_array().unwrap().len(), 7);
+    assert_eq!(
+        all["next"],
+        Value::Null,
+        "unpaged: everything, nothing more"
+    );
+    let since = format!("since={noted}");
+    assert_eq!(
+        page(&format!("{since}&limit=2")).await,
+        (vec![3, 4], json!(4))
+    );
+    assert_eq!(
+        page(&format!("{since}&limit=2&after=4")).await,
+        (vec![5, 6], json!(6))
+    );
+    assert_eq!(
+        page(&format!("{since}&limit=2&after=6")).await,
+        (vec![7], Value::Null)
+    );
+    assert_eq!(page(&since).await, (vec![3, 4, 5, 6, 7], Value::Null));
+    // `since` is inclusive: an effect's own `at` lists it.
+    let third_at = all["effects"][2]["at"].as_str().unwrap().to_owned();
+    assert_eq!(
+        page(&format!("since={third_at}&limit=1")).await,
+        (vec![3], json!(3))
+    );
+    // The cursor alone pages too, a page of at most 1000; filters still apply.
+    assert_eq!(page("after=5").await, (vec![6, 7], Value::Null));
+    assert_eq!(
+        page("kind=charge&order_id=A-4&after=0&limit=1").await,
+        (vec![4], json!(4))
+    );
+    assert_eq!(
+        page("order_id=A-4&after=4&limit=1").await,
+        (vec![], Value::Null)
+    );
+    assert_eq!(page("after=99&limit=1000").await, (vec![], Value::Null));
+}
+
+#[tokio::test]
+async fn bad_listing_parameters_are_invalid_query() {
+    let sandbox = Running::start(SandboxConfig::default()).await;
+    let cases = [
+        ("since=yesterday", "since must be an RFC 3339 timestamp"),
+        // An unencoded `+` arrives as a space.
+        ("since=2026-01-31T09:30:00+01:00", "%2B"),
+        ("since=", "since must be an RFC 3339 timestamp"),
+        ("limit=0", "limit must be from 1 to 1000, not 0"),
+        ("limit=1001", "limit must be from 1 to 1000, not 1001"),
+        ("limit=ten", "limit"),
+        ("after=-1", "after"),
+        ("cursor=4", "cursor"),
+    ];
+    for (query, detail) in cases {
+        let response = sandbox
+            .request(reqwest::Method::GET, &format!("/v1/effects?{query}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{query}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"], "invalid_query", "{query}");
+        let text = body["detail"].as_str().expect("a detail");
+        assert!(text.contains(detail), "{query}: {text}");
+    }
+    let encoded = sandbox
+        .get_json("/v1/effects?since=2026-01-31T09:30:00%2B01:00&limit=1000")
+        .await;
+    assert_eq!(encoded, json!({ "effects": [], "next": null }));
 }
 
 #[tokio::test]

@@ -172,11 +172,14 @@ async fn the_tools_are_listed_in_both_protocol_eras() {
             "find_email",
             "find_ledger_entry",
             "get_order",
+            "list_effects",
         ]
     );
     for tool in tools {
         let annotations = tool.annotations.as_ref().expect("annotated");
-        let creates = !(tool.name.starts_with("find_") || tool.name == "get_order");
+        let creates = !(tool.name.starts_with("find_")
+            || tool.name == "get_order"
+            || tool.name == "list_effects");
         assert_eq!(annotations.read_only_hint, Some(!creates), "{}", tool.name);
         if creates {
             assert_eq!(annotations.destructive_hint, Some(false), "{}", tool.name);
@@ -336,6 +339,75 @@ async fn find_tools_and_get_order_answer_as_the_http_lookups_do() {
     match unknown {
         Err(ServiceError::McpError(error)) => assert_eq!(error.code, ErrorCode::INVALID_PARAMS),
         other => panic!("an unknown tool is a protocol error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn list_effects_pages_as_get_v1_effects_does() {
+    let sandbox = Running::start(SandboxConfig::default()).await;
+    let client = connect(&sandbox, modern()).await;
+    answer(&call(&client, "create_refund", charge("A-0", 100), None).await);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let noted = jiff::Timestamp::now().to_string();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for n in 1..=5 {
+        let key = format!("k-{n}");
+        answer(&call(&client, "create_charge", charge("A-1", 100 * n), Some(&key)).await);
+    }
+
+    let mut pages = Vec::new();
+    let mut after = Value::Null;
+    loop {
+        let arguments = json!({ "kind": "charge", "since": noted, "limit": 2, "after": after });
+        let listing = answer(&call(&client, "list_effects", arguments, None).await);
+        let query = match after.as_u64() {
+            Some(after) => format!("?kind=charge&since={noted}&limit=2&after={after}"),
+            None => format!("?kind=charge&since={noted}&limit=2"),
+        };
+        assert_eq!(
+            listing,
+            sandbox.get_json(&format!("/v1/effects{query}")).await,
+            "the HTTP answer, {query}"
+        );
+        let seqs: Vec<u64> = listing["effects"]
+            .as_array()
+            .expect("an effects array")
+            .iter()
+            .filter_map(|e| e["seq"].as_u64())
+            .collect();
+        after = listing["next"].clone();
+        pages.push((seqs, after.clone()));
+        if after.is_null() {
+            break;
+        }
+    }
+    let everything = answer(&call(&client, "list_effects", json!({}), None).await);
+    let since_noted = answer(&call(&client, "list_effects", json!({ "since": noted }), None).await);
+    let bad = [
+        json!({ "limit": 0 }),
+        json!({ "limit": 1001 }),
+        json!({ "limit": "2" }),
+        json!({ "since": "yesterday" }),
+        json!({ "kind": "charges" }),
+        json!({ "cursor": 2 }),
+    ];
+
+    assert_eq!(
+        pages,
+        [
+            (vec![2, 3], json!(3)),
+            (vec![4, 5], json!(5)),
+            (vec![6], Value::Null)
+        ]
+    );
+    assert_eq!(everything, sandbox.get_json("/v1/effects").await);
+    assert_eq!(everything["effects"].as_array().unwrap().len(), 6);
+    assert_eq!(everything["next"], Value::Null);
+    assert_eq!(since_noted["effects"].as_array().unwrap().len(), 5);
+    assert_eq!(since_noted["effects"][0]["idempotency_key"], "k-1");
+    for arguments in bad {
+        let result = call(&client, "list_effects", arguments.clone(), None).await;
+        assert_eq!(error_code(&result), "invalid_request", "{arguments}");
     }
 }
 
