@@ -85,6 +85,7 @@ fn request<'a>(derived: &'a DerivedKey, args: &'a Value) -> CallRequest<'a> {
         approval: None,
         other_run: None,
         kill_switch: None,
+        held: None,
         new_approval_id: APPROVAL_ID,
     }
 }

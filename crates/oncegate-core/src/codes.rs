@@ -94,6 +94,13 @@ pub enum Code {
     ClaimOnly,
     /// A stored intent or approval does not match the audit record that wrote it
     /// (edited, rolled back or deleted row): refused, never re-executed.
+    /// A detection finding placed a hold on this business reference, recipient or
+    /// capability; a human is reviewing it and an admin clears it.
+    #[serde(rename = "OG-0026")]
+    Held,
+    /// A spend or action limit's budget for its window is used up.
+    #[serde(rename = "OG-0027")]
+    LimitReached,
     #[serde(rename = "OG-0030")]
     StoreIntegrity,
     /// The configured store is missing, empty or not an oncegate store (or, for
@@ -123,7 +130,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 33] = [
+    pub const ALL: [Code; 35] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -149,6 +156,8 @@ impl Code {
         Code::Settling,
         Code::StaleClaim,
         Code::ClaimOnly,
+        Code::Held,
+        Code::LimitReached,
         Code::StoreIntegrity,
         Code::StoreNotInitialised,
         Code::InvalidHeader,
@@ -187,6 +196,8 @@ impl Code {
             Code::Settling => "OG-0023",
             Code::StaleClaim => "OG-0024",
             Code::ClaimOnly => "OG-0025",
+            Code::Held => "OG-0026",
+            Code::LimitReached => "OG-0027",
             Code::StoreIntegrity => "OG-0030",
             Code::StoreNotInitialised => "OG-0031",
             Code::InvalidHeader => "OG-0050",

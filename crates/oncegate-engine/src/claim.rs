@@ -256,7 +256,17 @@ impl Gate {
             }
             Err((_, last_known)) => last_known,
         };
-        let verdict = match &cap.policy {
+        let held = match self
+            .held_for(&cap.name, derived.business_ref.as_deref(), &derived.normalised)
+            .await
+        {
+            Ok(held) => held,
+            Err(e) if cap.category.is_consequential() => {
+                return Ok(Step::Settled(store_down(None, Some(&derived.key), &e)));
+            }
+            Err(_) => None,
+        };
+        let mut verdict = match &cap.policy {
             Some(_) if self.skip_policies => PolicyVerdict::Allow,
             Some(engine) => engine.evaluate(
                 principal,
@@ -341,6 +351,7 @@ impl Gate {
                 approval: approval.as_ref(),
                 other_run: other_run.as_ref(),
                 kill_switch: killed.as_deref(),
+                held: held.as_deref(),
                 new_approval_id: &approval_id,
             };
             let decision = decide::decide(existing.as_ref(), &req, &cap, &verdict, now);
@@ -395,6 +406,16 @@ impl Gate {
                 Ok(step) => return Ok(step),
                 Err(StoreError::Conflict) => {
                     tokio::task::yield_now().await;
+                    continue;
+                }
+                Err(StoreError::LimitReached { scope, .. })
+                    if !matches!(verdict, PolicyVerdict::RequireApproval { .. }) =>
+                {
+                    // Over a limit that asks a human instead of refusing: decide again
+                    // as if policy had asked for approval (the approval names the limit).
+                    verdict = PolicyVerdict::RequireApproval {
+                        policies: vec![format!("limit:{scope}")],
+                    };
                     continue;
                 }
                 Err(StoreError::LeaseLive(why)) => {
@@ -484,16 +505,79 @@ impl Gate {
                 }
             }
         }
-        if action != Action::Replay
-            && let Err(e) = self
-                .store
-                .commit(Commit::new(record.clone(), approval, event).taking_over(takes_over))
-                .await
+        // A hold placed since the call began (a finding on another replica) stops the
+        // execution too; and an execution reserves against the capability's limits in
+        // its own commit.
+        let mut reservations = Vec::new();
+        if action == Action::Execute
+            && let Some(r) = record.as_ref()
         {
-            if let Some(work) = work {
-                work.release(self).await;
+            let normalised = r.normalised.as_object().cloned().unwrap_or_default();
+            let refusal = match self
+                .held_for(&cap.name, r.business_ref.as_deref(), &normalised)
+                .await
+            {
+                Ok(None) => None,
+                Ok(Some(why)) => Some(oncegate_core::intent::Reason::new(
+                    oncegate_core::codes::Code::Held,
+                    why,
+                )),
+                Err(e) => {
+                    if let Some(work) = work {
+                        work.release(self).await;
+                    }
+                    return Err(StoreError::Unavailable(e.to_string()));
+                }
+            };
+            let refusal = refusal.or_else(|| {
+                let approved = approval
+                    .as_ref()
+                    .is_some_and(|a| a.state == oncegate_core::intent::ApprovalState::Approved);
+                match self.reservations(cap, r, approved, self.clock.now()) {
+                    Ok(list) => {
+                        reservations = list;
+                        None
+                    }
+                    Err(why) => Some(oncegate_core::intent::Reason::new(
+                        oncegate_core::codes::Code::LimitReached,
+                        why,
+                    )),
+                }
+            });
+            if let Some(reason) = refusal {
+                if let Some(work) = work {
+                    work.release(self).await;
+                }
+                let mut refused = decide::outcome_of(r, intent::Status::Refused, Some(reason));
+                refused.attempt = outcome.attempt;
+                return Ok(Step::Settled(refused));
             }
-            return Err(e);
+        }
+        if action != Action::Replay {
+            let mut commit = Commit::new(record.clone(), approval, event).taking_over(takes_over);
+            commit.reservations = reservations;
+            if let Err(e) = self.store.commit(commit).await {
+                if let Some(work) = work {
+                    work.release(self).await;
+                }
+                if let (StoreError::LimitReached { scope, used, amount, .. }, Some(r)) =
+                    (&e, record.as_ref())
+                    && crate::limits::limit_named(cap, scope)
+                        .is_none_or(|l| l.over == oncegate_core::config::OverLimit::Refuse || r.approval_id.is_some())
+                {
+                    let reason = oncegate_core::intent::Reason::new(
+                        oncegate_core::codes::Code::LimitReached,
+                        crate::limits::over_limit_reason(cap, scope, *used, *amount),
+                    );
+                    tracing::warn!(capability = %cap.name, limit = %scope, used, amount, "limit reached: call refused");
+                    metrics::counter!("oncegate_limit_refusals_total", "limit" => scope.clone())
+                        .increment(1);
+                    let mut refused = decide::outcome_of(r, intent::Status::Refused, Some(reason));
+                    refused.attempt = outcome.attempt;
+                    return Ok(Step::Settled(refused));
+                }
+                return Err(e);
+            }
         }
         log_alerts(&outcome, cap);
         match action {

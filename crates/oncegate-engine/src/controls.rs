@@ -70,7 +70,11 @@ impl Gate {
             .collect();
         self.kill_switches
             .loaded(Arc::new(switches.clone()), at, changes);
-        Ok(switches)
+        // Holds share the store and the cache; they are listed by `holds()`.
+        Ok(switches
+            .into_iter()
+            .filter(|(target, _)| !crate::limits::is_hold(target))
+            .collect())
     }
 
     /// The switch that stops `capability` for `principal`, from a cache of the store's

@@ -78,6 +78,19 @@ pub enum StoreError {
     /// The store is already served by another process and cannot be shared (SQLite).
     #[error("{0}")]
     Locked(String),
+    /// A reservation would take a limit's budget past its max in its window. Nothing was
+    /// written (`OG-0027`).
+    #[error("limit {scope} reached: {used} used of {max} in its window, this call needs {amount}")]
+    LimitReached {
+        /// The budget's scope (the limit, or the limit `@` principal).
+        scope: String,
+        /// What the window's active reservations hold.
+        used: i64,
+        /// The budget.
+        max: i64,
+        /// What this call would reserve.
+        amount: i64,
+    },
     /// The URL names no supported backend.
     #[error(
         "unsupported store URL `{0}`: use sqlite://PATH (a file path, relative to the config file's directory or absolute) or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (postgresql:// too; TLS with ?sslmode=verify-full&sslrootcert=PATH)"
@@ -94,6 +107,7 @@ impl StoreError {
             | StoreError::AlreadyExists(_)
             | StoreError::Locked(_) => Code::StoreNotInitialised,
             StoreError::Conflict | StoreError::LeaseLive(_) => Code::Contention,
+            StoreError::LimitReached { .. } => Code::LimitReached,
             StoreError::Unavailable(_) | StoreError::Corrupt(_) | StoreError::UnsupportedUrl(_) => {
                 Code::StoreUnavailable
             }
@@ -170,6 +184,62 @@ pub struct Commit {
     pub takes_over: bool,
     /// A kill switch this commit sets or clears, with its audit event.
     pub kill_switch: Option<KillSwitchChange>,
+    /// Reservations against limits for the record's (key, generation), checked and
+    /// made inside the commit's transaction: for each one not already active for this
+    /// intent, the active reservations of its scope since `since` plus `amount` must
+    /// stay within `max` (unless `enforce` is off), else [`StoreError::LimitReached`]
+    /// and nothing is written. One already active is kept as it is: a repeat never
+    /// reserves twice. A record written in a state that says its effect did not happen
+    /// (anything but in flight, unknown or applied: see [`releases`]) releases what
+    /// its (key, generation) reserved, in the same transaction.
+    pub reservations: Vec<Reservation>,
+    /// A finding to record. One with the same id already stored is
+    /// [`StoreError::Conflict`] and nothing is written: each finding is raised once.
+    pub finding: Option<FindingRow>,
+}
+
+/// Whether writing `record` releases its reservations: its effect definitely did not
+/// happen (failed, not applied, denied) or waits for a human.
+pub fn releases(record: &IntentRecord) -> bool {
+    !matches!(
+        record.state,
+        IntentState::InFlight | IntentState::Unknown | IntentState::Applied
+    )
+}
+
+/// A claim's reservation against one limit's budget (see [`Commit::reservations`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// The budget: the limit's name, or `name@principal`.
+    pub scope: String,
+    /// What the call takes (1, or minor units).
+    pub amount: i64,
+    /// The budget's size.
+    pub max: i64,
+    /// The window's start: reservations made before it no longer count.
+    pub since: jiff::Timestamp,
+    /// Off: reserve even over the budget (an approver let the call through).
+    pub enforce: bool,
+}
+
+/// A detection finding as stored: its body is the engine's JSON; the columns are what
+/// the outbox and listings query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FindingRow {
+    /// Derived from what was found (rule and effects), so a rerun finds the same id.
+    pub id: String,
+    /// The rule that found it.
+    pub rule: String,
+    /// When it was raised.
+    pub raised_at: jiff::Timestamp,
+    /// The finding as JSON text.
+    pub body: String,
+    /// When the webhook took it (None: not yet, or no webhook).
+    pub delivered_at: Option<jiff::Timestamp>,
+    /// Deliveries tried.
+    pub attempts: u32,
+    /// When the next delivery is due.
+    pub next_attempt_at: Option<jiff::Timestamp>,
 }
 
 impl Commit {
@@ -185,6 +255,8 @@ impl Commit {
             event,
             takes_over: false,
             kill_switch: None,
+            reservations: Vec::new(),
+            finding: None,
         }
     }
 
@@ -324,6 +396,20 @@ pub trait StoreRead: Send + Sync {
     fn audit_checkpoint(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
     /// The kill switches that are on, by target.
     fn kill_switches(&self) -> impl Future<Output = Result<Vec<KillSwitch>, StoreError>> + Send;
+    /// What a limit's scope holds in active reservations made at or after `since`.
+    fn limit_used(
+        &self,
+        scope: &str,
+        since: jiff::Timestamp,
+    ) -> impl Future<Output = Result<i64, StoreError>> + Send;
+    /// Findings, newest first, at most `limit`.
+    fn findings(&self, limit: u32) -> impl Future<Output = Result<Vec<FindingRow>, StoreError>> + Send;
+    /// Findings not yet delivered whose next delivery is due at `now`, oldest first.
+    fn findings_due(
+        &self,
+        now: jiff::Timestamp,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<FindingRow>, StoreError>> + Send;
     /// A stored MCP session.
     fn mcp_session(
         &self,
@@ -387,6 +473,15 @@ pub trait StoreWrite: Send + Sync {
         &self,
         work: &str,
         owner: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Records a delivery attempt of a finding: delivered (`delivered_at` Some), or
+    /// due again at `next_attempt_at`.
+    fn finding_delivery(
+        &self,
+        id: &str,
+        attempts: u32,
+        delivered_at: Option<jiff::Timestamp>,
+        next_attempt_at: Option<jiff::Timestamp>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 

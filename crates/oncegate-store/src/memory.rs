@@ -74,6 +74,9 @@ struct Data {
     /// Background work claimed: work -> (owner, until).
     work: BTreeMap<String, (String, jiff::Timestamp)>,
     audit_checkpoint: Option<String>,
+    /// (scope, key, generation) -> (amount, reserved_at, active).
+    reservations: BTreeMap<(String, String, u32), (i64, jiff::Timestamp, bool)>,
+    findings: BTreeMap<String, crate::FindingRow>,
 }
 
 /// A row: its table, intent key or approval id, and generation (0 for approvals).
@@ -162,6 +165,65 @@ impl Data {
             if !fits {
                 return Err(StoreError::Conflict);
             }
+        }
+        if let Some(f) = &commit.finding
+            && self.findings.contains_key(&f.id)
+        {
+            return Err(StoreError::Conflict);
+        }
+        if let Some(record) = &commit.record {
+            let releases = crate::releases(record);
+            let key = record.key.as_str().to_owned();
+            let held = |r: &crate::Reservation| {
+                !releases
+                    && self
+                        .reservations
+                        .get(&(r.scope.clone(), key.clone(), record.generation))
+                        .is_some_and(|(_, _, active)| *active)
+            };
+            for r in &commit.reservations {
+                if held(r) {
+                    continue;
+                }
+                let used: i64 = self
+                    .reservations
+                    .iter()
+                    .filter(|((scope, k, g), (_, at, active))| {
+                        *scope == r.scope
+                            && *active
+                            && *at >= r.since
+                            && !(releases && *k == key && *g == record.generation)
+                    })
+                    .map(|(_, (amount, _, _))| amount)
+                    .sum();
+                if r.enforce && used.saturating_add(r.amount) > r.max {
+                    return Err(StoreError::LimitReached {
+                        scope: r.scope.clone(),
+                        used,
+                        max: r.max,
+                        amount: r.amount,
+                    });
+                }
+            }
+            if releases {
+                for ((_, k, g), (_, _, active)) in &mut self.reservations {
+                    if *k == key && *g == record.generation {
+                        *active = false;
+                    }
+                }
+            }
+            for r in &commit.reservations {
+                let slot = self
+                    .reservations
+                    .entry((r.scope.clone(), key.clone(), record.generation))
+                    .or_insert((r.amount, commit.event.at, false));
+                if !slot.2 {
+                    *slot = (r.amount, commit.event.at, true);
+                }
+            }
+        }
+        if let Some(f) = &commit.finding {
+            self.findings.insert(f.id.clone(), f.clone());
         }
         // Every row written names the audit record that writes it, and that record
         // carries the row's hash (the same seals as `sqlite.rs`).
@@ -424,6 +486,41 @@ impl StoreRead for MemoryStore {
         Ok(data.heads.keys().copied().collect())
     }
 
+    async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
+        let data = self.reach().await?;
+        Ok(data
+            .reservations
+            .iter()
+            .filter(|((s, _, _), (_, at, active))| s == scope && *active && *at >= since)
+            .map(|(_, (amount, _, _))| amount)
+            .sum())
+    }
+
+    async fn findings(&self, limit: u32) -> Result<Vec<crate::FindingRow>, StoreError> {
+        let data = self.reach().await?;
+        let mut all: Vec<_> = data.findings.values().cloned().collect();
+        all.sort_by(|a, b| b.raised_at.cmp(&a.raised_at).then(a.id.cmp(&b.id)));
+        all.truncate(limit.max(1) as usize);
+        Ok(all)
+    }
+
+    async fn findings_due(
+        &self,
+        now: jiff::Timestamp,
+        limit: u32,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
+        let data = self.reach().await?;
+        let mut due: Vec<_> = data
+            .findings
+            .values()
+            .filter(|f| f.delivered_at.is_none() && f.next_attempt_at.is_some_and(|t| t <= now))
+            .cloned()
+            .collect();
+        due.sort_by(|a, b| a.next_attempt_at.cmp(&b.next_attempt_at).then(a.id.cmp(&b.id)));
+        due.truncate(limit.max(1) as usize);
+        Ok(due)
+    }
+
     async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
         let data = self.reach().await?;
         Ok(data.kill_switches.values().cloned().collect())
@@ -446,6 +543,25 @@ impl StoreWrite for MemoryStore {
         // here has committed without knowing it.
         self.pause().await;
         applied
+    }
+
+    async fn finding_delivery(
+        &self,
+        id: &str,
+        attempts: u32,
+        delivered_at: Option<jiff::Timestamp>,
+        next_attempt_at: Option<jiff::Timestamp>,
+    ) -> Result<(), StoreError> {
+        {
+            let mut data = self.reach().await?;
+            if let Some(f) = data.findings.get_mut(id) {
+                f.attempts = attempts;
+                f.delivered_at = delivered_at;
+                f.next_attempt_at = next_attempt_at;
+            }
+        }
+        self.pause().await;
+        Ok(())
     }
 
     async fn bind_client_key(

@@ -392,6 +392,34 @@ impl StoreRead for Store {
         }
     }
 
+    async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.limit_used(scope, since).await,
+            Store::Postgres(s) => s.limit_used(scope, since).await,
+            Store::Memory(s) => s.limit_used(scope, since).await,
+        }
+    }
+
+    async fn findings(&self, limit: u32) -> Result<Vec<crate::FindingRow>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.findings(limit).await,
+            Store::Postgres(s) => s.findings(limit).await,
+            Store::Memory(s) => s.findings(limit).await,
+        }
+    }
+
+    async fn findings_due(
+        &self,
+        now: jiff::Timestamp,
+        limit: u32,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.findings_due(now, limit).await,
+            Store::Postgres(s) => s.findings_due(now, limit).await,
+            Store::Memory(s) => s.findings_due(now, limit).await,
+        }
+    }
+
     async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
         match self {
             Store::Sqlite(s) => s.kill_switches().await,
@@ -476,6 +504,23 @@ impl StoreWrite for Store {
             Store::Sqlite(s) => s.put_audit_checkpoint(checkpoint).await,
             Store::Postgres(s) => s.put_audit_checkpoint(checkpoint).await,
             Store::Memory(s) => s.put_audit_checkpoint(checkpoint).await,
+        }
+    }
+
+    async fn finding_delivery(
+        &self,
+        id: &str,
+        attempts: u32,
+        delivered_at: Option<jiff::Timestamp>,
+        next_attempt_at: Option<jiff::Timestamp>,
+    ) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.finding_delivery(id, attempts, delivered_at, next_attempt_at).await,
+            Store::Postgres(s) => {
+                s.finding_delivery(id, attempts, delivered_at, next_attempt_at)
+                    .await
+            }
+            Store::Memory(s) => s.finding_delivery(id, attempts, delivered_at, next_attempt_at).await,
         }
     }
 

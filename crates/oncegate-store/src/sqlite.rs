@@ -627,6 +627,47 @@ impl StoreRead for SqliteStore {
         Ok(rows.iter().map(|r| r.get::<i64, _>(0) as u32).collect())
     }
 
+    async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
+        let row = sqlx::query(
+            "SELECT COALESCE(SUM(amount), 0) FROM reservations WHERE scope = ? AND active = 1 AND reserved_at >= ?",
+        )
+        .bind(scope)
+        .bind(since.as_millisecond())
+        .fetch_one(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        Ok(row.get(0))
+    }
+
+    async fn findings(&self, limit: u32) -> Result<Vec<crate::FindingRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, rule, raised_at, body, delivered_at, attempts, next_attempt_at FROM findings
+             ORDER BY raised_at DESC, id LIMIT ?",
+        )
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(finding_row).collect()
+    }
+
+    async fn findings_due(
+        &self,
+        now: jiff::Timestamp,
+        limit: u32,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, rule, raised_at, body, delivered_at, attempts, next_attempt_at FROM findings
+             WHERE delivered_at IS NULL AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?",
+        )
+        .bind(now.as_millisecond())
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(finding_row).collect()
+    }
+
     async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
         let rows =
             sqlx::query("SELECT target, reason, set_by, set_at FROM kill_switches ORDER BY target")
@@ -759,6 +800,23 @@ impl StoreWrite for SqliteStore {
         self.small(Small::PutCheckpoint(checkpoint)).await.map(drop)
     }
 
+    async fn finding_delivery(
+        &self,
+        id: &str,
+        attempts: u32,
+        delivered_at: Option<jiff::Timestamp>,
+        next_attempt_at: Option<jiff::Timestamp>,
+    ) -> Result<(), StoreError> {
+        self.small(Small::FindingDelivery {
+            id: id.to_owned(),
+            attempts,
+            delivered_at,
+            next_attempt_at,
+        })
+        .await
+        .map(drop)
+    }
+
     async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
         self.small(Small::ReleaseWork {
             work: work.to_owned(),
@@ -799,4 +857,17 @@ impl SqliteStore {
         rx.await
             .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
     }
+}
+
+fn finding_row(r: &sqlx::sqlite::SqliteRow) -> Result<crate::FindingRow, StoreError> {
+    let at = |v: Option<i64>| v.map(jiff::Timestamp::from_millisecond).transpose().map_err(corrupt);
+    Ok(crate::FindingRow {
+        id: r.get(0),
+        rule: r.get(1),
+        raised_at: jiff::Timestamp::from_millisecond(r.get(2)).map_err(corrupt)?,
+        body: r.get(3),
+        delivered_at: at(r.get(4))?,
+        attempts: u32::try_from(r.get::<i64, _>(5)).unwrap_or(u32::MAX),
+        next_attempt_at: at(r.get(6))?,
+    })
 }

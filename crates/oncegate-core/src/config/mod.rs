@@ -27,8 +27,13 @@ use crate::policy::PolicyEngine;
 use crate::template::Template;
 
 mod build;
+mod detection;
 mod locate;
 mod raw;
+
+pub use detection::{
+    DuplicateRule, Escalation, HoldOn, Limit, LimitPer, Listing, MatchOn, Measure, OverLimit,
+};
 
 /// The default store URL when `[store]` is absent.
 pub const DEFAULT_STORE_URL: &str = "sqlite://oncegate.db";
@@ -396,6 +401,12 @@ pub struct Capability {
     /// The JSON Schema of the tool's arguments shown to agents (`None`: the gateway
     /// derives one from the key recipe, or takes an MCP upstream's own).
     pub input_schema: Option<Value>,
+    /// The duplicate rule the detection job runs over its applied effects.
+    pub duplicates: Option<DuplicateRule>,
+    /// The upstream's own listing of its effects (bypass detection).
+    pub listing: Option<Listing>,
+    /// Spend and action limits, reserved atomically with each claim.
+    pub limits: Vec<Limit>,
 }
 
 impl Capability {
@@ -460,6 +471,9 @@ pub struct GatewaySettings {
     pub read_rate_per_second: u32,
     /// Where alerts (cross-run duplicates, tripped breakers) are POSTed as JSON.
     pub alert_webhook: Option<Template>,
+    /// The environment variable holding the secret findings sent to the webhook are
+    /// signed with (HMAC-SHA256, `Oncegate-Signature`).
+    pub alert_webhook_secret_env: Option<String>,
     /// `Host` values `/mcp` accepts (DNS-rebinding guard); loopback by default.
     pub mcp_allowed_hosts: Vec<String>,
     /// Browser `Origin`s `/mcp` accepts; empty: requests carrying an Origin are not

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::{
-    AfterWindow, Category, CrossRun, KeyPrincipal, KeyThreading, OnUnknown, Role, Scope,
-    ToolErrors, UpstreamKind,
+    AfterWindow, Category, CrossRun, Escalation, KeyPrincipal, KeyThreading, LimitPer, OnUnknown,
+    OverLimit, Role, Scope, ToolErrors, UpstreamKind,
 };
 use crate::normalise::MoneyUnit;
 
@@ -33,6 +33,7 @@ pub(super) struct RawGateway {
     pub(super) listen: Option<String>,
     pub(super) read_rate_per_second: Option<u32>,
     pub(super) alert_webhook: Option<String>,
+    pub(super) alert_webhook_secret_env: Option<String>,
     pub(super) mcp_allowed_hosts: Option<Vec<String>>,
     pub(super) mcp_allowed_origins: Option<Vec<String>>,
     pub(super) max_argument_bytes: Option<usize>,
@@ -86,6 +87,63 @@ pub(super) struct RawCapability {
     pub(super) upstream: Option<RawUpstream>,
     pub(super) reconcile: Option<RawReconcile>,
     pub(super) input_schema: Option<toml::Value>,
+    pub(super) duplicates: Option<RawDuplicates>,
+    pub(super) listing: Option<RawListing>,
+    #[serde(default)]
+    pub(super) limits: Vec<RawLimit>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDuplicates {
+    pub(super) on: Vec<String>,
+    pub(super) within: String,
+    pub(super) every: Option<String>,
+    pub(super) escalation: Option<Escalation>,
+    pub(super) hold: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawListing {
+    pub(super) kind: UpstreamKind,
+    pub(super) url: Option<String>,
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, String>,
+    pub(super) tool: Option<String>,
+    pub(super) timeout: Option<String>,
+    pub(super) since_param: Option<String>,
+    pub(super) cursor_param: Option<String>,
+    pub(super) limit_param: Option<String>,
+    pub(super) page_size: Option<u32>,
+    #[serde(default)]
+    pub(super) params: BTreeMap<String, String>,
+    pub(super) items: Option<String>,
+    pub(super) next: Option<String>,
+    pub(super) effect_ref: String,
+    pub(super) key: Option<String>,
+    pub(super) at: Option<String>,
+    pub(super) arguments: toml::Value,
+}
+
+/// A limit's `max`: a count (integer) or an amount (text, `"5000.00"`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawMax {
+    Count(i64),
+    Amount(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimit {
+    pub(super) name: Option<String>,
+    pub(super) argument: Option<String>,
+    pub(super) max: RawMax,
+    pub(super) currency: Option<String>,
+    pub(super) window: String,
+    pub(super) per: Option<LimitPer>,
+    pub(super) over: Option<OverLimit>,
 }
 
 #[derive(Deserialize)]

@@ -54,26 +54,31 @@ pub fn decide(
         unwritten(Action::Respond, outcome, detail)
     };
 
-    if let Some(why) = req.kill_switch {
+    let stop = req
+        .kill_switch
+        .map(|why| (Code::KillSwitch, "kill_switch", why))
+        .or(req.held.map(|why| (Code::Held, "held", why)));
+    if let Some((code, name, why)) = stop {
         // A kill switch stops executions, not the truth: a repeat of an intent that
         // already settled still replays what happened (an agent that lost the result
         // must not read "refused" for a charge that went through).
         if existing.is_some_and(|r| matches!(r.state, IntentState::Applied | IntentState::Failed)) {
             let unkilled = CallRequest {
                 kill_switch: None,
+                held: None,
                 ..req.clone()
             };
             let mut d = decide(existing, &unkilled, cap, verdict, now);
             if d.action == Action::Replay && d.outcome.status == Status::Replayed {
                 if let Value::Object(detail) = &mut d.event.detail {
-                    detail.insert("kill_switch".into(), Value::String(why.to_owned()));
+                    detail.insert(name.into(), Value::String(why.to_owned()));
                 }
                 return d;
             }
         }
         return respond_only(
             Status::Refused,
-            Reason::new(Code::KillSwitch, why),
+            Reason::new(code, why),
             existing.map_or(1, |r| r.generation),
             json!({}),
         );

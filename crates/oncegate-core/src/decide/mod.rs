@@ -59,6 +59,9 @@ pub struct CallRequest<'a> {
     pub other_run: Option<&'a IntentRecord>,
     /// Set when an admin switched off the capability or the agent.
     pub kill_switch: Option<&'a str>,
+    /// Set when a detection finding's hold covers this call (its business reference,
+    /// recipient or capability): refused like a kill switch, with `OG-0026`.
+    pub held: Option<&'a str>,
     /// The id to use if this call creates an approval (ids are random; decide is not).
     pub new_approval_id: &'a str,
 }

@@ -11,7 +11,10 @@ use super::read::{
 use super::{PgStore, db_error, from_micros, ts, unavailable};
 use crate::rows::{self, PreparedApproval, PreparedIntent};
 use crate::storage::{AuditRowV1, IntentRowV1};
-use crate::{ClientKeyBinding, Commit, KillSwitchChange, McpSession, StoreError, StoreWrite};
+use crate::{
+    ClientKeyBinding, Commit, FindingRow, KillSwitchChange, McpSession, Reservation, StoreError,
+    StoreWrite,
+};
 
 impl StoreWrite for PgStore {
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
@@ -137,6 +140,26 @@ impl StoreWrite for PgStore {
         Ok(())
     }
 
+    async fn finding_delivery(
+        &self,
+        id: &str,
+        attempts: u32,
+        delivered_at: Option<jiff::Timestamp>,
+        next_attempt_at: Option<jiff::Timestamp>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE findings SET attempts = $2, delivered_at = $3::timestamptz, next_attempt_at = $4::timestamptz WHERE id = $1",
+        )
+        .bind(id)
+        .bind(i64::from(attempts))
+        .bind(delivered_at.map(ts))
+        .bind(next_attempt_at.map(ts))
+        .execute(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
     async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM work_claims WHERE work = $1 AND owner = $2")
             .bind(work)
@@ -257,6 +280,17 @@ impl PgStore {
         }
         if let Some(change) = &commit.kill_switch {
             write_kill_switch(conn, change).await?;
+        }
+        if let Some(record) = &commit.record {
+            if crate::releases(record) {
+                release(conn, record.key.as_str(), record.generation).await?;
+            }
+            for r in &commit.reservations {
+                reserve(conn, record.key.as_str(), record.generation, r, commit.event.at).await?;
+            }
+        }
+        if let Some(finding) = &commit.finding {
+            insert_finding(conn, finding).await?;
         }
         let sealed = seal_with(event, &head, key, shards);
         debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
@@ -443,4 +477,107 @@ async fn write_kill_switch(
     .await
     .map_err(db_error)?;
     Ok(())
+}
+
+/// One reservation inside a commit's transaction. The budget's row in `limit_scopes` is
+/// locked first (FOR UPDATE), so two replicas reserving against the same budget take
+/// turns: the second reads the sum after the first committed (READ COMMITTED reads
+/// each statement's own snapshot) and cannot spend what the first just took.
+async fn reserve(
+    conn: &mut PgConnection,
+    key: &str,
+    generation: u32,
+    r: &Reservation,
+    at: jiff::Timestamp,
+) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO limit_scopes (scope) VALUES ($1) ON CONFLICT DO NOTHING")
+        .bind(&r.scope)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_error)?;
+    sqlx::query("SELECT scope FROM limit_scopes WHERE scope = $1 FOR UPDATE")
+        .bind(&r.scope)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db_error)?;
+    let active: Option<bool> = sqlx::query(
+        "SELECT active FROM reservations WHERE scope = $1 AND key = $2 AND generation = $3",
+    )
+    .bind(&r.scope)
+    .bind(key)
+    .bind(i64::from(generation))
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(db_error)?
+    .map(|row| row.get(0));
+    if active == Some(true) {
+        return Ok(());
+    }
+    let used: i64 = sqlx::query(
+        "SELECT COALESCE(SUM(amount), 0)::int8 FROM reservations
+         WHERE scope = $1 AND active AND reserved_at >= $2::timestamptz",
+    )
+    .bind(&r.scope)
+    .bind(ts(r.since))
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db_error)?
+    .get(0);
+    if r.enforce && used.saturating_add(r.amount) > r.max {
+        return Err(StoreError::LimitReached {
+            scope: r.scope.clone(),
+            used,
+            max: r.max,
+            amount: r.amount,
+        });
+    }
+    sqlx::query(
+        "INSERT INTO reservations (scope, key, generation, amount, reserved_at, active)
+         VALUES ($1, $2, $3, $4, $5::timestamptz, true)
+         ON CONFLICT (scope, key, generation) DO UPDATE
+             SET amount = EXCLUDED.amount, reserved_at = EXCLUDED.reserved_at, active = true",
+    )
+    .bind(&r.scope)
+    .bind(key)
+    .bind(i64::from(generation))
+    .bind(r.amount)
+    .bind(ts(at))
+    .execute(&mut *conn)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// Releases what (key, generation) reserved.
+async fn release(conn: &mut PgConnection, key: &str, generation: u32) -> Result<(), StoreError> {
+    sqlx::query("UPDATE reservations SET active = false WHERE key = $1 AND generation = $2 AND active")
+        .bind(key)
+        .bind(i64::from(generation))
+        .execute(&mut *conn)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+/// Records a finding unless its id is taken (`Conflict`).
+async fn insert_finding(conn: &mut PgConnection, f: &FindingRow) -> Result<(), StoreError> {
+    let done = sqlx::query(
+        "INSERT INTO findings (id, rule, raised_at, body, delivered_at, attempts, next_attempt_at)
+         VALUES ($1, $2, $3::timestamptz, $4, $5::timestamptz, $6, $7::timestamptz) ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(&f.id)
+    .bind(&f.rule)
+    .bind(ts(f.raised_at))
+    .bind(&f.body)
+    .bind(f.delivered_at.map(ts))
+    .bind(i64::from(f.attempts))
+    .bind(f.next_attempt_at.map(ts))
+    .execute(&mut *conn)
+    .await
+    .map_err(db_error)?;
+    if done.rows_affected() == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict)
+    }
 }

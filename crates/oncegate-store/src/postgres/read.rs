@@ -6,7 +6,7 @@ use oncegate_core::key::IntentKey;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
-use super::{PgStore, corrupt, from_micros, unavailable};
+use super::{ts, PgStore, corrupt, from_micros, unavailable};
 use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
@@ -408,6 +408,45 @@ impl StoreRead for PgStore {
         Ok(rows.iter().map(|r| r.get::<i64, _>(0) as u32).collect())
     }
 
+    async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
+        let row = sqlx::query(
+            "SELECT COALESCE(SUM(amount), 0)::int8 FROM reservations WHERE scope = $1 AND active AND reserved_at >= $2::timestamptz",
+        )
+        .bind(scope)
+        .bind(ts(since))
+        .fetch_one(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        Ok(row.get(0))
+    }
+
+    async fn findings(&self, limit: u32) -> Result<Vec<crate::FindingRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8 FROM findings ORDER BY raised_at DESC, id LIMIT $1",
+        )
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(finding_row).collect()
+    }
+
+    async fn findings_due(
+        &self,
+        now: jiff::Timestamp,
+        limit: u32,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8 FROM findings WHERE delivered_at IS NULL AND next_attempt_at <= $1::timestamptz ORDER BY next_attempt_at, id LIMIT $2",
+        )
+        .bind(ts(now))
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(finding_row).collect()
+    }
+
     async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
         let rows = sqlx::query(
             "SELECT target, reason, set_by, (extract(epoch from set_at) * 1000000)::int8
@@ -476,4 +515,17 @@ impl StoreRead for PgStore {
             ))),
         }
     }
+}
+
+fn finding_row(r: &sqlx::postgres::PgRow) -> Result<crate::FindingRow, StoreError> {
+    let at = |v: Option<i64>| v.map(from_micros).transpose();
+    Ok(crate::FindingRow {
+        id: r.get(0),
+        rule: r.get(1),
+        raised_at: from_micros(r.get(2))?,
+        body: r.get(3),
+        delivered_at: at(r.get(4))?,
+        attempts: u32::try_from(r.get::<i64, _>(5)).unwrap_or(u32::MAX),
+        next_attempt_at: at(r.get(6))?,
+    })
 }

@@ -34,7 +34,7 @@ use crate::{ClientKeyBinding, Commit, StoreError};
 mod shared;
 
 pub(super) use shared::Small;
-use shared::{bind, small, write_kill_switch};
+use shared::{bind, insert_finding, release, reserve, small, write_kill_switch};
 
 /// Jobs applied in one transaction at most.
 const MAX_BATCH: usize = 256;
@@ -421,7 +421,11 @@ fn apply_batch(
                     }
                     results.push(Done::Commit(Ok(())));
                 }
-                Err(e @ (StoreError::Conflict | StoreError::Integrity(_))) => {
+                Err(
+                    e @ (StoreError::Conflict
+                    | StoreError::Integrity(_)
+                    | StoreError::LimitReached { .. }),
+                ) => {
                     // Both are detected before the audit append, so the heads did not
                     // move; they fail this commit alone.
                     if savepoints {
@@ -650,6 +654,21 @@ fn apply_one(
     }
     if let Some(change) = &commit.kill_switch {
         write_kill_switch(conn, change)?;
+    }
+    if let Some(record) = &commit.record {
+        if crate::releases(record) {
+            release(conn, record.key.as_str(), record.generation)?;
+        }
+        reserve(
+            conn,
+            record.key.as_str(),
+            record.generation,
+            &commit.reservations,
+            commit.event.at,
+        )?;
+    }
+    if let Some(finding) = &commit.finding {
+        insert_finding(conn, finding)?;
     }
     let raw = append_audit(conn, event, heads, key, shards)?;
     debug_assert_eq!((raw.shard, raw.seq), (i64::from(shard), seq as i64));

@@ -108,6 +108,14 @@ impl Builder<'_> {
             .reconcile
             .map(|r| self.reconcile(&at(&["reconcile"]), upstream.as_ref(), r));
         let input_schema = self.input_schema(base, rc.input_schema.as_ref());
+        let duplicates = rc
+            .duplicates
+            .map(|d| self.duplicates(&at(&["duplicates"]), &rc.name, rc.category, &key, d));
+        let listing = rc.listing.map(|l| self.listing(&at(&["listing"]), l));
+        if let Some(l) = &listing {
+            self.check_listing_covers(base, &key, duplicates.as_ref(), l);
+        }
+        let limits = self.capability_limits(base, &rc.name, rc.category, &key, rc.limits);
         let known: BTreeSet<String> = key
             .significant
             .iter()
@@ -232,6 +240,9 @@ impl Builder<'_> {
             require_client_key: rc.require_client_key.unwrap_or(false),
             upstream,
             reconcile,
+            duplicates,
+            listing,
+            limits,
             policy: None,
             policy_file: rc.policy,
             input_schema,

@@ -26,6 +26,7 @@ use crate::policy::PolicyEngine;
 use crate::template::Template;
 
 mod capability;
+mod detection;
 mod upstream;
 
 const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_secs(10);
@@ -230,6 +231,13 @@ impl Builder<'_> {
             let cap = self.capability(&base, rc);
             capabilities.push(cap);
         }
+        for (ci, li, name) in detection::duplicate_limit_names(&capabilities) {
+            self.err(
+                &[k("capabilities"), Seg::Index(ci), k("limits"), Seg::Index(li), k("name")],
+                format!("limit `{name}` is declared twice"),
+                Some("limit names are unique in the registry: they name stored budgets"),
+            );
+        }
 
         // Policies: one engine per referenced file, validated against the schema of the
         // capabilities that reference it.
@@ -357,6 +365,7 @@ impl Builder<'_> {
             listen: None,
             read_rate_per_second: None,
             alert_webhook: None,
+            alert_webhook_secret_env: None,
             mcp_allowed_hosts: None,
             mcp_allowed_origins: None,
             max_argument_bytes: None,
@@ -413,6 +422,13 @@ impl Builder<'_> {
             }
             self.template(&[k("gateway"), k("alert_webhook")], &url)
         });
+        let alert_webhook_secret_env = raw.alert_webhook_secret_env.clone();
+        if alert_webhook_secret_env.is_some() && alert_webhook.is_none() {
+            self.warn(
+                &[k("gateway"), k("alert_webhook_secret_env")],
+                "a webhook secret without `alert_webhook`: nothing is sent",
+            );
+        }
         let mcp_allowed_hosts = match raw.mcp_allowed_hosts {
             Some(hosts) => {
                 if hosts.is_empty() || hosts.iter().any(|h| h.trim().is_empty() || h.contains('/'))
@@ -453,6 +469,7 @@ impl Builder<'_> {
             listen,
             read_rate_per_second,
             alert_webhook,
+            alert_webhook_secret_env,
             mcp_allowed_hosts,
             mcp_allowed_origins,
             limits,

@@ -197,7 +197,7 @@ impl Builder<'_> {
         }
     }
 
-    fn headers(
+    pub(super) fn headers(
         &mut self,
         base: &[Seg],
         raw: BTreeMap<String, String>,
@@ -213,7 +213,7 @@ impl Builder<'_> {
             .collect()
     }
 
-    fn check_pointer(&mut self, path: &[Seg], pointer: Option<&str>) {
+    pub(super) fn check_pointer(&mut self, path: &[Seg], pointer: Option<&str>) {
         if let Some(p) = pointer
             && !p.is_empty()
             && !p.starts_with('/')
