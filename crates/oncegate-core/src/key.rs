@@ -169,6 +169,30 @@ pub struct DerivedKey {
     pub explanation: KeyExplanation,
 }
 
+/// The normalised business reference and significant arguments of `arguments`, as a
+/// call's would be: what detection compares an upstream effect (that never passed
+/// through oncegate) with intents by.
+pub fn normalise_arguments(
+    capability: &Capability,
+    arguments: &Value,
+) -> Result<(Option<String>, Map<String, Value>), KeyError> {
+    // The scope and time enter the key only, never the normalised values.
+    let scope = CallScope {
+        run_id: Some("detect"),
+        step_id: Some("detect"),
+    };
+    let d = derive(
+        "",
+        "",
+        capability,
+        arguments,
+        &scope,
+        Timestamp::UNIX_EPOCH,
+        &TimeZone::UTC,
+    )?;
+    Ok((d.business_ref, d.normalised))
+}
+
 /// Derives the intent key of a call.
 ///
 /// `now` and `tz` only matter for `day` scopes; they are injected, never read.

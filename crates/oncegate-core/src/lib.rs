@@ -9,6 +9,7 @@ pub mod audit;
 pub mod codes;
 pub mod config;
 pub mod decide;
+pub mod detect;
 pub mod intent;
 pub mod key;
 pub mod limits;

@@ -67,7 +67,7 @@ pub fn hold_target(capability: &str, on: &HoldOn, value: Option<&Value>) -> Stri
     format!("{HOLD}{capability}:{}={value}", on.name())
 }
 
-fn hold_id(target: &str) -> String {
+pub(crate) fn hold_id(target: &str) -> String {
     format!("h_{}", &hex::encode(Sha256::digest(target.as_bytes()))[..16])
 }
 
