@@ -120,7 +120,11 @@ pub fn find(rule: &DuplicateRule, effects: &[Effect]) -> Vec<Found> {
         match values(rule, e).filter(|_| e.unreadable.is_none()) {
             Some(v) => {
                 let key = canonical_json_of(&v);
-                groups.entry(key).or_insert_with(|| (v, Vec::new())).1.push(e);
+                groups
+                    .entry(key)
+                    .or_insert_with(|| (v, Vec::new()))
+                    .1
+                    .push(e);
             }
             None if e.seen == Seen::Upstream => lone.push(e),
             None => {}
@@ -240,7 +244,10 @@ mod tests {
         assert_eq!(found[0].effects.len(), 2);
         assert_eq!(found[0].on["business_ref"], "A");
         // Found again, it is the same finding.
-        assert_eq!(found[0].id("charge_card"), find(&rule(), &effects)[0].id("charge_card"));
+        assert_eq!(
+            found[0].id("charge_card"),
+            find(&rule(), &effects)[0].id("charge_card")
+        );
         assert_ne!(found[0].id("charge_card"), found[0].id("other"));
     }
 
@@ -255,7 +262,11 @@ mod tests {
         assert_eq!(found.len(), 2);
         assert!(found.iter().all(|f| f.kind == FindingKind::Bypass));
         assert!(found.iter().any(|f| f.effects.len() == 2));
-        assert!(found.iter().any(|f| f.effects.len() == 1 && f.on["business_ref"] == "C"));
+        assert!(
+            found
+                .iter()
+                .any(|f| f.effects.len() == 1 && f.on["business_ref"] == "C")
+        );
     }
 
     #[test]

@@ -257,7 +257,11 @@ impl Gate {
             Err((_, last_known)) => last_known,
         };
         let held = match self
-            .held_for(&cap.name, derived.business_ref.as_deref(), &derived.normalised)
+            .held_for(
+                &cap.name,
+                derived.business_ref.as_deref(),
+                &derived.normalised,
+            )
             .await
         {
             Ok(held) => held,
@@ -560,10 +564,19 @@ impl Gate {
                 if let Some(work) = work {
                     work.release(self).await;
                 }
-                if let (StoreError::LimitReached { scope, used, amount, .. }, Some(r)) =
-                    (&e, record.as_ref())
-                    && crate::limits::limit_named(cap, scope)
-                        .is_none_or(|l| l.over == oncegate_core::config::OverLimit::Refuse || r.approval_id.is_some())
+                if let (
+                    StoreError::LimitReached {
+                        scope,
+                        used,
+                        amount,
+                        ..
+                    },
+                    Some(r),
+                ) = (&e, record.as_ref())
+                    && crate::limits::limit_named(cap, scope).is_none_or(|l| {
+                        l.over == oncegate_core::config::OverLimit::Refuse
+                            || r.approval_id.is_some()
+                    })
                 {
                     let reason = oncegate_core::intent::Reason::new(
                         oncegate_core::codes::Code::LimitReached,

@@ -13,7 +13,9 @@ use oncegate_core::intent::IntentState;
 use oncegate_core::key::{IntentKey, normalise_arguments};
 use serde_json::{Value, json};
 
-use oncegate_store::{Commit, FindingRow, IntentFilter, KillSwitchChange, StoreError, StoreRead, StoreWrite};
+use oncegate_store::{
+    Commit, FindingRow, IntentFilter, KillSwitchChange, StoreError, StoreRead, StoreWrite,
+};
 
 use crate::gate::Gate;
 use crate::limits::hold_target;
@@ -103,15 +105,19 @@ impl Gate {
             if let Some(e) = self.intent_behind(&u).await? {
                 // Oncegate's execution (an intent the upstream committed while
                 // oncegate still waits for its answer): not a bypass.
-                if !effects.iter().any(|x| x.intent_key == e.intent_key && x.generation == e.generation) {
+                if !effects
+                    .iter()
+                    .any(|x| x.intent_key == e.intent_key && x.generation == e.generation)
+                {
                     effects.push(e);
                 }
                 continue;
             }
-            let (business_ref, normalised, unreadable) = match normalise_arguments(&cap, &u.arguments) {
-                Ok((b, n)) => (b, n, None),
-                Err(e) => (None, Default::default(), Some(e.to_string())),
-            };
+            let (business_ref, normalised, unreadable) =
+                match normalise_arguments(&cap, &u.arguments) {
+                    Ok((b, n)) => (b, n, None),
+                    Err(e) => (None, Default::default(), Some(e.to_string())),
+                };
             effects.push(Effect {
                 seen: Seen::Upstream,
                 intent_key: None,
@@ -194,7 +200,11 @@ impl Gate {
                 };
                 // A hold on a value the effect does not have would hold nothing: hold
                 // the capability instead.
-                let on = if value.is_none() { HoldOn::Capability } else { rule.hold.clone() };
+                let on = if value.is_none() {
+                    HoldOn::Capability
+                } else {
+                    rule.hold.clone()
+                };
                 Some((hold_target(&cap.name, &on, value.as_ref()), on, value))
             }
         };
@@ -202,7 +212,9 @@ impl Gate {
             FindingKind::Duplicate => "duplicate",
             FindingKind::Bypass => "bypass",
         };
-        let hold_id = hold.as_ref().map(|(target, _, _)| crate::limits::hold_id(target));
+        let hold_id = hold
+            .as_ref()
+            .map(|(target, _, _)| crate::limits::hold_id(target));
         let finding = json!({
             "id": id,
             "rule": rule.name,

@@ -68,7 +68,10 @@ pub fn hold_target(capability: &str, on: &HoldOn, value: Option<&Value>) -> Stri
 }
 
 pub(crate) fn hold_id(target: &str) -> String {
-    format!("h_{}", &hex::encode(Sha256::digest(target.as_bytes()))[..16])
+    format!(
+        "h_{}",
+        &hex::encode(Sha256::digest(target.as_bytes()))[..16]
+    )
 }
 
 /// Reads a hold back from its target.
@@ -142,7 +145,9 @@ impl Gate {
     ) -> Result<Hold, StoreError> {
         let target = hold_target(capability, on, value);
         let now = self.clock.now();
-        let mut commit = Commit::event(hold_event(now, actor, capability, &target, true, reason, extra));
+        let mut commit = Commit::event(hold_event(
+            now, actor, capability, &target, true, reason, extra,
+        ));
         commit.kill_switch = Some(KillSwitchChange {
             target: target.clone(),
             reason: Some(reason.to_owned()),
@@ -331,7 +336,8 @@ fn hold_event(
     reason: &str,
     extra: Value,
 ) -> AuditEvent {
-    let mut detail = json!({"hold": target, "hold_id": hold_id(target), "on": on, "reason": reason});
+    let mut detail =
+        json!({"hold": target, "hold_id": hold_id(target), "on": on, "reason": reason});
     if let (Value::Object(d), Value::Object(e)) = (&mut detail, extra) {
         d.extend(e);
     }

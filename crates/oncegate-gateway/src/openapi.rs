@@ -6,15 +6,16 @@ use axum::Json;
 use crate::routes::admin::KillBody;
 use crate::routes::calls::{CallBody, DeriveBody};
 use crate::routes::claims::{ClaimAnswer, CompleteBody, Completed, HeartbeatBody};
-use crate::routes::{admin, approvals, audit, calls, claims, intents, ops};
+use crate::routes::detection::ClearBody;
+use crate::routes::{admin, approvals, audit, calls, claims, detection, intents, ops};
 use crate::wire::Envelope;
 
 /// The OpenAPI document, generated from the handlers in [`crate::routes`].
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "oncegate", description = "One intent, at most one effect: the JSON API for orchestrators without MCP."),
-    paths(calls::post_call, claims::post_claim, claims::complete, claims::heartbeat, intents::list_intents, intents::get_intent, approvals::list_approvals, approvals::approve, approvals::deny, calls::derive_key, audit::audit_verify, audit::audit_export, admin::reset_breaker, admin::kill_switch, ops::healthz, ops::readyz, ops::metrics_route),
-    components(schemas(CallBody, Envelope, DeriveBody, KillBody, ClaimAnswer, CompleteBody, Completed, HeartbeatBody)),
+    paths(calls::post_call, claims::post_claim, claims::complete, claims::heartbeat, intents::list_intents, intents::get_intent, approvals::list_approvals, approvals::approve, approvals::deny, calls::derive_key, audit::audit_verify, audit::audit_export, admin::reset_breaker, admin::kill_switch, detection::list_findings, detection::list_holds, detection::clear_hold, detection::list_limits, ops::healthz, ops::readyz, ops::metrics_route),
+    components(schemas(CallBody, Envelope, DeriveBody, KillBody, ClearBody, ClaimAnswer, CompleteBody, Completed, HeartbeatBody)),
     modifiers(&BearerAuth)
 )]
 pub struct ApiDoc;

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::openapi::openapi_json;
-use crate::routes::{admin, approvals, audit, calls, claims, intents, ops};
+use crate::routes::{admin, approvals, audit, calls, claims, detection, intents, ops};
 use crate::state::{AppState, MAX_BODY_BYTES};
 
 /// The router.
@@ -36,6 +36,10 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/audit", get(audit::audit_export))
         .route("/v1/admin/breakers/{key}/reset", post(admin::reset_breaker))
         .route("/v1/admin/kill-switches/{target}", put(admin::kill_switch))
+        .route("/v1/admin/holds", get(detection::list_holds))
+        .route("/v1/admin/holds/{id}/clear", post(detection::clear_hold))
+        .route("/v1/findings", get(detection::list_findings))
+        .route("/v1/limits", get(detection::list_limits))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics_route))

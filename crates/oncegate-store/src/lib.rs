@@ -403,7 +403,10 @@ pub trait StoreRead: Send + Sync {
         since: jiff::Timestamp,
     ) -> impl Future<Output = Result<i64, StoreError>> + Send;
     /// Findings, newest first, at most `limit`.
-    fn findings(&self, limit: u32) -> impl Future<Output = Result<Vec<FindingRow>, StoreError>> + Send;
+    fn findings(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<FindingRow>, StoreError>> + Send;
     /// Findings not yet delivered whose next delivery is due at `now`, oldest first.
     fn findings_due(
         &self,

@@ -516,7 +516,11 @@ impl StoreRead for MemoryStore {
             .filter(|f| f.delivered_at.is_none() && f.next_attempt_at.is_some_and(|t| t <= now))
             .cloned()
             .collect();
-        due.sort_by(|a, b| a.next_attempt_at.cmp(&b.next_attempt_at).then(a.id.cmp(&b.id)));
+        due.sort_by(|a, b| {
+            a.next_attempt_at
+                .cmp(&b.next_attempt_at)
+                .then(a.id.cmp(&b.id))
+        });
         due.truncate(limit.max(1) as usize);
         Ok(due)
     }

@@ -515,12 +515,18 @@ impl StoreWrite for Store {
         next_attempt_at: Option<jiff::Timestamp>,
     ) -> Result<(), StoreError> {
         match self {
-            Store::Sqlite(s) => s.finding_delivery(id, attempts, delivered_at, next_attempt_at).await,
+            Store::Sqlite(s) => {
+                s.finding_delivery(id, attempts, delivered_at, next_attempt_at)
+                    .await
+            }
             Store::Postgres(s) => {
                 s.finding_delivery(id, attempts, delivered_at, next_attempt_at)
                     .await
             }
-            Store::Memory(s) => s.finding_delivery(id, attempts, delivered_at, next_attempt_at).await,
+            Store::Memory(s) => {
+                s.finding_delivery(id, attempts, delivered_at, next_attempt_at)
+                    .await
+            }
         }
     }
 

@@ -860,7 +860,11 @@ impl SqliteStore {
 }
 
 fn finding_row(r: &sqlx::sqlite::SqliteRow) -> Result<crate::FindingRow, StoreError> {
-    let at = |v: Option<i64>| v.map(jiff::Timestamp::from_millisecond).transpose().map_err(corrupt);
+    let at = |v: Option<i64>| {
+        v.map(jiff::Timestamp::from_millisecond)
+            .transpose()
+            .map_err(corrupt)
+    };
     Ok(crate::FindingRow {
         id: r.get(0),
         rule: r.get(1),

@@ -77,7 +77,7 @@ impl Fixture {
             approval,
             other_run: other,
             kill_switch: None,
-        held: None,
+            held: None,
             new_approval_id: "ap_new",
         }
     }

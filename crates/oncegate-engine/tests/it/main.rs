@@ -4,6 +4,7 @@
 mod claims;
 mod crash;
 mod gate;
+mod limits;
 mod postgres;
 mod shared_store;
 mod simulation;

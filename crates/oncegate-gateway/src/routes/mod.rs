@@ -8,6 +8,7 @@ pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod calls;
 pub(crate) mod claims;
+pub(crate) mod detection;
 pub(crate) mod intents;
 pub(crate) mod ops;
 

@@ -286,7 +286,14 @@ impl PgStore {
                 release(conn, record.key.as_str(), record.generation).await?;
             }
             for r in &commit.reservations {
-                reserve(conn, record.key.as_str(), record.generation, r, commit.event.at).await?;
+                reserve(
+                    conn,
+                    record.key.as_str(),
+                    record.generation,
+                    r,
+                    commit.event.at,
+                )
+                .await?;
             }
         }
         if let Some(finding) = &commit.finding {
@@ -550,12 +557,14 @@ async fn reserve(
 
 /// Releases what (key, generation) reserved.
 async fn release(conn: &mut PgConnection, key: &str, generation: u32) -> Result<(), StoreError> {
-    sqlx::query("UPDATE reservations SET active = false WHERE key = $1 AND generation = $2 AND active")
-        .bind(key)
-        .bind(i64::from(generation))
-        .execute(&mut *conn)
-        .await
-        .map_err(db_error)?;
+    sqlx::query(
+        "UPDATE reservations SET active = false WHERE key = $1 AND generation = $2 AND active",
+    )
+    .bind(key)
+    .bind(i64::from(generation))
+    .execute(&mut *conn)
+    .await
+    .map_err(db_error)?;
     Ok(())
 }
 

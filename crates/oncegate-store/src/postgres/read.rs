@@ -6,7 +6,7 @@ use oncegate_core::key::IntentKey;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
-use super::{ts, PgStore, corrupt, from_micros, unavailable};
+use super::{PgStore, corrupt, from_micros, ts, unavailable};
 use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};

@@ -74,9 +74,17 @@ impl Builder<'_> {
                 Some("e.g. on = [\"business_ref\", \"amount\"]"),
             );
         }
-        let within = self.duration(&at(base, &["within"]), Some(&raw.within), SignedDuration::ZERO);
+        let within = self.duration(
+            &at(base, &["within"]),
+            Some(&raw.within),
+            SignedDuration::ZERO,
+        );
         if within <= SignedDuration::ZERO {
-            self.err(&at(base, &["within"]), "`within` must be longer than zero", Some("e.g. within = \"24h\""));
+            self.err(
+                &at(base, &["within"]),
+                "`within` must be longer than zero",
+                Some("e.g. within = \"24h\""),
+            );
         }
         let default_every = if is_messaging(key) {
             SignedDuration::from_hours(1)
@@ -85,7 +93,11 @@ impl Builder<'_> {
         };
         let every = self.duration(&at(base, &["every"]), raw.every.as_deref(), default_every);
         if every < MIN_EVERY {
-            self.err(&at(base, &["every"]), format!("`every` must be at least {MIN_EVERY:#}"), None);
+            self.err(
+                &at(base, &["every"]),
+                format!("`every` must be at least {MIN_EVERY:#}"),
+                None,
+            );
         }
         let hold = match raw.hold.as_deref() {
             None if key.business_ref.is_some() => HoldOn::BusinessRef,
@@ -93,7 +105,11 @@ impl Builder<'_> {
             Some("capability") => HoldOn::Capability,
             Some("business_ref") => {
                 if key.business_ref.is_none() {
-                    self.err(&at(base, &["hold"]), "the key recipe has no business_ref to hold on", Some("hold = \"capability\", or a significant argument"));
+                    self.err(
+                        &at(base, &["hold"]),
+                        "the key recipe has no business_ref to hold on",
+                        Some("hold = \"capability\", or a significant argument"),
+                    );
                 }
                 HoldOn::BusinessRef
             }
@@ -122,7 +138,11 @@ impl Builder<'_> {
         let url = match &raw.url {
             Some(u) => self.template(&at(base, &["url"]), u),
             None => {
-                self.err(&at(base, &["url"]), "a listing needs a url", Some("e.g. url = \"{env.PROVIDER_URL}/v1/effects\" (HTTP) or the MCP endpoint"));
+                self.err(
+                    &at(base, &["url"]),
+                    "a listing needs a url",
+                    Some("e.g. url = \"{env.PROVIDER_URL}/v1/effects\" (HTTP) or the MCP endpoint"),
+                );
                 crate::template::Template::parse("").expect("the empty template parses")
             }
         };
@@ -132,10 +152,18 @@ impl Builder<'_> {
             .iter()
             .any(|p| matches!(p, Part::Placeholder(s) if !matches!(s, Source::Env(_))))
         {
-            self.err(&at(base, &["url"]), "a listing URL may only use {env.*} placeholders", Some("the gateway adds the since, cursor and page-size parameters itself"));
+            self.err(
+                &at(base, &["url"]),
+                "a listing URL may only use {env.*} placeholders",
+                Some("the gateway adds the since, cursor and page-size parameters itself"),
+            );
         }
         if raw.kind == UpstreamKind::Mcp && raw.tool.is_none() {
-            self.err(&at(base, &["tool"]), "an MCP listing needs the read-only tool to call", None);
+            self.err(
+                &at(base, &["tool"]),
+                "an MCP listing needs the read-only tool to call",
+                None,
+            );
         }
         let mut pointers = vec![
             ("items", raw.items.as_deref()),
@@ -148,10 +176,18 @@ impl Builder<'_> {
             self.check_pointer(&at(base, &[field]), p);
         }
         let arguments = self.listing_arguments(&mut at(base, &["arguments"]), &raw.arguments);
-        let timeout = self.duration(&at(base, &["timeout"]), raw.timeout.as_deref(), DEFAULT_TIMEOUT);
+        let timeout = self.duration(
+            &at(base, &["timeout"]),
+            raw.timeout.as_deref(),
+            DEFAULT_TIMEOUT,
+        );
         let page_size = raw.page_size.unwrap_or(100);
         if page_size == 0 || page_size > 10_000 {
-            self.err(&at(base, &["page_size"]), "page_size must be between 1 and 10000", None);
+            self.err(
+                &at(base, &["page_size"]),
+                "page_size must be between 1 and 10000",
+                None,
+            );
         }
         let headers = self.headers(base, raw.headers);
         Listing {
@@ -209,14 +245,20 @@ impl Builder<'_> {
         for (i, rl) in raw.into_iter().enumerate() {
             let base = [base, &[k("limits"), Seg::Index(i)]].concat();
             if category == Category::Read {
-                self.err(&base, "a read capability executes nothing a limit could reserve", None);
+                self.err(
+                    &base,
+                    "a read capability executes nothing a limit could reserve",
+                    None,
+                );
             }
             let measure = match &rl.argument {
                 None => Measure::Count,
                 Some(arg) => {
                     let found = key.significant.iter().find(|s| s.path.as_str() == arg);
                     match found.map(|s| &s.normaliser) {
-                        Some(Normaliser::Money { default_currency, .. }) => {
+                        Some(Normaliser::Money {
+                            default_currency, ..
+                        }) => {
                             let currency = match rl.currency.as_deref() {
                                 Some(code) => Currency::from_code(&code.to_ascii_uppercase()).unwrap_or_else(|| {
                                     self.err(&at(&base, &["currency"]), format!("`{code}` is not an ISO 4217 currency"), None);
@@ -227,10 +269,20 @@ impl Builder<'_> {
                                     Currency::USD
                                 }),
                             };
-                            Measure::Money { arg: arg.clone(), currency }
+                            Measure::Money {
+                                arg: arg.clone(),
+                                currency,
+                            }
                         }
                         Some(other) => {
-                            self.err(&at(&base, &["argument"]), format!("`{arg}` is a {} argument: a spend limit sums a money argument", other.type_name()), Some("remove `argument` for a count limit"));
+                            self.err(
+                                &at(&base, &["argument"]),
+                                format!(
+                                    "`{arg}` is a {} argument: a spend limit sums a money argument",
+                                    other.type_name()
+                                ),
+                                Some("remove `argument` for a count limit"),
+                            );
                             Measure::Count
                         }
                         None => {
@@ -243,11 +295,19 @@ impl Builder<'_> {
             let max = match (&measure, &rl.max) {
                 (Measure::Count, RawMax::Count(n)) if *n > 0 => *n,
                 (Measure::Count, RawMax::Count(_)) => {
-                    self.err(&at(&base, &["max"]), "a limit of 0 or less refuses every call", Some("use at least 1, or a kill switch to stop the capability"));
+                    self.err(
+                        &at(&base, &["max"]),
+                        "a limit of 0 or less refuses every call",
+                        Some("use at least 1, or a kill switch to stop the capability"),
+                    );
                     1
                 }
                 (Measure::Count, RawMax::Amount(text)) => {
-                    self.err(&at(&base, &["max"]), format!("a count limit's max is a whole number, not `{text}`"), Some("max = 200, or add `argument` for a spend limit"));
+                    self.err(
+                        &at(&base, &["max"]),
+                        format!("a count limit's max is a whole number, not `{text}`"),
+                        Some("max = 200, or add `argument` for a spend limit"),
+                    );
                     1
                 }
                 (Measure::Money { currency, .. }, raw_max) => {
@@ -258,19 +318,35 @@ impl Builder<'_> {
                     match minor_units(&text, *currency) {
                         Ok(m) if m > 0 => m,
                         Ok(_) => {
-                            self.err(&at(&base, &["max"]), "a spend limit of 0 or less refuses every call", None);
+                            self.err(
+                                &at(&base, &["max"]),
+                                "a spend limit of 0 or less refuses every call",
+                                None,
+                            );
                             1
                         }
                         Err(why) => {
-                            self.err(&at(&base, &["max"]), why, Some("max = \"5000.00\" (in the limit's currency, major units)"));
+                            self.err(
+                                &at(&base, &["max"]),
+                                why,
+                                Some("max = \"5000.00\" (in the limit's currency, major units)"),
+                            );
                             1
                         }
                     }
                 }
             };
-            let window = self.duration(&at(&base, &["window"]), Some(&rl.window), SignedDuration::ZERO);
+            let window = self.duration(
+                &at(&base, &["window"]),
+                Some(&rl.window),
+                SignedDuration::ZERO,
+            );
             if window <= SignedDuration::ZERO {
-                self.err(&at(&base, &["window"]), "a limit's window must be longer than zero", Some("e.g. window = \"24h\""));
+                self.err(
+                    &at(&base, &["window"]),
+                    "a limit's window must be longer than zero",
+                    Some("e.g. window = \"24h\""),
+                );
             }
             let per = rl.per.unwrap_or(LimitPer::Capability);
             let default_name = match (&measure, per) {
@@ -280,8 +356,15 @@ impl Builder<'_> {
                 (Measure::Money { .. }, LimitPer::Principal) => format!("{name}.spend_per_agent"),
             };
             let limit_name = rl.name.unwrap_or(default_name);
-            if limit_name.is_empty() || limit_name.contains('@') || limit_name.contains(char::is_whitespace) {
-                self.err(&at(&base, &["name"]), format!("`{limit_name}` is not a valid limit name"), Some("letters, digits, `_`, `-` and `.`"));
+            if limit_name.is_empty()
+                || limit_name.contains('@')
+                || limit_name.contains(char::is_whitespace)
+            {
+                self.err(
+                    &at(&base, &["name"]),
+                    format!("`{limit_name}` is not a valid limit name"),
+                    Some("letters, digits, `_`, `-` and `.`"),
+                );
             }
             limits.push(Limit {
                 name: limit_name,
@@ -336,14 +419,19 @@ fn minor_units(text: &str, currency: Currency) -> Result<i64, String> {
         .map_err(|_| format!("`{text}` is not an amount"))?;
     let exp = u32::from(currency.exponent().unwrap_or(0));
     if d.normalize().scale() > exp {
-        return Err(format!("`{text}` has more decimal places than {} allows", currency.code()));
+        return Err(format!(
+            "`{text}` has more decimal places than {} allows",
+            currency.code()
+        ));
     }
     let minor = d * rust_decimal::Decimal::from(10_i64.pow(exp));
     i64::try_from(minor.trunc()).map_err(|_| format!("`{text}` is too large"))
 }
 
 /// Limit names are unique in the registry (they name stored budgets).
-pub(super) fn duplicate_limit_names(caps: &[crate::config::Capability]) -> Vec<(usize, usize, String)> {
+pub(super) fn duplicate_limit_names(
+    caps: &[crate::config::Capability],
+) -> Vec<(usize, usize, String)> {
     let mut seen: BTreeMap<&str, ()> = BTreeMap::new();
     let mut dupes = Vec::new();
     for (ci, cap) in caps.iter().enumerate() {

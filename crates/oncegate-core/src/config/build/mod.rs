@@ -233,7 +233,13 @@ impl Builder<'_> {
         }
         for (ci, li, name) in detection::duplicate_limit_names(&capabilities) {
             self.err(
-                &[k("capabilities"), Seg::Index(ci), k("limits"), Seg::Index(li), k("name")],
+                &[
+                    k("capabilities"),
+                    Seg::Index(ci),
+                    k("limits"),
+                    Seg::Index(li),
+                    k("name"),
+                ],
                 format!("limit `{name}` is declared twice"),
                 Some("limit names are unique in the registry: they name stored budgets"),
             );

@@ -127,7 +127,12 @@ pub(super) fn small(conn: &Connection, job: &Small) -> Result<bool, StoreError> 
         } => {
             run(
                 "UPDATE findings SET attempts = ?2, delivered_at = ?3, next_attempt_at = ?4 WHERE id = ?1",
-                params![id, attempts, delivered_at.map(millis), next_attempt_at.map(millis)],
+                params![
+                    id,
+                    attempts,
+                    delivered_at.map(millis),
+                    next_attempt_at.map(millis)
+                ],
             )?;
             true
         }
@@ -250,5 +255,9 @@ pub(super) fn insert_finding(conn: &Connection, f: &FindingRow) -> Result<(), St
             ])
         })
         .map_err(unavailable)?;
-    if rows == 1 { Ok(()) } else { Err(StoreError::Conflict) }
+    if rows == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict)
+    }
 }

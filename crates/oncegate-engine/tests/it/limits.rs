@@ -1,0 +1,272 @@
+//! Limits and detection on a real SQLite file: a budget reserved atomically with the
+//! claim (parallel subagents cannot each spend the last of it), released by a failed
+//! effect, rolling with the window and surviving a restart; a duplicate found through
+//! a broken recipe, held and cleared; an upstream effect that bypassed the gateway.
+
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use oncegate_core::EffectResult;
+use oncegate_core::codes::Code;
+use oncegate_core::intent::Status;
+use oncegate_engine::{Call, Claim, Claimed, Clock, Gate, ManualClock, UpstreamEffect};
+use serde_json::json;
+
+use crate::gate_in;
+
+/// `charge` is keyed on a free-text memo too (the broken recipe detection must catch),
+/// with a budget of 37.50 USD per agent per 24 h: room for three charges of 12.50.
+const CONFIG: &str = r#"
+[gateway]
+tenant = "acme"
+
+[store]
+url = "sqlite://oncegate.db"
+
+[[principals]]
+name = "agent"
+role = "agent"
+token_env = "T_AGENT"
+
+[[principals]]
+name = "ops"
+role = "admin"
+token_env = "T_OPS"
+
+[[capabilities]]
+name = "charge"
+category = "keyed"
+attempt_ceiling = 100
+key = { business_ref = "order_id", significant = [{ arg = "amount", type = "money", default_currency = "USD" }, { arg = "memo", type = "text" }] }
+
+[capabilities.duplicates]
+on = ["business_ref", "amount"]
+within = "24h"
+every = "1s"
+escalation = "hold"
+
+[[capabilities.limits]]
+name = "charge_budget"
+argument = "amount"
+max = "37.50"
+currency = "USD"
+window = "24h"
+per = "principal"
+
+[[capabilities]]
+name = "email"
+category = "non_idempotent"
+on_unknown = "escalate"
+key = { business_ref = "order_id", significant = [{ arg = "to", type = "email" }] }
+
+[[capabilities.limits]]
+max = 2
+window = "1h"
+"#;
+
+async fn world() -> (tempfile::TempDir, Gate, ManualClock) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("oncegate.toml"), CONFIG).unwrap();
+    let clock = ManualClock::new(Timestamp::now());
+    let gate = gate_in(dir.path(), Arc::new(clock.clone())).await;
+    (dir, gate, clock)
+}
+
+fn charge(order: &str, memo: &str) -> Call {
+    Call::new(
+        "charge",
+        json!({"order_id": order, "amount": "12.50", "memo": memo}),
+    )
+}
+
+async fn claim(gate: &Gate, call: Call) -> Result<Claim, oncegate_core::intent::Outcome> {
+    match gate.claim("agent", call).await.unwrap() {
+        Claimed::Execute(c) => Ok(c),
+        Claimed::Settled(o) => Err(o),
+        Claimed::Read(_) => panic!("not a read"),
+    }
+}
+
+fn applied(id: &str) -> EffectResult {
+    EffectResult::Applied {
+        effect_ref: Some(id.into()),
+        result: json!({"id": id}),
+    }
+}
+
+#[tokio::test]
+async fn sixteen_parallel_charges_with_room_for_three_execute_exactly_three() {
+    let (_dir, gate, _clock) = world().await;
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let gate = gate.clone();
+            tokio::spawn(async move { claim(&gate, charge(&format!("o-{i}"), "x")).await })
+        })
+        .collect();
+    let mut claims = Vec::new();
+    let mut refused = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(c) => claims.push(c),
+            Err(o) => {
+                assert_eq!(o.status, Status::Refused, "{o:?}");
+                assert_eq!(
+                    o.reason.as_ref().map(|r| r.code),
+                    Some(Code::LimitReached),
+                    "{o:?}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((claims.len(), refused), (3, 13));
+    let status = gate.limits_status().await.unwrap();
+    let mine = status
+        .iter()
+        .find(|s| s.limit == "charge_budget" && s.principal.as_deref() == Some("agent"))
+        .unwrap();
+    assert_eq!((mine.used, mine.remaining), (3750, 0));
+
+    // A repeat of a claimed intent reserves nothing more (it is in flight).
+    let again = claim(&gate, charge("o-0", "x")).await;
+    assert!(again.is_err());
+    // A failed effect releases its reservation: one more charge fits.
+    let first = claims.remove(0);
+    let failed = EffectResult::Failed {
+        result: json!({"error": "card_declined"}),
+        message: "card declined".into(),
+    };
+    gate.complete(&first, failed).await.unwrap();
+    for c in &claims {
+        gate.complete(c, applied(&format!("ch_{}", c.generation)))
+            .await
+            .unwrap();
+    }
+    let next = claim(&gate, charge("o-new", "x"))
+        .await
+        .expect("the released budget fits one more");
+    gate.complete(&next, applied("ch_new")).await.unwrap();
+    assert!(claim(&gate, charge("o-newer", "x")).await.is_err());
+}
+
+#[tokio::test]
+async fn budgets_roll_with_the_window_and_survive_a_restart() {
+    let (dir, gate, clock) = world().await;
+    for i in 0..2 {
+        let c = claim(
+            &gate,
+            Call::new(
+                "email",
+                json!({"order_id": format!("e-{i}"), "to": "a@x.com"}),
+            ),
+        )
+        .await
+        .unwrap();
+        gate.complete(&c, applied(&format!("em_{i}")))
+            .await
+            .unwrap();
+    }
+    let third = Call::new("email", json!({"order_id": "e-2", "to": "a@x.com"}));
+    assert!(claim(&gate, third.clone()).await.is_err());
+
+    // A new process on the same store: the budget is in the store, not in memory.
+    drop(gate);
+    let gate = gate_in(dir.path(), Arc::new(clock.clone())).await;
+    let refused = claim(&gate, third.clone()).await.unwrap_err();
+    assert_eq!(refused.reason.map(|r| r.code), Some(Code::LimitReached));
+
+    // Past the window, the old emails no longer count.
+    clock.advance(SignedDuration::from_mins(61));
+    claim(&gate, third).await.expect("the window rolled");
+}
+
+#[tokio::test]
+async fn a_broken_recipe_duplicate_is_found_once_held_and_cleared() {
+    let (_dir, gate, clock) = world().await;
+    let since = clock.now();
+    // The same order and amount, re-planned with a new memo: the recipe (memo in the
+    // key) makes it a second intent, and the provider charges twice.
+    for (memo, id) in [("first try", "ch_a"), ("Retrying the charge", "ch_b")] {
+        let c = claim(&gate, charge("A-1", memo)).await.unwrap();
+        gate.complete(&c, applied(id)).await.unwrap();
+    }
+    // A legitimate distinct charge raises nothing.
+    let c = claim(&gate, charge("B-1", "x")).await.unwrap();
+    gate.complete(&c, applied("ch_c")).await.unwrap();
+
+    let run = gate.detect("charge", since, Vec::new()).await.unwrap();
+    assert_eq!(run.raised.len(), 1, "{:?}", run.raised);
+    let finding = &run.raised[0];
+    assert_eq!(finding["kind"], "duplicate");
+    assert_eq!(finding["effects"].as_array().unwrap().len(), 2);
+    // Run again: the same finding is not raised twice.
+    let again = gate.detect("charge", since, Vec::new()).await.unwrap();
+    assert_eq!((again.raised.len(), again.known), (0, 1));
+    assert_eq!(gate.findings(10).await.unwrap().len(), 1);
+
+    // The hold stops the next call on that order (another memo, another amount).
+    let holds = gate.holds().await.unwrap();
+    assert_eq!(holds.len(), 1);
+    assert_eq!(
+        (holds[0].on.as_str(), holds[0].value.as_str()),
+        ("business_ref", "A-1")
+    );
+    let stopped = claim(&gate, charge("A-1", "third")).await.unwrap_err();
+    assert_eq!(
+        stopped.reason.as_ref().map(|r| r.code),
+        Some(Code::Held),
+        "{stopped:?}"
+    );
+    // Other orders go on.
+    let other = claim(
+        &gate,
+        Call::new("email", json!({"order_id": "A-1", "to": "b@x.com"})),
+    )
+    .await;
+    assert!(other.is_ok());
+
+    let cleared = gate
+        .clear_hold("ops", &holds[0].id, "refunded the duplicate")
+        .await
+        .unwrap();
+    assert!(cleared.is_some());
+    assert!(gate.holds().await.unwrap().is_empty());
+    assert!(
+        gate.clear_hold("ops", &holds[0].id, "again")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // (The three charges used the day's budget: let it roll first.)
+    clock.advance(SignedDuration::from_hours(25));
+    claim(&gate, charge("A-1", "third"))
+        .await
+        .expect("the hold is cleared");
+}
+
+#[tokio::test]
+async fn an_effect_that_bypassed_the_gateway_is_a_bypass_finding() {
+    let (_dir, gate, clock) = world().await;
+    let since = clock.now();
+    let c = claim(&gate, charge("C-1", "x")).await.unwrap();
+    let key = c.intent.key.clone();
+    gate.complete(&c, applied("ch_1")).await.unwrap();
+    let upstream = |id: &str, order: &str, key: Option<&str>| UpstreamEffect {
+        effect_ref: id.into(),
+        key: key.map(str::to_owned),
+        at: clock.now(),
+        arguments: json!({"order_id": order, "amount": {"minor": 1250, "currency": "USD"}, "memo": ""}),
+    };
+    let listed = vec![
+        // The gateway's own charge, as the provider lists it: not a bypass.
+        upstream("ch_1", "C-1", Some(&key)),
+        // Someone charged C-1 again with a direct credential.
+        upstream("ch_direct", "C-1", None),
+    ];
+    let run = gate.detect("charge", since, listed).await.unwrap();
+    assert_eq!(run.raised.len(), 1, "{:?}", run.raised);
+    assert_eq!(run.raised[0]["kind"], "bypass");
+    assert_eq!(run.raised[0]["effects"].as_array().unwrap().len(), 2);
+    let stopped = claim(&gate, charge("C-1", "y")).await.unwrap_err();
+    assert_eq!(stopped.reason.map(|r| r.code), Some(Code::Held));
+}

@@ -1,0 +1,98 @@
+//! Detection and limits for admins: findings, holds (listed and cleared), and what is
+//! left of every limit's budget.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use oncegate_core::config::Role;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{json_body, require};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// `GET /v1/findings` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct FindingsQuery {
+    /// At most this many, newest first (default 100).
+    limit: Option<u32>,
+}
+
+#[utoipa::path(get, path = "/v1/findings", tag = "detection", params(FindingsQuery), responses((status = 200, description = "findings, newest first")), security(("bearer" = [])))]
+pub(crate) async fn list_findings(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<FindingsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin, Role::Approver])?;
+    let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let findings = state
+        .gate()
+        .findings(query.limit.unwrap_or(100).min(1000))
+        .await?;
+    Ok(Json(json!({"findings": findings})).into_response())
+}
+
+#[utoipa::path(get, path = "/v1/admin/holds", tag = "detection", responses((status = 200, description = "the holds that are on")), security(("bearer" = [])))]
+pub(crate) async fn list_holds(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin])?;
+    let holds = state.gate().holds().await?;
+    Ok(Json(json!({"holds": holds})).into_response())
+}
+
+/// `POST /v1/admin/holds/{id}/clear` body (optional).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClearBody {
+    /// Why it is cleared (kept in the audit chain).
+    reason: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/admin/holds/{id}/clear", tag = "detection", params(("id" = String, Path)), request_body = ClearBody, responses((status = 200, description = "the hold cleared"), (status = 404, description = "no such hold is on")), security(("bearer" = [])))]
+pub(crate) async fn clear_hold(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin])?;
+    let body: ClearBody = if body.is_empty() {
+        ClearBody::default()
+    } else {
+        json_body(&body)?
+    };
+    let reason = body
+        .reason
+        .unwrap_or_else(|| format!("cleared by {}", p.name));
+    match state.gate().clear_hold(&p.name, &id, &reason).await? {
+        Some(hold) => {
+            tracing::warn!(hold = %id, by = %p.name, "hold cleared");
+            Ok(Json(json!({"cleared": hold, "reason": reason})).into_response())
+        }
+        None => Err(ApiError::NotFound(format!("no hold `{id}` is on"))),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/limits", tag = "detection", responses((status = 200, description = "every limit's budget: max, used and remaining in its window")), security(("bearer" = [])))]
+pub(crate) async fn list_limits(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers)?;
+    require(&p, &[Role::Admin])?;
+    let limits = state.gate().limits_status().await?;
+    for l in &limits {
+        metrics::gauge!("oncegate_limit_remaining", "limit" => l.limit.clone(), "principal" => l.principal.clone().unwrap_or_default())
+            .set(l.remaining as f64);
+    }
+    Ok(Json(json!({"limits": limits})).into_response())
+}
