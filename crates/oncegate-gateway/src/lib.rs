@@ -28,6 +28,7 @@
 //! `oncegate demo` and `oncegate verify` live in the CLI.
 
 pub mod alerts;
+pub mod detection;
 pub mod error;
 mod front;
 mod headers;

@@ -25,6 +25,10 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let sweeper = tokio::spawn(sweep(state.clone(), sweep_every));
+    let detector = tokio::spawn(crate::detection::detect_loop(
+        state.clone(),
+        Duration::from_secs(1),
+    ));
     let inflight = state.inflight().clone();
     let state_shutdown = state.mcp_shutdown().clone();
     let router = app(state);
@@ -72,5 +76,6 @@ pub async fn serve(
         );
     }
     sweeper.abort();
+    detector.abort();
     Ok(())
 }

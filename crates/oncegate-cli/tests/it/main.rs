@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 
 mod args;
 mod demo;
+mod detection;
 mod gateway;
 mod late;
 mod mcp;
