@@ -9,7 +9,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use oncegate_core::config::{Listing, UpstreamKind};
 use oncegate_engine::UpstreamEffect;
-use oncegate_store::StoreWrite;
+use oncegate_store::{StoreRead, StoreWrite};
 use serde_json::Value;
 
 use crate::alerts::webhook_url;
@@ -177,4 +177,101 @@ pub async fn fetch_listing(
         }
     }
     Err(format!("GET {url}: more than {MAX_PAGES} pages"))
+}
+
+/// The first retry's wait; each later one doubles, up to [`RETRY_CAP`].
+const RETRY_BASE: Duration = Duration::from_secs(1);
+/// The longest wait between two deliveries of one finding.
+const RETRY_CAP: Duration = Duration::from_secs(300);
+
+/// Sends stored findings to the alert webhook: the findings table is the outbox, so a
+/// finding is delivered at least once across restarts; the finding id is the delivery
+/// id the receiver dedupes on; each delivery is one replica's at a time (a work
+/// claim); a failed one is retried with backoff. With `alert_webhook_secret_env` every
+/// delivery is signed (`Oncegate-Signature`, docs/webhooks.md); a named secret that is
+/// unset sends nothing rather than unsigned events.
+pub async fn deliver_loop(state: AppState, tick: Duration) {
+    let gate = state.gate();
+    let Some(template) = gate.registry().gateway.alert_webhook.clone() else {
+        return;
+    };
+    let secret_env = gate.registry().gateway.alert_webhook_secret_env.clone();
+    let owner = format!(
+        "deliver-{}-{}",
+        std::process::id(),
+        Timestamp::now().as_nanosecond()
+    );
+    let mut ticker = tokio::time::interval(tick);
+    loop {
+        ticker.tick().await;
+        let secret = match &secret_env {
+            None => None,
+            Some(name) => match std::env::var(name) {
+                Ok(s) if !s.is_empty() => Some(s),
+                _ => {
+                    tracing::error!(variable = %name, "alert_webhook_secret_env names an unset variable: findings are not sent until it is set");
+                    continue;
+                }
+            },
+        };
+        let now = gate.clock().now();
+        let due = match gate.store().findings_due(now, 20).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %e, "finding deliveries: the store is unavailable");
+                continue;
+            }
+        };
+        for f in due {
+            let work = format!("deliver:{}", f.id);
+            if !matches!(
+                gate.store()
+                    .claim_work(&work, &owner, now, jiff::SignedDuration::from_secs(60))
+                    .await,
+                Ok(true)
+            ) {
+                continue;
+            }
+            let delivery = crate::webhook::Delivery {
+                id: f.id.clone(),
+                event: "finding".into(),
+                body: f.body.clone().into_bytes(),
+            };
+            let url = webhook_url(&template);
+            let attempts = f.attempts.saturating_add(1);
+            let sent = crate::webhook::deliver(
+                &state.http(),
+                &url,
+                secret.as_deref().map(str::as_bytes),
+                &delivery,
+                now.as_second(),
+                Duration::from_secs(10),
+            )
+            .await;
+            let recorded = match sent {
+                Ok(()) => {
+                    metrics::counter!("oncegate_finding_deliveries_total", "result" => "delivered")
+                        .increment(1);
+                    gate.store()
+                        .finding_delivery(&f.id, attempts, Some(gate.clock().now()), None)
+                        .await
+                }
+                Err(e) => {
+                    metrics::counter!("oncegate_finding_deliveries_total", "result" => "failed")
+                        .increment(1);
+                    let wait = crate::webhook::backoff(attempts, RETRY_BASE, RETRY_CAP);
+                    tracing::warn!(finding = %f.id, attempts, error = %e, retry_in = ?wait, "finding delivery failed");
+                    let next = gate.clock().now()
+                        + jiff::SignedDuration::try_from(wait).unwrap_or_default();
+                    gate.store()
+                        .finding_delivery(&f.id, attempts, None, Some(next))
+                        .await
+                }
+            };
+            if let Err(e) = recorded {
+                tracing::warn!(finding = %f.id, error = %e, "finding delivery not recorded: it may be sent again");
+            }
+            let _ = gate.store().release_work(&work, &owner).await;
+        }
+    }
 }

@@ -14,6 +14,8 @@
 //! front          the one front door: capability lookup, executor, the engine in its
 //!                own task, alerts and metrics after (POST /v1/calls, tools/call, approvals)
 //! alerts         alert webhook template rendering and delivery
+//! webhook        one signed delivery of an event (signature, verify, backoff) that
+//!                the alert outbox retries; reads errors with upstream's reader
 //! state          AppState, Principal, tokens and authentication, MAX_BODY_BYTES
 //! headers        bearer token and structural id headers
 //! error          ApiError: the one error-to-wire table (HTTP and MCP forms)
@@ -44,4 +46,5 @@ pub mod state;
 pub mod sweep;
 pub mod tool_result;
 pub mod upstream;
+pub mod webhook;
 pub mod wire;

@@ -29,6 +29,10 @@ pub async fn serve(
         state.clone(),
         Duration::from_secs(1),
     ));
+    let deliverer = tokio::spawn(crate::detection::deliver_loop(
+        state.clone(),
+        Duration::from_millis(500),
+    ));
     let inflight = state.inflight().clone();
     let state_shutdown = state.mcp_shutdown().clone();
     let router = app(state);
@@ -77,5 +81,6 @@ pub async fn serve(
     }
     sweeper.abort();
     detector.abort();
+    deliverer.abort();
     Ok(())
 }

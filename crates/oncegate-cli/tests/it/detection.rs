@@ -3,6 +3,9 @@
 //! the gateway) duplicates one the gateway made; the scheduler's next tick finds it in
 //! the provider's listing, holds the order, and an admin clears the hold.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -29,10 +32,85 @@ arguments = { order_id = "/order_id", amount = { minor = "/amount_minor", curren
 
 "#;
 
-fn setup() -> Setup {
+fn setup(webhook: &str) -> Setup {
+    let gateway = format!(
+        "[gateway]\nalert_webhook = \"{webhook}\"\nalert_webhook_secret_env = \"ONCEGATE_TEST_WEBHOOK_SECRET\"\n"
+    );
     Setup::with_registry(&[], |text| {
-        text.replacen("# --- refund:", &format!("{DETECTION}# --- refund:"), 1)
+        text.replacen("[gateway]\n", &gateway, 1).replacen(
+            "# --- refund:",
+            &format!("{DETECTION}# --- refund:"),
+            1,
+        )
     })
+}
+
+const SECRET: &str = "whsec_test";
+
+/// One request a webhook receiver got: its delivery id, and whether its signature
+/// verified.
+#[derive(Debug)]
+struct Received {
+    delivery: String,
+    signed: bool,
+    body: Value,
+}
+
+/// A webhook receiver on loopback that answers 500 to its first request and 200 to
+/// the others, and keeps what it received.
+fn receiver() -> (String, Arc<Mutex<Vec<Received>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let seen = got.clone();
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut headers = Vec::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                headers.push(line.trim_end().to_owned());
+            }
+            let header = |name: &str| {
+                headers
+                    .iter()
+                    .find_map(|h| {
+                        let (k, v) = h.split_once(':')?;
+                        k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                    })
+                    .unwrap_or_default()
+            };
+            let length: usize = header("content-length").parse().unwrap_or(0);
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let now = jiff::Timestamp::now().as_second();
+            seen.lock().unwrap().push(Received {
+                delivery: header("oncegate-delivery"),
+                signed: oncegate_gateway::webhook::verify(
+                    SECRET.as_bytes(),
+                    &header("oncegate-signature"),
+                    &body,
+                    now,
+                    300,
+                ),
+                body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            });
+            let status = if n == 0 {
+                "500 Internal Server Error"
+            } else {
+                "200 OK"
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            );
+        }
+    });
+    (url, got)
 }
 
 fn call(gw: &Proc, arguments: Value) -> Value {
@@ -65,8 +143,9 @@ fn findings(gw: &Proc) -> Vec<Value> {
 
 #[test]
 fn a_bypass_duplicate_is_found_within_a_tick_held_and_cleared() {
-    let setup = setup();
-    let gw = setup.gateway();
+    let (hook, received) = receiver();
+    let setup = setup(&hook);
+    let gw = setup.gateway_with(&[("ONCEGATE_TEST_WEBHOOK_SECRET", SECRET)]);
     let first = call(
         &gw,
         json!({"order_id": "A-1", "amount": "12.50", "memo": "x"}),
@@ -151,4 +230,22 @@ fn a_bypass_duplicate_is_found_within_a_tick_held_and_cleared() {
     // Every later tick finds the same finding again, and raises nothing new.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(findings(&gw).len(), 1, "{:?}", findings(&gw));
+
+    // The webhook: the first delivery failed (500), the retry landed; both carry the
+    // finding's id as the delivery id and a valid signature; nothing else was sent.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while received.lock().unwrap().len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let got = received.lock().unwrap();
+    assert_eq!(got.len(), 2, "{got:?}");
+    let id = found[0]["id"].as_str().unwrap();
+    assert!(got.iter().all(|r| r.delivery == id && r.signed), "{got:?}");
+    assert_eq!(got[1].body["kind"], "bypass", "{got:?}");
+    assert!(
+        findings(&gw)[0]["delivered_at"].is_string(),
+        "{:?}",
+        findings(&gw)
+    );
 }

@@ -8,3 +8,4 @@ mod mcp_upstream;
 mod openapi;
 mod replicas;
 mod upstream;
+mod webhook;
