@@ -9,6 +9,13 @@
 //!
 //! A thread, never a caller's future: a caller that gives up cannot cancel a transaction
 //! half-way.
+//!
+//! Why one file: the batch loop, the savepoint around each commit and the per-commit
+//! checks (row seals, compare-and-set, limit reservations, finding ids) share one rule,
+//! that every error a single commit can cause is raised before its audit append, so
+//! rolling back to its savepoint leaves the chain heads where they were. Split apart,
+//! that rule would live in no one place. The writer's jobs outside a commit's event are
+//! already in `writer/shared.rs`.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
