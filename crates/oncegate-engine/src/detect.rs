@@ -44,8 +44,8 @@ pub struct DetectRun {
     pub compared: usize,
     /// Findings raised by this run (each raised once, ever).
     pub raised: Vec<Value>,
-    /// Findings this run found again (raised before).
-    pub known: usize,
+    /// The ids of findings this run found again (raised before).
+    pub known: Vec<String>,
 }
 
 impl Gate {
@@ -143,7 +143,7 @@ impl Gate {
             }
             match self.raise(&cap, &found).await? {
                 Some(finding) => run.raised.push(finding),
-                None => run.known += 1,
+                None => run.known.push(found.id(&rule.name)),
             }
         }
         Ok(run)

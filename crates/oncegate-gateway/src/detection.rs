@@ -110,13 +110,24 @@ pub async fn fetch_listing(
     listing: &Listing,
     since: Timestamp,
 ) -> Result<Vec<UpstreamEffect>, String> {
+    fetch_listing_with_progress(http, listing, since, &mut |_, _| {}).await
+}
+
+/// [`fetch_listing`], calling `progress(pages, effects)` after each page read (for
+/// `oncegate detect`'s progress line on long scans).
+pub async fn fetch_listing_with_progress(
+    http: &reqwest::Client,
+    listing: &Listing,
+    since: Timestamp,
+    progress: &mut (dyn FnMut(usize, usize) + Send),
+) -> Result<Vec<UpstreamEffect>, String> {
     if listing.kind != UpstreamKind::Http {
         return Err("only HTTP listings are read".into());
     }
     let url = webhook_url(&listing.url);
     let mut effects = Vec::new();
     let mut cursor: Option<String> = None;
-    for _ in 0..MAX_PAGES {
+    for page_number in 1..=MAX_PAGES {
         let mut query: Vec<(String, String)> = listing
             .params
             .iter()
@@ -171,6 +182,7 @@ pub async fn fetch_listing(
                 arguments: mapped(&listing.arguments, item),
             });
         }
+        progress(page_number, effects.len());
         match text_at(&page, &listing.next) {
             Some(next) if !items.is_empty() => cursor = Some(next),
             _ => return Ok(effects),

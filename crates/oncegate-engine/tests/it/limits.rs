@@ -10,6 +10,7 @@ use oncegate_core::EffectResult;
 use oncegate_core::codes::Code;
 use oncegate_core::intent::Status;
 use oncegate_engine::{Call, Claim, Claimed, Clock, Gate, ManualClock, UpstreamEffect};
+use oncegate_store::StoreRead;
 use serde_json::json;
 
 use crate::gate_in;
@@ -201,7 +202,7 @@ async fn a_broken_recipe_duplicate_is_found_once_held_and_cleared() {
     assert_eq!(finding["effects"].as_array().unwrap().len(), 2);
     // Run again: the same finding is not raised twice.
     let again = gate.detect("charge", since, Vec::new()).await.unwrap();
-    assert_eq!((again.raised.len(), again.known), (0, 1));
+    assert_eq!((again.raised.len(), again.known.len()), (0, 1));
     assert_eq!(gate.findings(10).await.unwrap().len(), 1);
 
     // The hold stops the next call on that order (another memo, another amount).
@@ -269,4 +270,181 @@ async fn an_effect_that_bypassed_the_gateway_is_a_bypass_finding() {
     assert_eq!(run.raised[0]["effects"].as_array().unwrap().len(), 2);
     let stopped = claim(&gate, charge("C-1", "y")).await.unwrap_err();
     assert_eq!(stopped.reason.map(|r| r.code), Some(Code::Held));
+}
+
+/// A payout whose daily budget sends an over-limit call to an approver instead of
+/// refusing it, and an email rule that holds the recipient (not the order).
+const REVIEWED: &str = r#"
+[gateway]
+tenant = "acme"
+
+[store]
+url = "sqlite://oncegate.db"
+
+[[principals]]
+name = "agent"
+role = "agent"
+token_env = "T_AGENT"
+
+[[principals]]
+name = "alice"
+role = "approver"
+token_env = "T_ALICE"
+
+[[principals]]
+name = "ops"
+role = "admin"
+token_env = "T_OPS"
+
+[[capabilities]]
+name = "payout"
+category = "keyed"
+attempt_ceiling = 100
+key = { business_ref = "payout_id", significant = [{ arg = "amount", type = "money", default_currency = "USD" }] }
+
+[[capabilities.limits]]
+name = "payout_budget"
+argument = "amount"
+max = "100.00"
+currency = "USD"
+window = "24h"
+over = "require_approval"
+
+[[capabilities]]
+name = "email"
+category = "non_idempotent"
+on_unknown = "escalate"
+key = { business_ref = "order_id", significant = [{ arg = "to", type = "email" }, { arg = "template", type = "enum", values = ["receipt", "notice"] }] }
+
+[capabilities.duplicates]
+on = ["to", "template"]
+within = "1h"
+escalation = "hold"
+hold = "to"
+"#;
+
+/// Counts executions; every one is applied.
+struct Counting(std::sync::atomic::AtomicUsize);
+
+impl oncegate_engine::Executor for Counting {
+    async fn execute(&self, _intent: oncegate_engine::IntentHandle) -> EffectResult {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        applied(&format!("fx_{n}"))
+    }
+}
+
+async fn reviewed() -> (tempfile::TempDir, Gate, ManualClock, Arc<Counting>) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("oncegate.toml"), REVIEWED).unwrap();
+    let clock = ManualClock::new(Timestamp::now());
+    let gate = gate_in(dir.path(), Arc::new(clock.clone())).await;
+    (dir, gate, clock, Arc::new(Counting(Default::default())))
+}
+
+#[tokio::test]
+async fn an_over_limit_call_waits_for_an_approver_who_lets_it_through_once() {
+    let (_dir, gate, _clock, exec) = reviewed().await;
+    let payout = |id: &str, amount: &str| Call::new("payout", json!({"payout_id": id, "amount": amount}));
+    let first = gate
+        .invoke_with("agent", payout("p-1", "80.00"), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(first.status, Status::Applied, "{first:?}");
+    // 80 + 30 > 100: not refused, held for a human, naming the limit.
+    let over = gate
+        .invoke_with("agent", payout("p-2", "30.00"), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(over.status, Status::PendingApproval, "{over:?}");
+    let id = over.approval_id.clone().unwrap();
+    let approval = gate.store().approval(&id).await.unwrap().unwrap();
+    assert!(
+        approval.detail.contains("limit:payout_budget"),
+        "the approval says which limit: {approval:?}"
+    );
+    // A repeat while it waits is the same approval; nothing runs.
+    let repeat = gate
+        .invoke_with("agent", payout("p-2", "30"), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(repeat.approval_id.as_deref(), Some(id.as_str()));
+    assert_eq!(exec.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    let approved = gate
+        .decide_approval("alice", &id, oncegate_core::decide::Choice::Approve, exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(approved.status, Status::Applied, "{approved:?}");
+    let again = gate
+        .decide_approval("alice", &id, oncegate_core::decide::Choice::Approve, exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(again.status, Status::Replayed);
+    assert_eq!(exec.0.load(std::sync::atomic::Ordering::SeqCst), 2, "approved once, executed once");
+    // The approved payout counts: the budget shows it spent past its max.
+    let status = gate.limits_status().await.unwrap();
+    let budget = status.iter().find(|s| s.limit == "payout_budget").unwrap();
+    assert_eq!((budget.used, budget.remaining), (11_000, 0), "{budget:?}");
+    // And the next over-limit call waits too.
+    let next = gate
+        .invoke_with("agent", payout("p-3", "1.00"), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(next.status, Status::PendingApproval, "{next:?}");
+}
+
+#[tokio::test]
+async fn a_hold_on_the_recipient_stops_mail_to_that_address_only() {
+    let (_dir, gate, clock, exec) = reviewed().await;
+    let since = clock.now();
+    let email = |order: &str, to: &str| {
+        Call::new("email", json!({"order_id": order, "to": to, "template": "receipt"}))
+    };
+    // Two receipts to one address for two orders: the key (per order) let both through.
+    for order in ["o-1", "o-2"] {
+        let o = gate
+            .invoke_with("agent", email(order, "Ann@Example.com"), exec.clone())
+            .await
+            .unwrap();
+        assert_eq!(o.status, Status::Applied, "{o:?}");
+    }
+    let o = gate
+        .invoke_with("agent", email("o-3", "bob@example.com"), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(o.status, Status::Applied);
+    let run = gate.detect("email", since, Vec::new()).await.unwrap();
+    assert_eq!(run.raised.len(), 1, "{:?}", run.raised);
+    let holds = gate.holds().await.unwrap();
+    assert_eq!(holds.len(), 1, "{holds:?}");
+    assert_eq!(
+        (holds[0].on.as_str(), holds[0].value.as_str()),
+        ("to", "Ann@example.com"),
+        "held on the normalised recipient (the domain's case folded)"
+    );
+    // Any order, any spelling of that address: held. Another address: goes on.
+    let held = gate
+        .invoke_with("agent", email("o-9", " Ann@EXAMPLE.com"), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        (held.status, held.reason.as_ref().map(|r| r.code)),
+        (Status::Refused, Some(Code::Held)),
+        "{held:?}"
+    );
+    let other = gate
+        .invoke_with("agent", email("o-9", "carol@example.com"), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(other.status, Status::Applied);
+    assert_eq!(exec.0.load(std::sync::atomic::Ordering::SeqCst), 4);
+    gate.clear_hold("ops", &holds[0].id, "ann asked for both")
+        .await
+        .unwrap()
+        .unwrap();
+    let after = gate
+        .invoke_with("agent", email("o-9", "Ann@example.com"), exec.clone())
+        .await
+        .unwrap();
+    assert_eq!(after.status, Status::Applied, "{after:?}");
 }
