@@ -2,7 +2,7 @@
 //! executor (a fresh UUID key per attempt, as agent harnesses do today) and once through
 //! oncegate — counting effects in the sandbox provider's ledger.
 //!
-//! Why one file: the ten scenarios share one running world (sandbox, gateway, clients),
+//! Why one file: the twelve scenarios share one running world (sandbox, gateway, clients),
 //! hence one long file.
 //!
 //! Everything runs on loopback: the sandbox and one gateway in this process, plus a
@@ -24,9 +24,10 @@ use oncegate_store::{OpenMode, StoreOptions};
 
 const API_KEY: &str = "sk_demo";
 /// The principals' demo tokens.
-pub const TOKENS: [(&str, &str); 5] = [
+pub const TOKENS: [(&str, &str); 6] = [
     ("planner", "tok-planner"),
     ("subagent", "tok-subagent"),
+    ("swarm", "tok-swarm"),
     ("alice", "tok-alice"),
     ("bob", "tok-bob"),
     ("ops", "tok-ops"),
@@ -66,7 +67,7 @@ pub struct World {
 }
 
 /// The scenarios, in order: (id, name, story).
-pub const SCENARIOS: [(u8, &str, &str); 10] = [
+pub const SCENARIOS: [(u8, &str, &str); 12] = [
     (
         1,
         "timeout-retry",
@@ -117,10 +118,50 @@ pub const SCENARIOS: [(u8, &str, &str); 10] = [
         "control",
         "5 different orders give 5 charges (no false dedupe)",
     ),
+    (
+        11,
+        "bypass held",
+        "a direct credential charges an order the gateway charged; detection holds it, the next charge is refused",
+    ),
+    (
+        12,
+        "spend limit",
+        "16 subagents charge 16 different orders of 1,500.00 at once against a 4,500.00 USD daily budget",
+    ),
 ];
+
+/// The demo's additions to the example registry: `charge_card` gains a duplicate
+/// rule that runs every second over the sandbox's own listing and holds the order,
+/// and a daily spend limit per agent; the `swarm` agent is scenario 12's.
+const DEMO_CONTROLS: &str = r#"
+[capabilities.duplicates]
+on = ["business_ref", "amount"]
+within = "24h"
+every = "1s"
+escalation = "hold"
+
+[capabilities.listing]
+kind = "http"
+url = "{env.SANDBOX_URL}/v1/effects"
+headers = { Authorization = "Bearer {env.SANDBOX_API_KEY}" }
+params = { kind = "charge" }
+effect_ref = "/id"
+key = "/idempotency_key"
+arguments = { order_id = "/order_id", amount = { minor = "/amount_minor", currency = "/currency" } }
+
+[[capabilities.limits]]
+name = "charge_budget"
+argument = "amount"
+max = "4500.00"
+currency = "USD"
+window = "24h"
+per = "principal"
+
+"#;
 
 fn demo_config(sandbox: &str) -> String {
     include_str!("../../../examples/payments.toml")
+        .replacen("# --- refund:", &format!("{DEMO_CONTROLS}# --- refund:"), 1)
         .replace("{env.SANDBOX_URL}", sandbox)
         .replace("{env.SANDBOX_API_KEY}", API_KEY)
         .replace("timeout = \"5s\"", "timeout = \"1s\"")
@@ -130,6 +171,11 @@ fn demo_config(sandbox: &str) -> String {
         .replace("description = \"Refund (part of) an order's charge. Refunds above 100.00 wait for an approver.\"\ncategory = \"keyed\"\nreplay_window = \"24h\"",
                  "description = \"Refund (part of) an order's charge. Refunds above 100.00 wait for an approver.\"\ncategory = \"keyed\"\nreplay_window = \"2s\"")
         .replace("url = \"sqlite://oncegate.db\"", "url = \"sqlite://demo.db\"")
+        .replacen(
+            "[[principals]]\nname = \"alice\"",
+            "[[principals]]\nname = \"swarm\"\nrole = \"agent\"\ntoken_env = \"ONCEGATE_TOKEN_SWARM\"\n\n[[principals]]\nname = \"alice\"",
+            1,
+        )
 }
 
 impl World {
@@ -608,6 +654,8 @@ impl World {
                     statuses[1..].iter().all(|s| s == "replayed"),
                 )
             }
+            11 => self.bypass_held().await,
+            12 => self.spend_limit().await,
             _ => {
                 let mut total_naive = 0;
                 let mut total = 0;
@@ -680,6 +728,150 @@ impl World {
             .await;
         let _ = child.kill().await;
         Ok(o["status"].as_str().unwrap_or("?").to_owned())
+    }
+
+    /// Scenario 11: the gateway charges an order, a direct credential charges it
+    /// again; detection (every second, over the sandbox's listing) finds the bypass
+    /// and holds the order, so the agent's next charge on it is refused; an admin
+    /// clears the hold. The naive world has no backstop: its next charge lands too.
+    async fn bypass_held(&self) -> (usize, usize, usize, String, bool) {
+        let g = self.gateway.clone();
+        let direct =
+            |order: &str| json!({"order_id": order, "amount_minor": 1200, "currency": "USD"});
+        for _ in 0..2 {
+            self.naive("/v1/charges", direct("N11")).await;
+        }
+        self.naive(
+            "/v1/charges",
+            json!({"order_id": "N11", "amount_minor": 300, "currency": "USD"}),
+        )
+        .await;
+        let first = self
+            .call(
+                &g,
+                "tok-planner",
+                "charge_card",
+                json!({"order_id": "O11", "amount": "12.00"}),
+                None,
+            )
+            .await;
+        self.naive("/v1/charges", direct("O11")).await; // the bypass
+        let started = tokio::time::Instant::now();
+        let deadline = started + Duration::from_secs(10);
+        let finding = loop {
+            let listed = self
+                .http
+                .get(format!("{g}/v1/findings"))
+                .bearer_auth("tok-ops")
+                .send()
+                .await;
+            let body: Value = match listed {
+                Ok(r) => r.json().await.unwrap_or(Value::Null),
+                Err(_) => Value::Null,
+            };
+            let found = body["findings"].as_array().and_then(|all| {
+                all.iter()
+                    .find(|f| f["kind"] == "bypass" && f["effects"].to_string().contains("\"O11\""))
+                    .cloned()
+            });
+            if let Some(f) = found {
+                break Some(f);
+            }
+            if tokio::time::Instant::now() > deadline {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let found_in = started.elapsed().as_millis();
+        let next = self
+            .call(
+                &g,
+                "tok-planner",
+                "charge_card",
+                json!({"order_id": "O11", "amount": "3.00", "memo": "the rest"}),
+                None,
+            )
+            .await;
+        let hold = finding
+            .as_ref()
+            .and_then(|f| f["hold_id"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let cleared = self
+            .http
+            .post(format!("{g}/v1/admin/holds/{hold}/clear"))
+            .bearer_auth("tok-ops")
+            .json(&json!({"reason": "demo: the bypass was refunded by hand"}))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        let ok = first["status"] == "applied"
+            && finding.is_some()
+            && next["status"] == "refused"
+            && next["reason"]["code"] == "OG-0026"
+            && cleared;
+        let notes = match &finding {
+            Some(f) => format!(
+                "bypass {} found in {found_in} ms, hold {hold}; next charge {} {}; cleared: {cleared}",
+                f["id"].as_str().unwrap_or("?"),
+                next["status"].as_str().unwrap_or("?"),
+                next["reason"]["code"].as_str().unwrap_or("")
+            ),
+            None => "no finding within 10 s".to_owned(),
+        };
+        (
+            self.effects("N11").await,
+            self.effects("O11").await,
+            2,
+            notes,
+            ok,
+        )
+    }
+
+    /// Scenario 12: sixteen parallel charges of distinct orders by one agent, with
+    /// room for three in its daily budget: three execute, thirteen are refused with
+    /// the limit's code. Naive, all sixteen land.
+    async fn spend_limit(&self) -> (usize, usize, usize, String, bool) {
+        let g = self.gateway.clone();
+        let naive: Vec<_> = (0..16)
+            .map(|i| {
+                self.naive(
+                    "/v1/charges",
+                    json!({"order_id": format!("N12-{i}"), "amount_minor": 150_000, "currency": "USD"}),
+                )
+            })
+            .collect();
+        futures::future::join_all(naive).await;
+        let calls: Vec<_> = (0..16)
+            .map(|i| {
+                self.call(
+                    &g,
+                    "tok-swarm",
+                    "charge_card",
+                    json!({"order_id": format!("O12-{i}"), "amount": "1500.00"}),
+                    None,
+                )
+            })
+            .collect();
+        let outcomes = futures::future::join_all(calls).await;
+        let applied = outcomes.iter().filter(|o| o["status"] == "applied").count();
+        let limited = outcomes
+            .iter()
+            .filter(|o| o["status"] == "refused" && o["reason"]["code"] == "OG-0027")
+            .count();
+        let mut naive_total = 0;
+        let mut total = 0;
+        for i in 0..16 {
+            naive_total += self.effects(&format!("N12-{i}")).await;
+            total += self.effects(&format!("O12-{i}")).await;
+        }
+        (
+            naive_total,
+            total,
+            3,
+            format!("{applied} applied, {limited} refused OG-0027 (budget 4,500.00 USD)"),
+            applied == 3 && limited == 13,
+        )
     }
 
     /// Prints where everything listens, for `--keep`.

@@ -54,6 +54,12 @@ enum Command {
     /// List and decide approvals on a running gateway.
     #[command(subcommand)]
     Approvals(cmd::approvals::ApprovalsCommand),
+    /// Run the duplicate rules now and print what they find (recorded once, as the
+    /// gateway's scheduler records them).
+    Detect(cmd::detect::DetectArgs),
+    /// List and clear holds on a running gateway (admin).
+    #[command(subcommand)]
+    Holds(cmd::holds::HoldsCommand),
     /// Measure what the gateway costs next to its upstream and the raw store floor.
     Bench(cmd::bench::BenchArgs),
 }
@@ -149,6 +155,8 @@ pub fn run() -> ExitCode {
         Command::Migrate(a) => runtime().and_then(|rt| rt.block_on(cmd::migrate::migrate(a))),
         Command::Sandbox(a) => runtime().and_then(|rt| rt.block_on(cmd::sandbox::run(a))),
         Command::Approvals(c) => runtime().and_then(|rt| rt.block_on(cmd::approvals::run(c))),
+        Command::Detect(a) => runtime().and_then(|rt| rt.block_on(cmd::detect::run(a))),
+        Command::Holds(c) => runtime().and_then(|rt| rt.block_on(cmd::holds::run(c))),
         Command::Bench(a) => runtime().and_then(|rt| rt.block_on(cmd::bench::run(a))),
     };
     match result {

@@ -9,10 +9,35 @@ use clap::Subcommand;
 pub struct Remote {
     /// The gateway's URL.
     #[arg(long, env = "ONCEGATE_URL", default_value = "http://127.0.0.1:7878")]
-    url: String,
+    pub url: String,
     /// Your bearer token (an approver's or an admin's).
     #[arg(long, env = "ONCEGATE_TOKEN")]
-    token: String,
+    pub token: String,
+}
+
+impl Remote {
+    /// `path` on the gateway.
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url.trim_end_matches('/'))
+    }
+
+    /// Sends `request` with this token; the answer's JSON body and status.
+    pub async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> anyhow::Result<(reqwest::StatusCode, serde_json::Value)> {
+        let response = request
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the gateway at {}", self.url))?;
+        let status = response.status();
+        let body = response
+            .json()
+            .await
+            .context("the gateway's answer is not JSON")?;
+        Ok((status, body))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,39 +76,18 @@ pub async fn run(command: ApprovalsCommand) -> anyhow::Result<ExitCode> {
             } else {
                 format!("?state={state}")
             };
-            (
-                client.get(format!(
-                    "{}/v1/approvals{q}",
-                    remote.url.trim_end_matches('/')
-                )),
-                remote,
-            )
+            (client.get(remote.at(&format!("/v1/approvals{q}"))), remote)
         }
         ApprovalsCommand::Approve { remote, id } => (
-            client.post(format!(
-                "{}/v1/approvals/{id}/approve",
-                remote.url.trim_end_matches('/')
-            )),
+            client.post(remote.at(&format!("/v1/approvals/{id}/approve"))),
             remote,
         ),
         ApprovalsCommand::Deny { remote, id } => (
-            client.post(format!(
-                "{}/v1/approvals/{id}/deny",
-                remote.url.trim_end_matches('/')
-            )),
+            client.post(remote.at(&format!("/v1/approvals/{id}/deny"))),
             remote,
         ),
     };
-    let response = request
-        .bearer_auth(&remote.token)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach the gateway at {}", remote.url))?;
-    let status = response.status();
-    let body: serde_json::Value = response
-        .json()
-        .await
-        .context("the gateway's answer is not JSON")?;
+    let (status, body) = remote.send(request).await?;
     crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
     // A decided approval answers with an outcome envelope (a denial is HTTP 403 with
     // status "denied": that is success for `deny`); anything else is an error body.

@@ -11,8 +11,8 @@ use crate::demo::{Row, SCENARIOS, World};
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Run one scenario (1-10).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=10))]
+    /// Run one scenario (1-12).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=12))]
     scenario: Option<u8>,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -38,7 +38,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     for id in ids {
         let (_, name, _) = SCENARIOS[usize::from(id - 1)];
         if progress {
-            eprint!("\r\x1b[2K[{id}/10] {name} ...");
+            eprint!("\r\x1b[2K[{id}/{}] {name} ...", SCENARIOS.len());
         }
         rows.push(world.run(id).await);
     }

@@ -5,6 +5,8 @@ pub mod audit;
 pub mod bench;
 pub mod check_config;
 pub mod demo;
+pub mod detect;
+pub mod holds;
 pub mod init;
 pub mod intents;
 pub mod keys;

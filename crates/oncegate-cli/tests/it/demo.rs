@@ -13,7 +13,7 @@ fn every_demo_scenario_holds_and_the_naive_executor_duplicates() {
     let report: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let rows = report["scenarios"].as_array().unwrap();
-    assert_eq!(rows.len(), 10);
+    assert_eq!(rows.len(), 12);
     for row in rows {
         assert_eq!(row["ok"], true, "oncegate row failed: {row}");
         assert_eq!(row["oncegate_effects"], row["expected"], "{row}");

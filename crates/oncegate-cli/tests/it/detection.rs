@@ -249,3 +249,181 @@ fn a_bypass_duplicate_is_found_within_a_tick_held_and_cleared() {
         findings(&gw)
     );
 }
+
+/// `oncegate` run as a user runs it beside the gateway, with the sandbox's variables.
+fn oncegate(setup: &Setup, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(args)
+        .env("SANDBOX_URL", &setup.sandbox.url)
+        .env("SANDBOX_API_KEY", API_KEY)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn oncegate_detect_runs_the_rules_on_demand_and_holds_list_and_clear_them() {
+    // The scheduler's slot is an hour long, so it runs once at startup (over nothing):
+    // what is found below is found by `oncegate detect`, beside the running gateway.
+    let setup = Setup::with_registry(&[], |text| {
+        text.replacen(
+            "# --- refund:",
+            &format!(
+                "{}# --- refund:",
+                DETECTION.replace("every = \"1s\"", "every = \"1h\"")
+            ),
+            1,
+        )
+    });
+    let gw = setup.gateway();
+    let config = setup.dir.path().join("oncegate.toml");
+    let config = config.to_str().unwrap();
+    for order in ["D-1", "D-2"] {
+        let o = call(
+            &gw,
+            json!({"order_id": order, "amount": "40.00", "memo": "x"}),
+        );
+        assert_eq!(o["status"], "applied", "{o}");
+    }
+    // Legitimate distinct charges: nothing found.
+    let clean = oncegate(
+        &setup,
+        &["detect", "--config", config, "--since", "1h", "--json"],
+    );
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    let report: Value = serde_json::from_slice(&clean.stdout).unwrap();
+    assert_eq!(report["findings"], json!([]), "{report}");
+    assert_eq!(report["runs"][0]["compared"], 2, "{report}");
+    assert_eq!(
+        report["runs"][0]["listed"], 2,
+        "the provider listed both: {report}"
+    );
+
+    let direct = client()
+        .post(format!("{}/v1/charges", setup.sandbox.url))
+        .bearer_auth(API_KEY)
+        .json(&json!({"order_id": "D-1", "amount_minor": 4000, "currency": "USD"}))
+        .send()
+        .unwrap();
+    assert!(direct.status().is_success());
+
+    // The table names the bypass and its hold; stderr has the run's line.
+    let found = oncegate(
+        &setup,
+        &[
+            "detect",
+            "--config",
+            config,
+            "--since",
+            "1h",
+            "--rule",
+            "charge_card",
+        ],
+    );
+    let table = String::from_utf8_lossy(&found.stdout);
+    let progress = String::from_utf8_lossy(&found.stderr);
+    assert!(found.status.success(), "{table}{progress}");
+    assert!(
+        table.starts_with("FINDING") && table.contains("bypass"),
+        "{table}"
+    );
+    assert!(progress.contains("1 new finding(s)"), "{progress}");
+    let hold = table
+        .split_whitespace()
+        .find(|w| w.starts_with("h_"))
+        .unwrap_or_else(|| panic!("no hold in {table}"))
+        .to_owned();
+    // Run again: found again, raised never twice.
+    let again = oncegate(
+        &setup,
+        &["detect", "--config", config, "--since", "1h", "--json"],
+    );
+    let report: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(report["findings"], json!([]), "{report}");
+    assert_eq!(
+        report["runs"][0]["known"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+    assert_eq!(
+        findings(&gw).len(),
+        1,
+        "the gateway lists the CLI's finding"
+    );
+
+    // The running gateway honours the hold the CLI placed (its cache is ≤500 ms).
+    std::thread::sleep(Duration::from_millis(700));
+    let held = call(
+        &gw,
+        json!({"order_id": "D-1", "amount": "5.00", "memo": "x"}),
+    );
+    assert_eq!(held["status"], "refused", "{held}");
+    assert!(held.to_string().contains("OG-0026"), "{held}");
+
+    let remote = ["--url", gw.url.as_str(), "--token", "tok-ops"];
+    let listed = oncegate(&setup, &[&["holds", "list"][..], &remote].concat());
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success() && text.contains(&hold) && text.contains("D-1"),
+        "{text}"
+    );
+    // An agent's token is refused, and says so.
+    let agent = oncegate(
+        &setup,
+        &[
+            "holds",
+            "list",
+            "--url",
+            gw.url.as_str(),
+            "--token",
+            "tok-planner",
+        ],
+    );
+    assert!(!agent.status.success());
+    let cleared = oncegate(
+        &setup,
+        &[
+            &[
+                "holds",
+                "clear",
+                hold.as_str(),
+                "--reason",
+                "refunded by hand",
+            ][..],
+            &remote,
+        ]
+        .concat(),
+    );
+    assert!(
+        cleared.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cleared.stdout)
+    );
+    let twice = oncegate(
+        &setup,
+        &[&["holds", "clear", hold.as_str()][..], &remote].concat(),
+    );
+    assert!(
+        !twice.status.success(),
+        "a cleared hold is not cleared twice"
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let after = call(
+        &gw,
+        json!({"order_id": "D-1", "amount": "5.00", "memo": "x"}),
+    );
+    assert_eq!(after["status"], "applied", "{after}");
+    let audit = oncegate(&setup, &["audit", "verify", "--config", config]);
+    assert!(
+        audit.status.success(),
+        "the CLI's writes beside the gateway keep the chain whole: {}",
+        String::from_utf8_lossy(&audit.stdout)
+    );
+
+    let unknown = oncegate(&setup, &["detect", "--config", config, "--rule", "nope"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no duplicate rule is named `nope`"));
+}

@@ -344,7 +344,8 @@ async fn reviewed() -> (tempfile::TempDir, Gate, ManualClock, Arc<Counting>) {
 #[tokio::test]
 async fn an_over_limit_call_waits_for_an_approver_who_lets_it_through_once() {
     let (_dir, gate, _clock, exec) = reviewed().await;
-    let payout = |id: &str, amount: &str| Call::new("payout", json!({"payout_id": id, "amount": amount}));
+    let payout =
+        |id: &str, amount: &str| Call::new("payout", json!({"payout_id": id, "amount": amount}));
     let first = gate
         .invoke_with("agent", payout("p-1", "80.00"), exec.clone())
         .await
@@ -371,16 +372,30 @@ async fn an_over_limit_call_waits_for_an_approver_who_lets_it_through_once() {
     assert_eq!(exec.0.load(std::sync::atomic::Ordering::SeqCst), 1);
 
     let approved = gate
-        .decide_approval("alice", &id, oncegate_core::decide::Choice::Approve, exec.clone())
+        .decide_approval(
+            "alice",
+            &id,
+            oncegate_core::decide::Choice::Approve,
+            exec.clone(),
+        )
         .await
         .unwrap();
     assert_eq!(approved.status, Status::Applied, "{approved:?}");
     let again = gate
-        .decide_approval("alice", &id, oncegate_core::decide::Choice::Approve, exec.clone())
+        .decide_approval(
+            "alice",
+            &id,
+            oncegate_core::decide::Choice::Approve,
+            exec.clone(),
+        )
         .await
         .unwrap();
     assert_eq!(again.status, Status::Replayed);
-    assert_eq!(exec.0.load(std::sync::atomic::Ordering::SeqCst), 2, "approved once, executed once");
+    assert_eq!(
+        exec.0.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "approved once, executed once"
+    );
     // The approved payout counts: the budget shows it spent past its max.
     let status = gate.limits_status().await.unwrap();
     let budget = status.iter().find(|s| s.limit == "payout_budget").unwrap();
@@ -398,7 +413,10 @@ async fn a_hold_on_the_recipient_stops_mail_to_that_address_only() {
     let (_dir, gate, clock, exec) = reviewed().await;
     let since = clock.now();
     let email = |order: &str, to: &str| {
-        Call::new("email", json!({"order_id": order, "to": to, "template": "receipt"}))
+        Call::new(
+            "email",
+            json!({"order_id": order, "to": to, "template": "receipt"}),
+        )
     };
     // Two receipts to one address for two orders: the key (per order) let both through.
     for order in ["o-1", "o-2"] {
