@@ -11,7 +11,9 @@ use serde_json::json;
 
 use crate::{Backend, Commit, IntentFilter, StoreError};
 
+mod limits;
 mod shared_state;
+pub use limits::{findings, limits};
 pub use shared_state::{kill_switches, mcp_sessions, work_claims};
 
 fn at(secs: i64) -> Timestamp {
@@ -419,6 +421,8 @@ where
     kill_switches(&fresh().await).await;
     mcp_sessions(&fresh().await).await;
     work_claims(&fresh().await).await;
+    limits(&fresh().await).await;
+    findings(&fresh().await).await;
 }
 
 /// Every row written names the audit record that wrote its current version, which
