@@ -72,6 +72,8 @@ pub(crate) struct Plan {
     pub(crate) sweep_every: &'static str,
     /// Upstream timeouts and leases.
     pub(crate) timing: Timing,
+    /// More edits of the registry text (limits, duplicate rules), after [`registry`]'s.
+    pub(crate) edit: fn(String) -> String,
 }
 
 impl Default for Plan {
@@ -85,6 +87,7 @@ impl Default for Plan {
                 lease: "2s",
                 settle_horizon: None,
             },
+            edit: |text| text,
         }
     }
 }
@@ -99,7 +102,9 @@ impl Cluster {
     /// deployment does (the replicas start without `--init`).
     pub(crate) fn start_on(db: Database, plan: Plan) -> Self {
         let url = db.url.clone();
-        let setup = Setup::with_registry(plan.ignore, |text| registry(text, &url, plan.timing));
+        let setup = Setup::with_registry(plan.ignore, |text| {
+            (plan.edit)(registry(text, &url, plan.timing))
+        });
         let mut cluster = Cluster {
             replicas: Vec::new(),
             setup,
@@ -149,6 +154,17 @@ impl Cluster {
         for i in 0..self.replicas.len() {
             self.replicas[i] = Some(self.spawn_replica());
         }
+    }
+
+    /// `GET {path}` on replica `i` as the admin.
+    pub(crate) fn admin_get(&self, i: usize, path: &str) -> Value {
+        client()
+            .get(format!("{}{path}", self.url(i)))
+            .bearer_auth("tok-ops")
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
     }
 
     /// The sandbox in front of which the replicas run.

@@ -11,6 +11,7 @@
 
 mod cluster;
 mod crash;
+mod limits;
 mod load;
 mod outage;
 mod pg;
