@@ -244,6 +244,18 @@ pub async fn deliver_loop(state: AppState, tick: Duration) {
             ) {
                 continue;
             }
+            // Read again under the claim: another replica may have delivered it (and
+            // released its claim) since this tick's read, which would make this a
+            // second delivery, or a retry before its backoff.
+            let still_due = gate
+                .store()
+                .findings_due(gate.clock().now(), 1000)
+                .await
+                .is_ok_and(|d| d.iter().any(|x| x.id == f.id));
+            if !still_due {
+                let _ = gate.store().release_work(&work, &owner).await;
+                continue;
+            }
             let delivery = crate::webhook::Delivery {
                 id: f.id.clone(),
                 event: "finding".into(),
