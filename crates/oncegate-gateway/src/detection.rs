@@ -15,6 +15,17 @@ use serde_json::Value;
 use crate::alerts::webhook_url;
 use crate::state::AppState;
 
+/// Every this many ticks the scheduler refreshes `oncegate_limit_remaining`.
+const LIMITS_GAUGE_TICKS: u64 = 15;
+
+/// Sets `oncegate_limit_remaining{limit,principal}` from a limits status read.
+pub fn gauge_limits(limits: &[oncegate_engine::LimitStatus]) {
+    for l in limits {
+        metrics::gauge!("oncegate_limit_remaining", "limit" => l.limit.clone(), "principal" => l.principal.clone().unwrap_or_default())
+            .set(l.remaining as f64);
+    }
+}
+
 /// The most pages one listing read follows.
 const MAX_PAGES: usize = 1000;
 
@@ -28,9 +39,18 @@ pub async fn detect_loop(state: AppState, tick: Duration) {
     );
     let mut last: HashMap<String, i64> = HashMap::new();
     let mut ticker = tokio::time::interval(tick);
+    let mut ticks: u64 = 0;
     loop {
         ticker.tick().await;
         let gate = state.gate();
+        // What is left of every budget, as a gauge, whether or not anyone reads
+        // /v1/limits.
+        if ticks.is_multiple_of(LIMITS_GAUGE_TICKS)
+            && let Ok(limits) = gate.limits_status().await
+        {
+            gauge_limits(&limits);
+        }
+        ticks += 1;
         for cap in gate.registry().capabilities() {
             let Some(rule) = &cap.duplicates else {
                 continue;

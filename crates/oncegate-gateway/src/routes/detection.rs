@@ -90,9 +90,6 @@ pub(crate) async fn list_limits(
     let p = state.authenticate(&headers)?;
     require(&p, &[Role::Admin])?;
     let limits = state.gate().limits_status().await?;
-    for l in &limits {
-        metrics::gauge!("oncegate_limit_remaining", "limit" => l.limit.clone(), "principal" => l.principal.clone().unwrap_or_default())
-            .set(l.remaining as f64);
-    }
+    crate::detection::gauge_limits(&limits);
     Ok(Json(json!({"limits": limits})).into_response())
 }
