@@ -101,6 +101,13 @@ on_unknown = "reconcile"
 cross_run = "allow"
 key = { business_ref = "order_id", significant = [{ arg = "amount", type = "money", default_currency = "USD" }] }
 
+# Never binding: its reservations are checked at the end (one per applied charge,
+# none left by a failed or not-applied one, none counted twice by a repeat).
+[[capabilities.limits]]
+name = "charge_count"
+max = 1000000000
+window = "24h"
+
 [capabilities.upstream]
 kind = "http"
 url = "http://provider.sim/v1/charges"

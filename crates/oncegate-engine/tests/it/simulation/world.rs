@@ -943,6 +943,19 @@ impl World {
                 IntentState::Failed | IntentState::NotApplied | IntentState::Denied => {}
             }
         }
+        // The charge budget holds exactly the applied charges: every claim reserved,
+        // every settlement without an effect released, no repeat reserved twice.
+        let applied_charges = records
+            .iter()
+            .filter(|r| r.capability == "charge" && r.state == IntentState::Applied)
+            .count();
+        match self.store.limit_used("charge_count", jiff::Timestamp::UNIX_EPOCH).await {
+            Ok(used) if used == applied_charges as i64 => {}
+            Ok(used) => bad.push(format!(
+                "LIMIT LEDGER DRIFT: the charge budget holds {used} reservation(s) for {applied_charges} applied charge(s)"
+            )),
+            Err(e) => bad.push(format!("the store cannot sum the charge budget: {e}")),
+        }
         for h in lock(&self.heard).iter() {
             let o = &h.outcome;
             let told_applied = matches!(o.status, Status::Applied | Status::Replayed)
