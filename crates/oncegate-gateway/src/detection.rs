@@ -78,6 +78,8 @@ pub async fn detect_loop(state: AppState, tick: Duration) {
                 }
             }
             last.insert(cap.name.clone(), slot);
+            metrics::counter!("oncegate_detection_runs_total", "rule" => rule.name.clone())
+                .increment(1);
             // Two slots back, so an effect recorded just before a slot began is seen.
             let since = now - rule.every * 2;
             let upstream = match &cap.listing {

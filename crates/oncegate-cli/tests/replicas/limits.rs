@@ -155,6 +155,7 @@ fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
 fn a_bypass_is_found_once_held_on_every_replica_and_sent_once() {
     let (hook, received) = receiver();
     HOOK.set(hook).unwrap();
+    let started = jiff::Timestamp::now().as_second();
     let cluster = Cluster::start(Plan {
         edit: detection,
         ..Plan::default()
@@ -227,4 +228,28 @@ fn a_bypass_is_found_once_held_on_every_replica_and_sent_once() {
     );
     let (clean, report) = cluster.audit_verify();
     assert!(clean, "{report}");
+
+    // One replica per slot: all three ran the one-second rule for the whole test,
+    // and together ran it at most once per slot that began meanwhile.
+    let runs: Vec<u64> = (0..cluster.len())
+        .map(|i| {
+            let text = client()
+                .get(format!("{}/metrics", cluster.url(i)))
+                .send()
+                .unwrap()
+                .text()
+                .unwrap();
+            text.lines()
+                .find(|l| l.starts_with("oncegate_detection_runs_total{rule=\"charge_card\"}"))
+                .and_then(|l| l.split_whitespace().last())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        })
+        .collect();
+    let slots = (jiff::Timestamp::now().as_second() - started + 1) as u64;
+    let total: u64 = runs.iter().sum();
+    assert!(
+        total <= slots && total >= 3,
+        "{total} runs over {slots} one-second slots by three replicas: {runs:?}"
+    );
 }
