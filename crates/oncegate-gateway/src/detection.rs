@@ -143,59 +143,31 @@ pub async fn fetch_listing_with_progress(
     since: Timestamp,
     progress: &mut (dyn FnMut(usize, usize) + Send),
 ) -> Result<Vec<UpstreamEffect>, String> {
-    if listing.kind != UpstreamKind::Http {
-        return Err("only HTTP listings are read".into());
-    }
     let url = webhook_url(&listing.url);
+    let what = match (&listing.kind, &listing.tool) {
+        (UpstreamKind::Mcp, Some(tool)) => format!("{tool} at {url}"),
+        _ => format!("GET {url}"),
+    };
     let mut effects = Vec::new();
-    let mut cursor: Option<String> = None;
+    let mut cursor: Option<Value> = None;
     for page_number in 1..=MAX_PAGES {
-        let mut query: Vec<(String, String)> = listing
-            .params
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        query.push((listing.since_param.clone(), since.to_string()));
-        query.push((listing.limit_param.clone(), listing.page_size.to_string()));
-        if let Some(c) = &cursor {
-            query.push((listing.cursor_param.clone(), c.clone()));
+        let page = match listing.kind {
+            UpstreamKind::Http => http_page(http, listing, &url, since, cursor.as_ref()).await,
+            UpstreamKind::Mcp => mcp_page(http, listing, &url, since, cursor.as_ref()).await,
         }
-        let page_url = reqwest::Url::parse_with_params(&url, &query)
-            .map_err(|e| format!("the listing URL `{url}` is not a URL: {e}"))?;
-        let mut request = http.get(page_url).timeout(listing.timeout);
-        for (name, value) in &listing.headers {
-            request = request.header(name, webhook_url(value));
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(format!("GET {url}: HTTP {status}"));
-        }
-        let page: Value = response
-            .json()
-            .await
-            .map_err(|e| format!("GET {url}: not JSON: {e}"))?;
+        .map_err(|e| format!("{what}: {e}"))?;
         let items = page
             .pointer(&listing.items)
             .and_then(Value::as_array)
-            .ok_or_else(|| format!("GET {url}: no array at {}", listing.items))?;
+            .ok_or_else(|| format!("{what}: no array at {}", listing.items))?;
         for item in items {
             let Some(effect_ref) = text_at(item, &listing.effect_ref) else {
-                return Err(format!(
-                    "GET {url}: an effect without {}",
-                    listing.effect_ref
-                ));
+                return Err(format!("{what}: an effect without {}", listing.effect_ref));
             };
             let at = text_at(item, &listing.at)
                 .and_then(|t| t.parse::<Timestamp>().ok())
                 .ok_or_else(|| {
-                    format!(
-                        "GET {url}: effect {effect_ref} has no time at {}",
-                        listing.at
-                    )
+                    format!("{what}: effect {effect_ref} has no time at {}", listing.at)
                 })?;
             effects.push(UpstreamEffect {
                 effect_ref,
@@ -205,12 +177,100 @@ pub async fn fetch_listing_with_progress(
             });
         }
         progress(page_number, effects.len());
-        match text_at(&page, &listing.next) {
-            Some(next) if !items.is_empty() => cursor = Some(next),
+        match page.pointer(&listing.next) {
+            Some(next) if !next.is_null() && !items.is_empty() => cursor = Some(next.clone()),
             _ => return Ok(effects),
         }
     }
-    Err(format!("GET {url}: more than {MAX_PAGES} pages"))
+    Err(format!("{what}: more than {MAX_PAGES} pages"))
+}
+
+/// One page of an HTTP listing: `GET url?params&since=..&limit=..[&after=..]`.
+async fn http_page(
+    http: &reqwest::Client,
+    listing: &Listing,
+    url: &str,
+    since: Timestamp,
+    cursor: Option<&Value>,
+) -> Result<Value, String> {
+    let mut query: Vec<(String, String)> = listing
+        .params
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    query.push((listing.since_param.clone(), since.to_string()));
+    query.push((listing.limit_param.clone(), listing.page_size.to_string()));
+    if let Some(c) = cursor {
+        let text = match c {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        query.push((listing.cursor_param.clone(), text));
+    }
+    let page_url = reqwest::Url::parse_with_params(url, &query)
+        .map_err(|e| format!("the listing URL is not a URL: {e}"))?;
+    let mut request = http.get(page_url).timeout(listing.timeout);
+    for (name, value) in &listing.headers {
+        request = request.header(name, webhook_url(value));
+    }
+    let response = request.send().await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("HTTP {status}"));
+    }
+    response.json().await.map_err(|e| format!("not JSON: {e}"))
+}
+
+/// One page of an MCP listing: `tools/call` of the listing's read-only tool with the
+/// static params, `since`, the page size (a number) and the previous page's cursor (as
+/// the server gave it); the page is the result's structured content.
+async fn mcp_page(
+    http: &reqwest::Client,
+    listing: &Listing,
+    url: &str,
+    since: Timestamp,
+    cursor: Option<&Value>,
+) -> Result<Value, String> {
+    let tool = listing.tool.clone().ok_or("an MCP listing names no tool")?;
+    let mut arguments: serde_json::Map<String, Value> = listing
+        .params
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    arguments.insert(
+        listing.since_param.clone(),
+        Value::String(since.to_string()),
+    );
+    arguments.insert(listing.limit_param.clone(), Value::from(listing.page_size));
+    if let Some(c) = cursor {
+        arguments.insert(listing.cursor_param.clone(), c.clone());
+    }
+    let call = crate::upstream::mcp::ToolCall {
+        url: url.to_owned(),
+        headers: listing
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), webhook_url(v)))
+            .collect(),
+        tool,
+        arguments,
+        meta: Default::default(),
+        timeout: listing.timeout,
+        poolable: false,
+    };
+    // A read: no running-call registry, no shutdown wait, nothing pooled.
+    match crate::upstream::mcp::call_tool(http.clone(), call, None, None, None).await {
+        (crate::upstream::mcp::CallEnd::Result(r), _) if r.is_error != Some(true) => {
+            Ok(crate::tool_result::structured(&r))
+        }
+        (crate::upstream::mcp::CallEnd::Result(r), _) => Err(format!(
+            "the tool answered an error: {}",
+            crate::tool_result::first_text(&r)
+        )),
+        (crate::upstream::mcp::CallEnd::NotSent(e), _)
+        | (crate::upstream::mcp::CallEnd::Rejected(e), _)
+        | (crate::upstream::mcp::CallEnd::Unknown(e), _) => Err(e),
+    }
 }
 
 /// The first retry's wait; each later one doubles, up to [`RETRY_CAP`].

@@ -427,3 +427,51 @@ fn oncegate_detect_runs_the_rules_on_demand_and_holds_list_and_clear_them() {
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no duplicate rule is named `nope`"));
 }
+
+#[test]
+fn an_mcp_listing_is_read_in_pages_like_an_http_one() {
+    // The sandbox's `list_effects` tool on its MCP endpoint, one effect per page so
+    // the cursor is followed.
+    let mcp = DETECTION
+        .replace("every = \"1s\"", "every = \"1h\"")
+        .replace("kind = \"http\"\nurl = \"{env.SANDBOX_URL}/v1/effects\"", "kind = \"mcp\"\nurl = \"{env.SANDBOX_URL}/mcp\"\ntool = \"list_effects\"\npage_size = 1");
+    assert!(mcp.contains("tool = \"list_effects\""));
+    let setup = Setup::with_registry(&[], |text| {
+        text.replacen("# --- refund:", &format!("{mcp}# --- refund:"), 1)
+    });
+    let gw = setup.gateway();
+    let config = setup.dir.path().join("oncegate.toml");
+    let config = config.to_str().unwrap();
+    for order in ["M-1", "M-2"] {
+        let o = call(
+            &gw,
+            json!({"order_id": order, "amount": "7.00", "memo": "x"}),
+        );
+        assert_eq!(o["status"], "applied", "{o}");
+    }
+    let direct = client()
+        .post(format!("{}/v1/charges", setup.sandbox.url))
+        .bearer_auth(API_KEY)
+        .json(&json!({"order_id": "M-2", "amount_minor": 700, "currency": "USD"}))
+        .send()
+        .unwrap();
+    assert!(direct.status().is_success());
+    let out = oncegate(
+        &setup,
+        &["detect", "--config", config, "--since", "1h", "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["runs"][0]["listed"], 3,
+        "three pages of one: {report}"
+    );
+    let found = report["findings"].as_array().unwrap();
+    assert_eq!(found.len(), 1, "{report}");
+    assert_eq!(found[0]["kind"], "bypass");
+    assert!(found[0]["effects"].to_string().contains("M-2"), "{report}");
+}
