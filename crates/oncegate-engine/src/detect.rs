@@ -76,6 +76,7 @@ impl Gate {
                 breaker_tripped: false,
                 limit: LEDGER_READ,
                 oldest_first: false,
+                updated_since: Some(from),
             })
             .await?;
         let mut effects: Vec<Effect> = listing

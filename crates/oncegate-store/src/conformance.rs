@@ -402,6 +402,38 @@ pub async fn client_key_binding<S: Backend>(store: &S) {
     );
 }
 
+/// `updated_since` keeps only intents last written at or after it.
+pub async fn listing_since<S: Backend>(store: &S) {
+    for (key, secs) in [("dd01", 0), ("dd02", 100), ("dd03", 200)] {
+        let mut rec = sample_record(key, 1);
+        rec.updated_at = at(secs);
+        store
+            .commit(Commit::new(Some(rec), None, sample_event(key, 1)))
+            .await
+            .unwrap();
+    }
+    let keys = |since| async move {
+        store
+            .list_intents(&IntentFilter {
+                updated_since: since,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|r| r.key.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(keys(None).await.len(), 3);
+    assert_eq!(
+        keys(Some(at(100))).await,
+        vec!["dd03", "dd02"],
+        "at or after, newest first"
+    );
+    assert!(keys(Some(at(201))).await.is_empty());
+}
+
 /// Runs every check; `fresh` makes an empty store per check.
 pub async fn run_all<S, F, Fut>(fresh: F)
 where
@@ -423,6 +455,7 @@ where
     work_claims(&fresh().await).await;
     limits(&fresh().await).await;
     findings(&fresh().await).await;
+    listing_since(&fresh().await).await;
 }
 
 /// Every row written names the audit record that wrote its current version, which

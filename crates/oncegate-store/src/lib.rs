@@ -159,6 +159,8 @@ pub struct IntentFilter {
     /// Oldest first (the sweep, so no intent starves behind newer ones); newest first
     /// otherwise.
     pub oldest_first: bool,
+    /// Only intents last written at or after this time (the detection ledger's span).
+    pub updated_since: Option<jiff::Timestamp>,
 }
 
 /// One atomic write: the intent, an approval, a kill switch, and the audit event that

@@ -29,8 +29,8 @@ impl Dialect {
 }
 
 /// `SELECT ... FROM intents WHERE ... ORDER BY updated_at ... LIMIT ...` for `filter`.
-/// Parameters, in order: the state (if filtered), the capability (if filtered), then
-/// the limit.
+/// Parameters, in order: the state (if filtered), the capability (if filtered), the
+/// time (if filtered), then the limit.
 pub(crate) fn intents_sql(dialect: Dialect, filter: &IntentFilter) -> String {
     let mut terms = Vec::new();
     let mut n = 0;
@@ -52,6 +52,12 @@ pub(crate) fn intents_sql(dialect: Dialect, filter: &IntentFilter) -> String {
             }
             .to_owned(),
         );
+    }
+    if filter.updated_since.is_some() {
+        terms.push(match dialect {
+            Dialect::Sqlite => format!("updated_at >= {}", next()),
+            Dialect::Postgres => format!("updated_at >= {}::timestamptz", next()),
+        });
     }
     let limit = next();
     let filter_sql = if terms.is_empty() {
@@ -76,6 +82,7 @@ where
     for<'t> i64: Encode<'t, DB> + Type<DB>,
 {
     bind_filter(
+        dialect,
         sqlx::query::<DB>(sqlx::AssertSqlSafe(intents_sql(dialect, filter))),
         filter,
     )
@@ -83,6 +90,7 @@ where
 
 /// Binds [`intents_sql`]'s parameters.
 fn bind_filter<DB>(
+    dialect: Dialect,
     mut query: Query<'static, DB, DB::Arguments>,
     filter: &IntentFilter,
 ) -> Query<'static, DB, DB::Arguments>
@@ -96,6 +104,13 @@ where
     }
     if let Some(capability) = filter.capability.as_deref() {
         query = query.bind(capability);
+    }
+    if let Some(since) = filter.updated_since {
+        // SQLite keeps times as epoch milliseconds, PostgreSQL as timestamptz.
+        query = match dialect {
+            Dialect::Sqlite => query.bind(since.as_millisecond()),
+            Dialect::Postgres => query.bind(since.to_string().as_str()),
+        };
     }
     let limit = if filter.limit == 0 { 100 } else { filter.limit };
     query.bind(i64::from(limit))
@@ -111,13 +126,16 @@ pub(crate) fn every_shape() -> Vec<IntentFilter> {
         for capability in [None, Some("charge_card".to_owned())] {
             for breaker_tripped in [false, true] {
                 for oldest_first in [false, true] {
-                    shapes.push(IntentFilter {
-                        state,
-                        capability: capability.clone(),
-                        breaker_tripped,
-                        limit: 100,
-                        oldest_first,
-                    });
+                    for updated_since in [None, Some(jiff::Timestamp::UNIX_EPOCH)] {
+                        shapes.push(IntentFilter {
+                            state,
+                            capability: capability.clone(),
+                            breaker_tripped,
+                            limit: 100,
+                            oldest_first,
+                            updated_since,
+                        });
+                    }
                 }
             }
         }
@@ -148,7 +166,7 @@ mod tests {
             .map(|filter| {
                 let sql = intents_sql(dialect, filter);
                 let query = sqlx::query::<DB>(sqlx::AssertSqlSafe(format!("{explain} {sql}")));
-                (sql, bind_filter(query, filter))
+                (sql, bind_filter(dialect, query, filter))
             })
             .collect()
     }

@@ -371,6 +371,7 @@ impl StoreRead for MemoryStore {
                     .is_none_or(|c| r.capability == c)
             })
             .filter(|r| !filter.breaker_tripped || r.breaker_tripped)
+            .filter(|r| filter.updated_since.is_none_or(|t| r.updated_at >= t))
             .collect();
         // A stable sort over the key order makes ties deterministic (SQLite leaves them
         // unspecified).

@@ -61,6 +61,7 @@ pub async fn run(command: IntentsCommand) -> anyhow::Result<ExitCode> {
                 breaker_tripped: false,
                 limit,
                 oldest_first: false,
+                updated_since: None,
             };
             let listing = store.list_intents(&filter).await?;
             let intents = &listing.items;

@@ -61,6 +61,7 @@ pub(crate) async fn list_intents(
             breaker_tripped: false,
             limit: q.limit.unwrap_or(100),
             oldest_first: false,
+            updated_since: None,
         })
         .await?;
     // An unreadable row is reported by key; it never fails the whole listing.
