@@ -10,27 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{API_KEY, Proc, Setup, client};
-
-/// The example's `charge_card` with a hold-escalating duplicate rule ticking every
-/// second and the sandbox's effects listing as upstream truth.
-const DETECTION: &str = r#"
-[capabilities.duplicates]
-on = ["business_ref", "amount"]
-within = "24h"
-every = "1s"
-escalation = "hold"
-
-[capabilities.listing]
-kind = "http"
-url = "{env.SANDBOX_URL}/v1/effects"
-headers = { Authorization = "Bearer {env.SANDBOX_API_KEY}" }
-params = { kind = "charge" }
-effect_ref = "/id"
-key = "/idempotency_key"
-arguments = { order_id = "/order_id", amount = { minor = "/amount_minor", currency = "/currency" } }
-
-"#;
+use crate::support::{API_KEY, CHARGE_DETECTION as DETECTION, Proc, Setup, client};
 
 fn setup(webhook: &str) -> Setup {
     let gateway = format!(

@@ -18,6 +18,26 @@ pub(crate) const TOKENS: [(&str, &str); 5] = [
 ];
 pub(crate) const API_KEY: &str = "sk_test_gateway";
 
+/// The example's `charge_card` with a hold-escalating duplicate rule ticking every
+/// second and the sandbox's effects listing as upstream truth.
+pub(crate) const CHARGE_DETECTION: &str = r#"
+[capabilities.duplicates]
+on = ["business_ref", "amount"]
+within = "24h"
+every = "1s"
+escalation = "hold"
+
+[capabilities.listing]
+kind = "http"
+url = "{env.SANDBOX_URL}/v1/effects"
+headers = { Authorization = "Bearer {env.SANDBOX_API_KEY}" }
+params = { kind = "charge" }
+effect_ref = "/id"
+key = "/idempotency_key"
+arguments = { order_id = "/order_id", amount = { minor = "/amount_minor", currency = "/currency" } }
+
+"#;
+
 /// A child process killed when dropped.
 pub(crate) struct Proc {
     pub(crate) child: Child,

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, Plan, code, status};
 use crate::pg::poll;
-use crate::support::{API_KEY, client, effects_where};
+use crate::support::{API_KEY, CHARGE_DETECTION, client, effects_where};
 
 /// `charge_card` with a budget of 37.50 USD a day for the whole capability.
 fn budget(text: String) -> String {
@@ -94,23 +94,7 @@ fn detection(text: String) -> String {
     )
     .replacen(
         "# --- refund:",
-        r#"
-[capabilities.duplicates]
-on = ["business_ref", "amount"]
-within = "24h"
-every = "1s"
-escalation = "hold"
-
-[capabilities.listing]
-kind = "http"
-url = "{env.SANDBOX_URL}/v1/effects"
-headers = { Authorization = "Bearer {env.SANDBOX_API_KEY}" }
-params = { kind = "charge" }
-effect_ref = "/id"
-key = "/idempotency_key"
-arguments = { order_id = "/order_id", amount = { minor = "/amount_minor", currency = "/currency" } }
-
-# --- refund:"#,
+        &format!("{CHARGE_DETECTION}# --- refund:"),
         1,
     )
 }
