@@ -55,6 +55,47 @@ pub struct Effect {
     pub unreadable: Option<String>,
 }
 
+impl Effect {
+    /// The effect's identity among findings: its intent and generation, else the
+    /// upstream's reference.
+    pub fn member(&self) -> String {
+        member(
+            self.intent_key.as_deref(),
+            self.generation,
+            self.effect_ref.as_deref(),
+            self.at,
+        )
+    }
+}
+
+fn member(
+    key: Option<&str>,
+    generation: Option<u32>,
+    effect_ref: Option<&str>,
+    at: Timestamp,
+) -> String {
+    match (key, effect_ref) {
+        (Some(k), _) => format!("i:{k}:{}", generation.unwrap_or(1)),
+        (None, Some(r)) => format!("u:{r}"),
+        (None, None) => format!("t:{at}"),
+    }
+}
+
+/// [`Effect::member`] of an effect as a stored finding's body spells it (`None` if
+/// the JSON is not an effect).
+pub fn member_of(stored: &Value) -> Option<String> {
+    let at = stored.get("at")?.as_str()?.parse::<Timestamp>().ok()?;
+    Some(member(
+        stored.get("intent_key").and_then(Value::as_str),
+        stored
+            .get("generation")
+            .and_then(Value::as_u64)
+            .and_then(|g| u32::try_from(g).ok()),
+        stored.get("effect_ref").and_then(Value::as_str),
+        at,
+    ))
+}
+
 /// What a finding is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -81,15 +122,7 @@ impl Found {
     /// The finding's id: the rule, the kind and the effects' identities, so the same
     /// effects found again (every run of the rule) are the same finding.
     pub fn id(&self, rule: &str) -> String {
-        let mut members: Vec<String> = self
-            .effects
-            .iter()
-            .map(|e| match (&e.intent_key, &e.effect_ref) {
-                (Some(k), _) => format!("i:{k}:{}", e.generation.unwrap_or(1)),
-                (None, Some(r)) => format!("u:{r}"),
-                (None, None) => format!("t:{}", e.at),
-            })
-            .collect();
+        let mut members: Vec<String> = self.effects.iter().map(Effect::member).collect();
         members.sort();
         let text = canonical_json_of(&(rule, self.kind, members));
         format!("f_{}", &hex::encode(Sha256::digest(text.as_bytes()))[..20])

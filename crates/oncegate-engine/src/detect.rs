@@ -4,11 +4,13 @@
 //! recorded once (its id is derived from what was found: a finding already stored is
 //! a lost compare-and-set, nothing more), with its hold in the same commit.
 
+use std::collections::HashSet;
+
 use jiff::Timestamp;
 use oncegate_core::audit::{AuditEvent, AuditKind};
 use oncegate_core::codes::Code;
 use oncegate_core::config::{Capability, Escalation, HoldOn};
-use oncegate_core::detect::{Effect, FindingKind, Found, Seen, find};
+use oncegate_core::detect::{Effect, FindingKind, Found, Seen, find, member_of};
 use oncegate_core::intent::IntentState;
 use oncegate_core::key::{IntentKey, normalise_arguments};
 use serde_json::{Value, json};
@@ -22,6 +24,9 @@ use crate::limits::hold_target;
 
 /// The most applied intents one run reads per capability (newest first).
 const LEDGER_READ: u32 = 100_000;
+/// The most stored findings (newest first) a run reads to learn which effects were
+/// reported already.
+const REPORTED_READ: u32 = 10_000;
 
 /// One effect the upstream lists: its reference, the key it saw, when, and the call
 /// arguments it corresponds to (the listing's mapping applied).
@@ -67,7 +72,7 @@ impl Gate {
         };
         // The ledger: applied intents, with a window's margin before `since` so an
         // effect just after `since` meets its twin just before it.
-        let from = since - rule.within;
+        let from = since.checked_sub(rule.within).unwrap_or(Timestamp::MIN);
         let listing = self
             .store
             .list_intents(&IntentFilter {
@@ -136,10 +141,24 @@ impl Gate {
             compared: effects.len(),
             ..DetectRun::default()
         };
+        let mut reported: Option<HashSet<String>> = None;
         for found in find(&rule, &effects) {
             // Only what involves an effect since `since` (older groups were the
             // business of earlier runs).
             if found.effects.iter().all(|e| e.at < since) {
+                continue;
+            }
+            // A group whose effects earlier findings already named (a wider `since`
+            // joins what two scheduled runs found apart) is nothing new: raising it
+            // would alert again and put back a hold an admin cleared.
+            if reported.is_none() {
+                reported = Some(self.reported_effects(&rule.name).await?);
+            }
+            if reported
+                .as_ref()
+                .is_some_and(|r| found.effects.iter().all(|e| r.contains(&e.member())))
+            {
+                run.known.push(found.id(&rule.name));
                 continue;
             }
             match self.raise(&cap, &found).await? {
@@ -148,6 +167,22 @@ impl Gate {
             }
         }
         Ok(run)
+    }
+
+    /// Every effect the stored findings of `rule` name ([`Effect::member`]s).
+    async fn reported_effects(&self, rule: &str) -> Result<HashSet<String>, StoreError> {
+        let mut members = HashSet::new();
+        for f in self.store.findings(REPORTED_READ).await? {
+            if f.rule != rule {
+                continue;
+            }
+            let body: Value = serde_json::from_str(&f.body)
+                .map_err(|e| StoreError::Corrupt(format!("finding {}: {e}", f.id)))?;
+            if let Some(effects) = body.get("effects").and_then(Value::as_array) {
+                members.extend(effects.iter().filter_map(member_of));
+            }
+        }
+        Ok(members)
     }
 
     /// The intent an upstream effect's key names, if oncegate has it (any state).

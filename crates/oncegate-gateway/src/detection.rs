@@ -81,7 +81,11 @@ pub async fn detect_loop(state: AppState, tick: Duration) {
             metrics::counter!("oncegate_detection_runs_total", "rule" => rule.name.clone())
                 .increment(1);
             // Two slots back, so an effect recorded just before a slot began is seen.
-            let since = now - rule.every * 2;
+            let since = rule
+                .every
+                .checked_mul(2)
+                .and_then(|span| now.checked_sub(span).ok())
+                .unwrap_or(Timestamp::MIN);
             let upstream = match &cap.listing {
                 None => Vec::new(),
                 Some(listing) => match fetch_listing(&state.http(), listing, since).await {
@@ -126,7 +130,7 @@ fn mapped(mapping: &Value, item: &Value) -> Value {
     }
 }
 
-/// Reads every page of an HTTP listing since `since`.
+/// Reads every page of a listing (HTTP or MCP) since `since`.
 pub async fn fetch_listing(
     http: &reqwest::Client,
     listing: &Listing,
@@ -178,7 +182,10 @@ pub async fn fetch_listing_with_progress(
         }
         progress(page_number, effects.len());
         match page.pointer(&listing.next) {
-            Some(next) if !next.is_null() && !items.is_empty() => cursor = Some(next.clone()),
+            // A cursor is a string or a number; anything else (absent, null) ends it.
+            Some(next @ (Value::String(_) | Value::Number(_))) if !items.is_empty() => {
+                cursor = Some(next.clone());
+            }
             _ => return Ok(effects),
         }
     }
@@ -275,6 +282,8 @@ async fn mcp_page(
 
 /// The first retry's wait; each later one doubles, up to [`RETRY_CAP`].
 const RETRY_BASE: Duration = Duration::from_secs(1);
+/// How many due findings the re-read under a delivery's claim looks through.
+const RE_READ: u32 = 100;
 /// The longest wait between two deliveries of one finding.
 const RETRY_CAP: Duration = Duration::from_secs(300);
 
@@ -329,15 +338,19 @@ pub async fn deliver_loop(state: AppState, tick: Duration) {
             // Read again under the claim: another replica may have delivered it (and
             // released its claim) since this tick's read, which would make this a
             // second delivery, or a retry before its backoff.
-            let still_due = gate
+            // Its attempts are taken from this read too, so a failure another replica
+            // recorded meanwhile lengthens the backoff. (Missing from the oldest due
+            // rows only defers it to a later tick.)
+            let fresh = gate
                 .store()
-                .findings_due(gate.clock().now(), 1000)
+                .findings_due(gate.clock().now(), RE_READ)
                 .await
-                .is_ok_and(|d| d.iter().any(|x| x.id == f.id));
-            if !still_due {
+                .ok()
+                .and_then(|d| d.into_iter().find(|x| x.id == f.id));
+            let Some(f) = fresh else {
                 let _ = gate.store().release_work(&work, &owner).await;
                 continue;
-            }
+            };
             let delivery = crate::webhook::Delivery {
                 id: f.id.clone(),
                 event: "finding".into(),

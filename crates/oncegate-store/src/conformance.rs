@@ -432,6 +432,26 @@ pub async fn listing_since<S: Backend>(store: &S) {
         "at or after, newest first"
     );
     assert!(keys(Some(at(201))).await.is_empty());
+    // With the state and capability terms, as the detection ledger reads it.
+    let ledger = store
+        .list_intents(&IntentFilter {
+            state: Some(IntentState::InFlight),
+            capability: Some("charge_card".into()),
+            updated_since: Some(at(100)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ledger.items.len(), 2);
+    let other = store
+        .list_intents(&IntentFilter {
+            state: Some(IntentState::Applied),
+            updated_since: Some(at(100)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(other.items.is_empty());
 }
 
 /// Runs every check; `fresh` makes an empty store per check.

@@ -41,7 +41,8 @@ fn since_of(text: &str, now: Timestamp) -> anyhow::Result<Timestamp> {
     let span: SignedDuration = text.parse().with_context(|| {
         format!("--since `{text}` is neither an RFC 3339 time nor a span such as 24h")
     })?;
-    Ok(now - span.abs())
+    now.checked_sub(span.abs())
+        .with_context(|| format!("--since `{text}` reaches before the earliest time"))
 }
 
 pub async fn run(args: DetectArgs) -> anyhow::Result<ExitCode> {
@@ -77,7 +78,11 @@ pub async fn run(args: DetectArgs) -> anyhow::Result<ExitCode> {
     for (cap, rule) in rules {
         let since = match &args.since {
             Some(text) => since_of(text, now)?,
-            None => now - rule.every * 2,
+            None => rule
+                .every
+                .checked_mul(2)
+                .and_then(|span| now.checked_sub(span).ok())
+                .unwrap_or(Timestamp::MIN),
         };
         let mut listing_error = None;
         let upstream = match &cap.listing {
@@ -156,13 +161,13 @@ pub async fn run(args: DetectArgs) -> anyhow::Result<ExitCode> {
 /// One line per finding: id, rule, kind, how many effects, what they share, the hold.
 fn table(findings: &[Value]) -> String {
     let mut out = format!(
-        "{:<22} {:<20} {:<9} {:>7}  {:<10} {}\n",
+        "{:<22} {:<20} {:<9} {:>7}  {:<18} {}\n",
         "FINDING", "RULE", "KIND", "EFFECTS", "HOLD", "ON"
     );
     for f in findings {
         let text = |k: &str| f.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
         out.push_str(&format!(
-            "{:<22} {:<20} {:<9} {:>7}  {:<10} {}\n",
+            "{:<22} {:<20} {:<9} {:>7}  {:<18} {}\n",
             text("id"),
             text("rule"),
             text("kind"),
@@ -197,5 +202,7 @@ mod tests {
         );
         let e = since_of("yesterday", now).unwrap_err().to_string();
         assert!(e.contains("--since `yesterday`"), "{e}");
+        let e = since_of("200000000h", now).unwrap_err().to_string();
+        assert!(e.contains("before the earliest time"), "{e}");
     }
 }

@@ -242,14 +242,15 @@ fn oncegate(setup: &Setup, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn oncegate_detect_runs_the_rules_on_demand_and_holds_list_and_clear_them() {
-    // The scheduler's slot is an hour long, so it runs once at startup (over nothing):
-    // what is found below is found by `oncegate detect`, beside the running gateway.
+    // The scheduler's slot is a year long (an hourly one could roll over mid-test and
+    // raise the finding first), so it runs once at startup (over nothing): what is
+    // found below is found by `oncegate detect`, beside the running gateway.
     let setup = Setup::with_registry(&[], |text| {
         text.replacen(
             "# --- refund:",
             &format!(
                 "{}# --- refund:",
-                DETECTION.replace("every = \"1s\"", "every = \"1h\"")
+                DETECTION.replace("every = \"1s\"", "every = \"8760h\"")
             ),
             1,
         )
@@ -413,7 +414,7 @@ fn an_mcp_listing_is_read_in_pages_like_an_http_one() {
     // The sandbox's `list_effects` tool on its MCP endpoint, one effect per page so
     // the cursor is followed.
     let mcp = DETECTION
-        .replace("every = \"1s\"", "every = \"1h\"")
+        .replace("every = \"1s\"", "every = \"8760h\"")
         .replace("kind = \"http\"\nurl = \"{env.SANDBOX_URL}/v1/effects\"", "kind = \"mcp\"\nurl = \"{env.SANDBOX_URL}/mcp\"\ntool = \"list_effects\"\npage_size = 1");
     assert!(mcp.contains("tool = \"list_effects\""));
     let setup = Setup::with_registry(&[], |text| {

@@ -213,8 +213,9 @@ fn a_bypass_is_found_once_held_on_every_replica_and_sent_once() {
     let (clean, report) = cluster.audit_verify();
     assert!(clean, "{report}");
 
-    // One replica per slot: all three ran the one-second rule for the whole test,
-    // and together ran it at most once per slot that began meanwhile.
+    // One replica per slot: all three scheduled the one-second rule for the whole
+    // test, and together ran it at most once per slot that began meanwhile (which
+    // replica takes a slot is whichever claims it first).
     let runs: Vec<u64> = (0..cluster.len())
         .map(|i| {
             let text = client()

@@ -272,6 +272,57 @@ async fn an_effect_that_bypassed_the_gateway_is_a_bypass_finding() {
     assert_eq!(stopped.reason.map(|r| r.code), Some(Code::Held));
 }
 
+#[tokio::test]
+async fn a_wider_run_over_reported_effects_raises_nothing_and_keeps_a_cleared_hold_cleared() {
+    let (_dir, gate, clock) = world().await;
+    let t0 = clock.now();
+    let c = claim(&gate, charge("C-2", "x")).await.unwrap();
+    let key = c.intent.key.clone();
+    gate.complete(&c, applied("ch_own")).await.unwrap();
+    let listed = |id: &str, key: Option<&str>, at| UpstreamEffect {
+        effect_ref: id.into(),
+        key: key.map(str::to_owned),
+        at,
+        arguments: json!({"order_id": "C-2", "amount": {"minor": 1250, "currency": "USD"}, "memo": ""}),
+    };
+    let own = listed("ch_own", Some(&key), t0);
+    let u0 = listed("ch_direct_0", None, t0);
+    let first = gate
+        .detect("charge", t0, vec![own.clone(), u0.clone()])
+        .await
+        .unwrap();
+    assert_eq!(first.raised.len(), 1, "{:?}", first.raised);
+    let clear = |gate: Gate| async move {
+        let hold = gate.holds().await.unwrap().remove(0);
+        gate.clear_hold("ops", &hold.id, "refunded")
+            .await
+            .unwrap()
+            .unwrap();
+    };
+    clear(gate.clone()).await;
+
+    // An hour later a second direct charge: the scheduler's span lists only it. A new
+    // bypass: raised, and held again.
+    clock.advance(SignedDuration::from_hours(1));
+    let t1 = clock.now();
+    let u1 = listed("ch_direct_1", None, t1);
+    let second = gate.detect("charge", t1, vec![u1.clone()]).await.unwrap();
+    assert_eq!(second.raised.len(), 1, "{:?}", second.raised);
+    assert_eq!(gate.holds().await.unwrap().len(), 1);
+    clear(gate.clone()).await;
+
+    // `oncegate detect --since` over both spans groups all three effects: every one was
+    // reported, so nothing is raised and the cleared hold stays cleared.
+    let wide = gate.detect("charge", t0, vec![own, u0, u1]).await.unwrap();
+    assert!(wide.raised.is_empty(), "{:?}", wide.raised);
+    assert_eq!(wide.known.len(), 1);
+    assert!(
+        gate.holds().await.unwrap().is_empty(),
+        "a cleared hold is not put back"
+    );
+    assert_eq!(gate.findings(10).await.unwrap().len(), 2);
+}
+
 /// A payout whose daily budget sends an over-limit call to an approver instead of
 /// refusing it, and an email rule that holds the recipient (not the order).
 const REVIEWED: &str = r#"

@@ -1,5 +1,6 @@
 //! The SQLite store's one writer: a thread that owns the only write connection and
-//! group-commits.
+//! group-commits. Why one file (717 lines): every error a commit can cause must be
+//! raised before its audit append, a rule shared by the batch loop and all checks.
 //!
 //! It drains every job queued while the previous fsync ran and applies them in one
 //! transaction, each commit under its own savepoint so a lost compare-and-set rolls back
