@@ -14,19 +14,21 @@ use oncegate_store::{StoreError, StoreRead};
 use crate::error::GateError;
 use crate::executor::Executor;
 use crate::gate::{Gate, MAX_RACES, store_down};
+use crate::who::Who;
 
 impl Gate {
     /// A human approves or denies. Approving executes the held intent once, here.
-    pub async fn decide_approval<E: Executor>(
+    pub async fn decide_approval<'a, E: Executor>(
         &self,
-        actor: &str,
+        actor: impl Into<Who<'a>>,
         approval_id: &str,
         choice: Choice,
         executor: Arc<E>,
     ) -> Result<Outcome, GateError> {
-        let who = self
-            .registry
-            .principal(actor)
+        let who = actor.into();
+        let actor = who.name();
+        let role = who
+            .role(&self.registry)
             .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{actor}`")))?;
         for _ in 0..MAX_RACES {
             let approval = self
@@ -68,7 +70,7 @@ impl Gate {
                 &record,
                 &approval,
                 actor,
-                who.role,
+                role,
                 choice,
                 &cap,
                 executes,
@@ -98,7 +100,7 @@ impl Gate {
                         event,
                     };
                     match self
-                        .apply(d, false, &cap, actor, executor.clone(), None)
+                        .apply(d, false, &cap, who, executor.clone(), None)
                         .await
                     {
                         Ok(step) => {

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use oncegate_core::config::Capability;
+use oncegate_core::config::{Capability, Role};
 use oncegate_core::decide::{self, Action, CallRequest, Decision};
 use oncegate_core::intent::{self, IntentRecord, IntentState, Outcome};
 use oncegate_core::key::{CallScope, IntentKey, derive};
@@ -22,6 +22,7 @@ use crate::call::{Call, IntentHandle};
 use crate::error::GateError;
 use crate::executor::{ClaimOnly, Executor};
 use crate::gate::{Gate, MAX_RACES, bump, contention, log_alerts, random_hex, store_down};
+use crate::who::Who;
 
 /// Names one claim of one execution of one intent generation: what a completion or a
 /// heartbeat must show. `execution` is the fencing number: every new execution of the
@@ -101,6 +102,9 @@ pub struct Claim {
     pub capability: String,
     /// Who claimed (and who the completion's audit event names).
     pub principal: String,
+    /// Its role when authentication proved it (an identity provider's token); `None`:
+    /// the registry's.
+    pub role: Option<Role>,
     /// What to execute: the key to thread upstream and the arguments.
     pub intent: IntentHandle,
     /// The intent as the claim committed it (the gate's own executions record
@@ -110,7 +114,7 @@ pub struct Claim {
 
 impl Claim {
     /// A claim of `record` as committed (in flight, under a lease).
-    pub(crate) fn of(record: IntentRecord, principal: &str) -> Self {
+    pub(crate) fn of(record: IntentRecord, principal: Who<'_>) -> Self {
         Self {
             intent_key: record.key.clone(),
             generation: record.generation,
@@ -122,7 +126,8 @@ impl Claim {
                 .map(|l| l.expires_at)
                 .expect("a claimed intent holds a lease"),
             capability: record.capability.clone(),
-            principal: principal.to_owned(),
+            principal: principal.name().to_owned(),
+            role: principal.proved_role(),
             intent: IntentHandle::of(&record),
             record,
         }
@@ -189,34 +194,41 @@ impl Gate {
     /// Claims a call for its caller to execute (the two-phase API: claim, execute
     /// elsewhere, [`Gate::complete`]). No reconciliation read is available here: an
     /// unknown intent is escalated to a human, as [`Gate::invoke`] with a closure does.
-    pub async fn claim(&self, principal: &str, call: Call) -> Result<Claimed, GateError> {
+    pub async fn claim<'a>(
+        &self,
+        principal: impl Into<Who<'a>>,
+        call: Call,
+    ) -> Result<Claimed, GateError> {
         self.claim_with(principal, call, Arc::new(ClaimOnly)).await
     }
 
     /// Claims a call, with an executor whose `admit` vets the call and whose
     /// `reconcile` answers for an unknown intent on the way (its `execute` is never
     /// called: the caller executes what is claimed).
-    pub async fn claim_with<E: Executor>(
+    pub async fn claim_with<'a, E: Executor>(
         &self,
-        principal: &str,
+        principal: impl Into<Who<'a>>,
         call: Call,
         executor: Arc<E>,
     ) -> Result<Claimed, GateError> {
-        Ok(match self.claim_step(principal, &call, executor).await? {
-            Step::Settled(outcome) => Claimed::Settled(outcome),
-            Step::Execute { claim, .. } => Claimed::Execute(claim),
-            Step::Read { intent, .. } => Claimed::Read(intent),
-        })
+        Ok(
+            match self.claim_step(principal.into(), &call, executor).await? {
+                Step::Settled(outcome) => Claimed::Settled(outcome),
+                Step::Execute { claim, .. } => Claimed::Execute(claim),
+                Step::Read { intent, .. } => Claimed::Read(intent),
+            },
+        )
     }
 
     /// Checks, decides and commits one call; executes nothing (but a reconciliation
     /// read).
     pub(crate) async fn claim_step<E: Executor>(
         &self,
-        principal: &str,
+        who: Who<'_>,
         call: &Call,
         executor: Arc<E>,
     ) -> Result<Step, GateError> {
+        let principal = who.name();
         let cap = self.capability(&call.capability)?;
         // A required client key that is missing is the first thing the caller hears
         // (as the JSON API answered before the engine owned the check).
@@ -229,7 +241,7 @@ impl Gate {
         if cap.category == oncegate_core::Category::Read {
             self.take_read_token(principal)?;
         }
-        let who = self.caller(principal)?;
+        let role = self.caller(who)?;
         // Before anything is parsed further: a record must stay readable and replays small.
         oncegate_core::limits::check_arguments(&call.arguments, &self.registry.gateway.limits)?;
         let now = self.clock.now();
@@ -274,7 +286,7 @@ impl Gate {
             Some(_) if self.skip_policies => PolicyVerdict::Allow,
             Some(engine) => engine.evaluate(
                 principal,
-                who.role,
+                role,
                 tenant,
                 &cap,
                 derived.business_ref.as_deref(),
@@ -401,7 +413,7 @@ impl Gate {
                     decision,
                     takes_over,
                     &cap,
-                    principal,
+                    who,
                     executor.clone(),
                     Some(&call.arguments),
                 )
@@ -452,7 +464,7 @@ impl Gate {
         decision: Decision,
         takes_over: bool,
         cap: &Arc<Capability>,
-        actor: &str,
+        actor: Who<'_>,
         executor: Arc<E>,
         arguments: Option<&Value>,
     ) -> Result<Step, StoreError> {
@@ -621,7 +633,7 @@ impl Gate {
         &self,
         current: IntentRecord,
         cap: &Arc<Capability>,
-        actor: &str,
+        actor: Who<'_>,
         executor: Arc<E>,
         arguments: Option<&Value>,
     ) -> Result<Step, StoreError> {
@@ -644,7 +656,7 @@ impl Gate {
                 &latest,
                 answer.clone(),
                 cap,
-                actor,
+                actor.name(),
                 &holder,
                 &approval_id,
                 running,

@@ -23,6 +23,7 @@ use oncegate_store::{Commit, StoreError, StoreRead, StoreWrite};
 use crate::claim::{Claim, Fence};
 use crate::error::GateError;
 use crate::gate::{Gate, MAX_RACES, bump};
+use crate::who::Who;
 
 impl Gate {
     /// Records what the claimed execution did. Fenced and strict (see the module docs):
@@ -33,20 +34,25 @@ impl Gate {
         claim: &Claim,
         result: EffectResult,
     ) -> Result<Outcome, GateError> {
-        self.complete_fenced(&claim.principal, &claim.fence(), result)
-            .await
+        let who = match claim.role {
+            Some(role) => Who::verified(&claim.principal, role),
+            None => Who::from(&claim.principal),
+        };
+        self.complete_fenced(who, &claim.fence(), result).await
     }
 
     /// [`Gate::complete`] for a caller that holds only the fence (the two-phase wire
     /// API: the intent key and the fencing token come back over HTTP). `principal`
     /// must be an agent or an admin; the fence is what proves the claim.
-    pub async fn complete_fenced(
+    pub async fn complete_fenced<'a>(
         &self,
-        principal: &str,
+        principal: impl Into<Who<'a>>,
         fence: &Fence,
         result: EffectResult,
     ) -> Result<Outcome, GateError> {
+        let principal = principal.into();
         self.caller(principal)?;
+        let principal = principal.name();
         for _ in 0..MAX_RACES {
             let record = self.fenced_record(fence).await?;
             let cap = self.capability(&record.capability)?;
@@ -105,17 +111,22 @@ impl Gate {
     /// commit with its audit event) and answers the claim as it now stands. A stale
     /// claim is refused with [`GateError::StaleClaim`] and nothing is written.
     pub async fn heartbeat(&self, claim: &Claim) -> Result<Claim, GateError> {
-        self.heartbeat_fenced(&claim.principal, &claim.fence())
-            .await
+        let who = match claim.role {
+            Some(role) => Who::verified(&claim.principal, role),
+            None => Who::from(&claim.principal),
+        };
+        self.heartbeat_fenced(who, &claim.fence()).await
     }
 
     /// [`Gate::heartbeat`] for a caller that holds only the fence (the wire API).
-    pub async fn heartbeat_fenced(
+    pub async fn heartbeat_fenced<'a>(
         &self,
-        principal: &str,
+        principal: impl Into<Who<'a>>,
         fence: &Fence,
     ) -> Result<Claim, GateError> {
-        self.caller(principal)?;
+        let who = principal.into();
+        self.caller(who)?;
+        let principal = who.name();
         for _ in 0..MAX_RACES {
             let record = self.fenced_record(fence).await?;
             let cap = self.capability(&record.capability)?;
@@ -138,7 +149,7 @@ impl Gate {
                 .commit(Commit::new(decision.record, None, decision.event))
                 .await
             {
-                Ok(()) => return Ok(Claim::of(bump(next), principal)),
+                Ok(()) => return Ok(Claim::of(bump(next), who)),
                 Err(StoreError::Conflict) => continue,
                 Err(e) => return Err(e.into()),
             }

@@ -16,6 +16,7 @@ use oncegate_store::{Commit, KillSwitchChange, StoreError, StoreRead, StoreWrite
 use crate::error::GateError;
 use crate::gate::{Gate, MAX_RACES};
 use crate::kill_switches::{Stale, switch_for};
+use crate::who::Who;
 
 impl Gate {
     /// Switches a capability or an agent off (`reason` Some) or on again (None): the
@@ -148,12 +149,17 @@ impl Gate {
     }
 
     /// An admin resets a tripped breaker.
-    pub async fn reset_breaker(&self, actor: &str, key: &IntentKey) -> Result<Outcome, GateError> {
-        let who = self
-            .registry
-            .principal(actor)
+    pub async fn reset_breaker<'a>(
+        &self,
+        actor: impl Into<Who<'a>>,
+        key: &IntentKey,
+    ) -> Result<Outcome, GateError> {
+        let who = actor.into();
+        let actor = who.name();
+        let role = who
+            .role(&self.registry)
             .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{actor}`")))?;
-        if who.role != Role::Admin {
+        if role != Role::Admin {
             return Err(GateError::Forbidden("only admins reset breakers".into()));
         }
         for _ in 0..MAX_RACES {

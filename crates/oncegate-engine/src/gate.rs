@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use oncegate_core::Registry;
 use oncegate_core::codes::Code;
-use oncegate_core::config::{Capability, PrincipalConfig, Role};
+use oncegate_core::config::{Capability, Role};
 use oncegate_core::intent::{self, IntentRecord, Outcome, Reason, Status};
 use oncegate_core::key::{CallScope, DerivedKey, IntentKey, derive};
 use rand::Rng;
@@ -40,6 +40,7 @@ use crate::error::GateError;
 use crate::kill_switches::KillSwitchCache;
 use crate::process::Process;
 use crate::storms::ReplayStorms;
+use crate::who::Who;
 
 /// How many lost races one call tolerates before giving up with `OG-0015`.
 pub(crate) const MAX_RACES: usize = 256;
@@ -173,19 +174,19 @@ impl Gate {
             .ok_or_else(|| GateError::UnknownCapability(name.to_owned()))
     }
 
-    /// The principal, if it may call capabilities (agents and admins).
-    pub(crate) fn caller(&self, principal: &str) -> Result<&PrincipalConfig, GateError> {
-        let who = self
-            .registry
-            .principal(principal)
+    /// The principal's role, if it may call capabilities (agents and admins).
+    pub(crate) fn caller(&self, who: Who<'_>) -> Result<Role, GateError> {
+        let principal = who.name();
+        let role = who
+            .role(&self.registry)
             .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{principal}`")))?;
-        if who.role != Role::Agent && who.role != Role::Admin {
+        if role != Role::Agent && role != Role::Admin {
             return Err(GateError::Forbidden(format!(
                 "`{principal}` is an {} and cannot call capabilities",
-                who.role.as_str()
+                role.as_str()
             )));
         }
-        Ok(who)
+        Ok(role)
     }
 
     pub(crate) async fn load_generation(

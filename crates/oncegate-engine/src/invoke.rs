@@ -22,12 +22,13 @@ use crate::claim::{Claim, Step};
 use crate::error::GateError;
 use crate::executor::{Executor, FnExecutor, LateAnswer};
 use crate::gate::Gate;
+use crate::who::Who;
 
 impl Gate {
     /// Invokes a capability with an effect closure that receives the intent.
-    pub async fn invoke<F, Fut>(
+    pub async fn invoke<'a, F, Fut>(
         &self,
-        principal: &str,
+        principal: impl Into<Who<'a>>,
         call: Call,
         effect: F,
     ) -> Result<Outcome, GateError>
@@ -44,13 +45,15 @@ impl Gate {
     /// the result before answering. The recording is lenient, unlike
     /// [`Gate::complete`]'s: fenced by the execution number only, so a result (or an
     /// MCP late answer) that arrives after the lease expired is still recorded.
-    pub async fn invoke_with<E: Executor>(
+    pub async fn invoke_with<'a, E: Executor>(
         &self,
-        principal: &str,
+        principal: impl Into<Who<'a>>,
         call: Call,
         executor: Arc<E>,
     ) -> Result<Outcome, GateError> {
-        let step = self.claim_step(principal, &call, executor.clone()).await?;
+        let step = self
+            .claim_step(principal.into(), &call, executor.clone())
+            .await?;
         Ok(self.carry_out(step, executor).await)
     }
 

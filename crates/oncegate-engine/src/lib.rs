@@ -47,7 +47,8 @@
 //! complete.rs (complete, heartbeat, recording), approvals.rs, controls.rs (kill
 //! switches, breakers, read cap, client keys), kill_switches.rs (the gate's cache of
 //! the stored switches), sweep.rs, storms.rs (replay storms),
-//! call.rs, executor.rs, error.rs, clock.rs, process.rs (the simulation's processes).
+//! call.rs, executor.rs, error.rs, clock.rs, process.rs (the simulation's processes),
+//! who.rs (a principal: a registry name, or a name and role authentication proved).
 
 mod approvals;
 mod call;
@@ -65,6 +66,7 @@ mod limits;
 pub mod process;
 mod storms;
 mod sweep;
+mod who;
 
 pub use call::{Call, IntentHandle};
 pub use claim::{Claim, Claimed, Fence};
@@ -75,3 +77,4 @@ pub use executor::{Attempt, Executor, LateAnswer};
 pub use gate::Gate;
 pub use limits::{Hold, LimitStatus, hold_target};
 pub use process::Process;
+pub use who::Who;

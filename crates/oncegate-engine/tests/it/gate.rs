@@ -613,3 +613,86 @@ async fn a_killed_process_aborts_the_gates_effect_tasks() {
         "a killed process runs nothing new"
     );
 }
+
+/// A principal an identity provider vouches for (name and role proved by its token) is
+/// not in the registry: its proved role decides what it may do, and its name is what
+/// the intent and the audit chain record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_principal_acts_by_its_proved_role_without_a_registry_entry() {
+    use oncegate_core::config::Role;
+    use oncegate_engine::Who;
+
+    let scratch = Scratch::new();
+    let gate = scratch.gate(Arc::new(SystemClock)).await;
+    let exec = Counting::new(0);
+    assert!(gate.registry().principal("idp:carol").is_none());
+
+    // By name only, an unknown principal is refused.
+    let unknown = gate
+        .invoke_with(
+            "idp:carol",
+            Call::new("pay", json!({"order_id": "V-1", "amount": 5})),
+            exec.clone(),
+        )
+        .await;
+    assert!(
+        matches!(unknown, Err(GateError::Forbidden(_))),
+        "{unknown:?}"
+    );
+
+    // Proved an agent, it calls.
+    let carol = Who::verified("idp:carol", Role::Agent);
+    let paid = gate
+        .invoke_with(
+            carol,
+            Call::new("pay", json!({"order_id": "V-1", "amount": 5})),
+            exec.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((paid.status, exec.count()), (Status::Applied, 1));
+    let key = paid.key.clone().expect("an applied call names its intent");
+    let record = gate.store().load(&key).await.unwrap().unwrap();
+    assert_eq!(record.principal, "idp:carol");
+
+    // Proved an approver, it cannot call; proved an agent, it cannot approve.
+    let approver = Who::verified("idp:dave", Role::Approver);
+    let refused = gate
+        .invoke_with(
+            approver,
+            Call::new("pay", json!({"order_id": "V-2", "amount": 5})),
+            exec.clone(),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(GateError::Forbidden(_))),
+        "{refused:?}"
+    );
+    let held = gate
+        .invoke_with(
+            carol,
+            Call::new("refund", json!({"order_id": "V-1", "amount": 250})),
+            exec.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(held.status, Status::PendingApproval);
+    let id = held.approval_id.clone().unwrap();
+    let by_agent = gate
+        .decide_approval(
+            Who::verified("idp:erin", Role::Agent),
+            &id,
+            Choice::Approve,
+            exec.clone(),
+        )
+        .await;
+    assert!(
+        matches!(by_agent, Err(GateError::Forbidden(_))),
+        "{by_agent:?}"
+    );
+    let approved = gate
+        .decide_approval(approver, &id, Choice::Approve, exec.clone())
+        .await
+        .unwrap();
+    assert_eq!((approved.status, exec.count()), (Status::Applied, 2));
+}
