@@ -133,6 +133,14 @@ impl Claim {
         }
     }
 
+    /// Who claimed, as authentication proved it.
+    pub fn who(&self) -> Who<'_> {
+        match self.role {
+            Some(role) => Who::verified(&self.principal, role),
+            None => Who::from(&self.principal),
+        }
+    }
+
     /// What a completion or heartbeat must show (e.g. across a wire).
     pub fn fence(&self) -> Fence {
         Fence {

@@ -34,11 +34,8 @@ impl Gate {
         claim: &Claim,
         result: EffectResult,
     ) -> Result<Outcome, GateError> {
-        let who = match claim.role {
-            Some(role) => Who::verified(&claim.principal, role),
-            None => Who::from(&claim.principal),
-        };
-        self.complete_fenced(who, &claim.fence(), result).await
+        self.complete_fenced(claim.who(), &claim.fence(), result)
+            .await
     }
 
     /// [`Gate::complete`] for a caller that holds only the fence (the two-phase wire
@@ -111,11 +108,7 @@ impl Gate {
     /// commit with its audit event) and answers the claim as it now stands. A stale
     /// claim is refused with [`GateError::StaleClaim`] and nothing is written.
     pub async fn heartbeat(&self, claim: &Claim) -> Result<Claim, GateError> {
-        let who = match claim.role {
-            Some(role) => Who::verified(&claim.principal, role),
-            None => Who::from(&claim.principal),
-        };
-        self.heartbeat_fenced(who, &claim.fence()).await
+        self.heartbeat_fenced(claim.who(), &claim.fence()).await
     }
 
     /// [`Gate::heartbeat`] for a caller that holds only the fence (the wire API).
