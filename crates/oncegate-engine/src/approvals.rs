@@ -27,9 +27,7 @@ impl Gate {
     ) -> Result<Outcome, GateError> {
         let who = actor.into();
         let actor = who.name();
-        let role = who
-            .role(&self.registry)
-            .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{actor}`")))?;
+        let role = self.role_of(who)?;
         for _ in 0..MAX_RACES {
             let approval = self
                 .store

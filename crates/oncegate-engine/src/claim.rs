@@ -1,4 +1,7 @@
-//! Claiming: load -> decide -> commit, with reconciliation on the way.
+//! Claiming: load -> decide -> commit, with reconciliation on the way. One file because
+//! it is one loop: the checks, the decision, `apply` and the reconciliation it may call
+//! re-enter each other on every lost race, and a split would put one retry loop's
+//! halves in two files.
 //!
 //! [`Gate::claim`] and [`Gate::claim_with`] run every check a call goes through (a
 //! required client key's presence, the read rate cap, role, argument limits, key

@@ -156,9 +156,7 @@ impl Gate {
     ) -> Result<Outcome, GateError> {
         let who = actor.into();
         let actor = who.name();
-        let role = who
-            .role(&self.registry)
-            .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{actor}`")))?;
+        let role = self.role_of(who)?;
         if role != Role::Admin {
             return Err(GateError::Forbidden("only admins reset breakers".into()));
         }

@@ -174,12 +174,17 @@ impl Gate {
             .ok_or_else(|| GateError::UnknownCapability(name.to_owned()))
     }
 
+    /// The principal's role: as proved, else the registry's (`Forbidden` for a name the
+    /// registry does not know).
+    pub(crate) fn role_of(&self, who: Who<'_>) -> Result<Role, GateError> {
+        who.role(&self.registry)
+            .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{}`", who.name())))
+    }
+
     /// The principal's role, if it may call capabilities (agents and admins).
     pub(crate) fn caller(&self, who: Who<'_>) -> Result<Role, GateError> {
         let principal = who.name();
-        let role = who
-            .role(&self.registry)
-            .ok_or_else(|| GateError::Forbidden(format!("unknown principal `{principal}`")))?;
+        let role = self.role_of(who)?;
         if role != Role::Agent && role != Role::Admin {
             return Err(GateError::Forbidden(format!(
                 "`{principal}` is an {} and cannot call capabilities",
