@@ -126,11 +126,15 @@ pub enum Code {
     /// The gateway failed itself (a call task panicked or was cancelled): HTTP 500.
     #[serde(rename = "OG-0055")]
     Internal,
+    /// A JWT's issuer's keys cannot be fetched (or are older than `jwks_max_age` and
+    /// cannot be refreshed), so no token of it can be checked: HTTP 503, fail closed.
+    #[serde(rename = "OG-0056")]
+    IdentityUnavailable,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 35] = [
+    pub const ALL: [Code; 36] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -166,6 +170,7 @@ impl Code {
         Code::ArgumentsTooDeep,
         Code::Unauthenticated,
         Code::Internal,
+        Code::IdentityUnavailable,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -206,6 +211,7 @@ impl Code {
             Code::ArgumentsTooDeep => "OG-0053",
             Code::Unauthenticated => "OG-0054",
             Code::Internal => "OG-0055",
+            Code::IdentityUnavailable => "OG-0056",
         }
     }
 }

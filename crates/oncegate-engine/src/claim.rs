@@ -391,10 +391,9 @@ impl Gate {
                 });
             if decision.action == Action::PassThrough {
                 // Reads claim nothing; their audit entry is best effort.
-                let _ = self
-                    .store
-                    .commit(Commit::new(None, None, decision.event))
-                    .await;
+                let mut event = decision.event;
+                who.stamp(&mut event);
+                let _ = self.store.commit(Commit::new(None, None, event)).await;
                 let intent = IntentHandle {
                     key: String::new(),
                     intent_key: derived.key.clone(),
@@ -484,8 +483,9 @@ impl Gate {
             record,
             approval,
             outcome,
-            event,
+            mut event,
         } = decision;
+        actor.stamp(&mut event);
         // A reconciliation read is asked by one gate at a time: take the intent's claim
         // before the decision (which counts the read as an attempt) is committed.
         let work = match (action, record.as_ref()) {

@@ -47,9 +47,9 @@ impl Gate {
         fence: &Fence,
         result: EffectResult,
     ) -> Result<Outcome, GateError> {
-        let principal = principal.into();
-        self.caller(principal)?;
-        let principal = principal.name();
+        let who = principal.into();
+        self.caller(who)?;
+        let principal = who.name();
         for _ in 0..MAX_RACES {
             let record = self.fenced_record(fence).await?;
             let cap = self.capability(&record.capability)?;
@@ -88,9 +88,11 @@ impl Gate {
                 }
             };
             let mut outcome = decision.outcome;
+            let mut event = decision.event;
+            who.stamp(&mut event);
             match self
                 .store
-                .commit(Commit::new(decision.record, None, decision.event))
+                .commit(Commit::new(decision.record, None, event))
                 .await
             {
                 Ok(()) => {

@@ -2,7 +2,9 @@
 //! it (a JWT's claims), so the engine needs no registry entry for principals an
 //! identity provider vouches for.
 
+use oncegate_core::audit::AuditEvent;
 use oncegate_core::config::{Registry, Role};
+use serde_json::{Value, json};
 
 /// A principal as the engine sees it. From a `&str` (a registry principal, whose role
 /// the registry knows) or [`Who::verified`] (a name and role authentication proved).
@@ -30,6 +32,21 @@ impl<'a> Who<'a> {
     /// Its role as proved, if it was (`None`: the registry's).
     pub(crate) fn proved_role(&self) -> Option<Role> {
         self.role
+    }
+
+    /// Writes a proved role into an audit event's detail (`"role"`), so the chain says
+    /// what an identity provider vouched for; a registry principal's role is the
+    /// registry's, and its events stay as they were.
+    pub(crate) fn stamp(&self, event: &mut AuditEvent) {
+        let Some(role) = self.role else { return };
+        let role = json!(role.as_str());
+        match &mut event.detail {
+            Value::Object(m) => {
+                m.insert("role".into(), role);
+            }
+            Value::Null => event.detail = json!({ "role": role }),
+            other => event.detail = json!({ "role": role, "detail": other.take() }),
+        }
     }
 
     /// Its role: as proved, else the registry's (`None`: an unknown principal).

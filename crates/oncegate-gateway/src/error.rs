@@ -27,6 +27,8 @@ use crate::wire::{Envelope, OUTCOME_META_KEY};
 pub enum ApiError {
     /// No or a wrong bearer token (401).
     Unauthenticated,
+    /// A JWT that is not accepted, and why (401, `error="invalid_token"`).
+    InvalidToken(String),
     /// Authenticated but not allowed (403).
     Forbidden(String),
     /// The request is malformed (400).
@@ -57,6 +59,11 @@ impl ApiError {
                 StatusCode::UNAUTHORIZED,
                 Code::Unauthenticated,
                 "missing or wrong bearer token".into(),
+            ),
+            ApiError::InvalidToken(why) => (
+                StatusCode::UNAUTHORIZED,
+                Code::Unauthenticated,
+                format!("the bearer token is not accepted: {why}"),
             ),
             ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, Code::Forbidden, m.clone()),
             ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, Code::InvalidArguments, m.clone()),
@@ -112,7 +119,7 @@ impl ApiError {
                 Some(json!({"code": Code::InvalidHeader})),
             )),
             // Only reachable if the middleware did not run: a server fault.
-            ApiError::Unauthenticated => Err(McpError::internal_error(
+            ApiError::Unauthenticated | ApiError::InvalidToken(_) => Err(McpError::internal_error(
                 "the request was not authenticated",
                 None,
             )),
@@ -157,9 +164,15 @@ impl IntoResponse for ApiError {
         )
             .into_response();
         if status == StatusCode::UNAUTHORIZED {
+            // The router adds `resource_metadata` when `[identity]` is configured.
+            let challenge = if matches!(self, ApiError::InvalidToken(_)) {
+                "Bearer realm=\"oncegate\", error=\"invalid_token\""
+            } else {
+                "Bearer realm=\"oncegate\""
+            };
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"oncegate\""),
+                HeaderValue::from_static(challenge),
             );
         }
         response

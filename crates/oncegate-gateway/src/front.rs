@@ -66,9 +66,9 @@ impl Door {
                 ),
             ));
         }
-        let name = principal.name.clone();
+        let who = principal.clone();
         self.spawn(principal, "call", move |gate, executor| async move {
-            gate.invoke_with(&name, call, executor).await
+            gate.invoke_with(who.who(), call, executor).await
         })
         .await
     }
@@ -81,9 +81,9 @@ impl Door {
         principal: &Principal,
         call: Call,
     ) -> Result<Claimed, ApiError> {
-        let name = principal.name.clone();
+        let who = principal.clone();
         self.spawn(principal, "claim", move |gate, executor| async move {
-            gate.claim_with(&name, call, executor).await
+            gate.claim_with(who.who(), call, executor).await
         })
         .await
     }
@@ -96,9 +96,9 @@ impl Door {
         approval_id: String,
         choice: Choice,
     ) -> Result<Outcome, ApiError> {
-        let name = principal.name.clone();
+        let who = principal.clone();
         self.spawn(principal, "approval", move |gate, executor| async move {
-            gate.decide_approval(&name, &approval_id, choice, executor)
+            gate.decide_approval(who.who(), &approval_id, choice, executor)
                 .await
         })
         .await
@@ -237,6 +237,7 @@ url = "http://127.0.0.1:9/v1/charges"
         let principal = Principal {
             name: "agent".into(),
             role: Role::Agent,
+            issuer: None,
         };
         let door = Door::open(&state, "charge").unwrap();
         let error = door

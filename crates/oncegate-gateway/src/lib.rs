@@ -5,7 +5,8 @@
 //! ```text
 //! server         the public face (re-exports only): AppState, app, serve, sweep, ...
 //! serve          hyper accept loop, header read timeout, graceful drain
-//! router         app(state) -> Router: the routes, /mcp, body limit, JSON rejections
+//! router         app(state) -> Router: the routes, /mcp, body limit, JSON rejections,
+//!                RFC 9728 metadata and the 401 challenge naming it
 //! openapi        the OpenAPI document from the route handlers
 //! routes/        JSON API handlers by resource: calls (and keys), intents, approvals,
 //!                audit, admin, ops (health, readiness, metrics)
@@ -17,6 +18,7 @@
 //! webhook        one signed delivery of an event (signature, verify, backoff) that
 //!                the alert outbox retries; reads errors with upstream's reader
 //! state          AppState, Principal, tokens and authentication, MAX_BODY_BYTES
+//! identity       JWT access tokens: issuers, JWKS caches, claims to principal and role
 //! headers        bearer token and structural id headers
 //! error          ApiError: the one error-to-wire table (HTTP and MCP forms)
 //! wire           Envelope: the one outcome wire type (JSON envelope, MCP _meta + line)
@@ -34,6 +36,7 @@ pub mod detection;
 pub mod error;
 mod front;
 mod headers;
+pub mod identity;
 pub mod inflight;
 pub mod mcp;
 mod openapi;

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::http::{StatusCode, header};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use oncegate_core::codes::Code;
@@ -43,6 +43,14 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics_route))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(ops::protected_resource),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/{*path}",
+            get(ops::protected_resource_at),
+        )
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
@@ -50,7 +58,36 @@ pub fn app(state: AppState) -> Router {
             Duration::from_secs(120),
         ))
         .layer(axum::middleware::map_response(json_errors))
+        .layer(axum::middleware::map_response_with_state(
+            state.clone(),
+            challenge,
+        ))
         .with_state(state)
+}
+
+/// On every 401, names where the protected resource metadata is (RFC 9728 §5.1, as the
+/// MCP authorization spec asks), so a client can find the authorization server.
+async fn challenge(State(state): State<AppState>, mut response: Response) -> Response {
+    if response.status() != StatusCode::UNAUTHORIZED {
+        return response;
+    }
+    let Some(identity) = state.identity() else {
+        return response;
+    };
+    let current = response
+        .headers()
+        .get(header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("Bearer realm=\"oncegate\"")
+        .to_owned();
+    let value = format!(
+        "{current}, resource_metadata=\"{}\"",
+        identity.settings().metadata_url()
+    );
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    response
 }
 
 async fn not_found() -> ApiError {

@@ -1,5 +1,5 @@
-//! The server's shared state: the Gate, the principals' tokens, the upstream HTTP
-//! client, the metrics recorder and what is still running. Below the front door, the
+//! The server's shared state: the Gate, the principals' tokens and the JWT verifier,
+//! the upstream HTTP client, the metrics recorder and what is still running. Below the front door, the
 //! routes, the MCP surface, the sweep and the accept loop, which all hold an
 //! [`AppState`]; it knows no surface.
 
@@ -8,11 +8,12 @@ use std::sync::{Arc, OnceLock};
 use axum::http::HeaderMap;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use oncegate_core::config::Role;
-use oncegate_engine::Gate;
+use oncegate_engine::{Gate, Who};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 use crate::headers::bearer_token;
+use crate::identity::Identity;
 use crate::inflight::InFlight;
 use crate::upstream::mcp::{RunningCalls, Sessions};
 
@@ -22,10 +23,23 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 /// A principal as authenticated.
 #[derive(Clone, Debug)]
 pub struct Principal {
-    /// The name in the registry.
+    /// The name in the registry, or `principal_prefix` + the token's principal claim.
     pub name: String,
     /// Its role.
     pub role: Role,
+    /// The issuer whose JWT proved it (`None`: a static token of the registry).
+    pub issuer: Option<String>,
+}
+
+impl Principal {
+    /// The principal as the engine takes it: a registry name, or a name and role a
+    /// token proved.
+    pub fn who(&self) -> Who<'_> {
+        match self.issuer {
+            Some(_) => Who::verified(&self.name, self.role),
+            None => Who::from(&self.name),
+        }
+    }
 }
 
 /// Shared state of the server.
@@ -33,6 +47,8 @@ pub struct Principal {
 pub struct AppState {
     gate: Gate,
     tokens: Arc<Vec<(Vec<u8>, Principal)>>,
+    /// `[identity]`: JWT access tokens from the issuers it trusts.
+    identity: Option<Arc<Identity>>,
     http: reqwest::Client,
     metrics: PrometheusHandle,
     /// Calls and approvals whose effect may still be running (see [`InFlight`]).
@@ -85,13 +101,19 @@ impl AppState {
                     Principal {
                         name: p.name.clone(),
                         role: p.role,
+                        issuer: None,
                     },
                 ))
             })
             .collect();
+        let identity = gate.registry().identity.as_ref().map(|settings| {
+            let names = gate.registry().principals.iter().map(|p| p.name.clone());
+            Arc::new(Identity::new(settings, names, http.clone()))
+        });
         Self {
             gate,
             tokens: Arc::new(tokens),
+            identity,
             http,
             metrics: metrics_handle(),
             inflight: InFlight::default(),
@@ -141,8 +163,15 @@ impl AppState {
         &self.mcp_shutdown
     }
 
-    /// The principal whose token the request carries (401 otherwise).
-    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    /// The JWT verifier, when `[identity]` is configured.
+    pub(crate) fn identity(&self) -> Option<&Identity> {
+        self.identity.as_deref()
+    }
+
+    /// The principal whose token the request carries: a static token of the registry,
+    /// else a JWT an `[identity]` issuer signed (401 otherwise; 503 when the issuer's
+    /// keys cannot be loaded).
+    pub(crate) async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
         let token = bearer_token(headers)?;
         // Compare against every token in constant time; do not stop at the first match.
         let mut found = None;
@@ -151,7 +180,20 @@ impl AppState {
                 found = Some(principal.clone());
             }
         }
-        found.ok_or(ApiError::Unauthenticated)
+        if let Some(principal) = found {
+            return Ok(principal);
+        }
+        match &self.identity {
+            Some(identity) if Identity::looks_like_jwt(token) => {
+                let v = identity.verify(token).await?;
+                Ok(Principal {
+                    name: v.name,
+                    role: v.role,
+                    issuer: Some(v.issuer),
+                })
+            }
+            _ => Err(ApiError::Unauthenticated),
+        }
     }
 }
 

@@ -28,11 +28,16 @@ use crate::template::Template;
 
 mod build;
 mod detection;
+mod identity;
 mod locate;
 mod raw;
 
 pub use detection::{
     DuplicateRule, Escalation, HoldOn, Limit, LimitPer, Listing, MatchOn, Measure, OverLimit,
+};
+pub use identity::{
+    ACCEPTABLE_ALGORITHMS, DEFAULT_ALGORITHMS, IdentitySettings, IssuerConfig, JwksSource,
+    RoleValues,
 };
 
 /// The default store URL when `[store]` is absent.
@@ -511,6 +516,9 @@ pub struct Registry {
     pub audit_chain_key_env: Option<String>,
     /// Principals in declaration order.
     pub principals: Vec<PrincipalConfig>,
+    /// `[identity]`: issuers whose JWT access tokens name principals (none: static
+    /// tokens only).
+    pub identity: Option<IdentitySettings>,
     capabilities: Vec<Arc<Capability>>,
     by_name: HashMap<String, usize>,
     /// Things `check-config` prints but that do not stop the gateway.

@@ -23,6 +23,44 @@ pub(super) struct RawConfig {
     pub(super) principals: Vec<RawPrincipal>,
     #[serde(default)]
     pub(super) capabilities: Vec<RawCapability>,
+    pub(super) identity: Option<RawIdentity>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIdentity {
+    pub(super) resource: Option<String>,
+    pub(super) resource_name: Option<String>,
+    pub(super) authorization_servers: Option<Vec<String>>,
+    pub(super) scopes_supported: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) issuers: Vec<RawIssuer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIssuer {
+    pub(super) issuer: String,
+    pub(super) jwks_url: Option<String>,
+    pub(super) jwks_file: Option<String>,
+    pub(super) algorithms: Option<Vec<String>>,
+    pub(super) audience: Option<Vec<String>>,
+    pub(super) clock_skew: Option<String>,
+    pub(super) principal_claim: Option<String>,
+    pub(super) principal_prefix: Option<String>,
+    pub(super) role_claim: Option<String>,
+    pub(super) roles: Option<RawRoles>,
+    pub(super) default_role: Option<Role>,
+    pub(super) jwks_max_age: Option<String>,
+    pub(super) jwks_min_refetch: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoles {
+    pub(super) agent: Option<Vec<String>>,
+    pub(super) approver: Option<Vec<String>>,
+    pub(super) admin: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]

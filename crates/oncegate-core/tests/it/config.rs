@@ -351,3 +351,132 @@ fn bad_store_settings_name_file_line_and_field() {
         assert!(e.help.is_some(), "{setting}: {e}");
     }
 }
+
+const IDENTITY: &str = r#"
+[identity]
+resource = "https://gw.example.com/mcp"
+
+[[identity.issuers]]
+issuer = "https://idp.example.com"
+jwks_url = "https://idp.example.com/jwks"
+principal_prefix = "idp:"
+role_claim = "roles"
+roles = { agent = ["oncegate.agent"], approver = ["oncegate.approver"] }
+"#;
+
+#[test]
+fn identity_issuers_load_with_documented_defaults() {
+    let r = parse(&format!("{}{IDENTITY}", base())).unwrap_or_else(|e| panic!("{e}"));
+    let id = r.identity.as_ref().expect("identity is configured");
+    assert_eq!(id.resource, "https://gw.example.com/mcp");
+    assert_eq!(id.authorization_servers, vec!["https://idp.example.com"]);
+    assert_eq!(
+        id.metadata_url(),
+        "https://gw.example.com/.well-known/oauth-protected-resource/mcp"
+    );
+    let issuer = &id.issuers[0];
+    assert_eq!(issuer.audience, vec!["https://gw.example.com/mcp"]);
+    assert_eq!(issuer.algorithms, vec!["RS256", "ES256"]);
+    assert_eq!(issuer.principal_claim, "sub");
+    assert_eq!(issuer.clock_skew, std::time::Duration::from_secs(60));
+    assert_eq!(issuer.jwks_max_age, std::time::Duration::from_secs(600));
+    assert_eq!(
+        issuer.roles.role_of(["oncegate.approver"]),
+        Some(oncegate_core::config::Role::Approver)
+    );
+    assert!(
+        payments().identity.is_none(),
+        "no [identity], static tokens only"
+    );
+}
+
+#[test]
+fn identity_mistakes_that_would_accept_a_forged_token_are_located_errors() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "roles = {",
+            "algorithms = [\"RS256\", \"HS256\"]\nroles = {",
+            "shared-secret",
+        ),
+        (
+            "roles = {",
+            "algorithms = [\"none\"]\nroles = {",
+            "unsigned",
+        ),
+        (
+            "jwks_url = \"https://idp.example.com/jwks\"",
+            "jwks_url = \"http://idp.example.com/jwks\"",
+            "plain http",
+        ),
+        (
+            "jwks_url = \"https://idp.example.com/jwks\"",
+            "jwks_url = \"https://idp.example.com/jwks\"\njwks_file = \"jwks.json\"",
+            "both",
+        ),
+        (
+            "jwks_url = \"https://idp.example.com/jwks\"\n",
+            "",
+            "names no keys",
+        ),
+        (
+            "resource = \"https://gw.example.com/mcp\"\n",
+            "",
+            "needs `resource`",
+        ),
+        ("role_claim = \"roles\"\n", "", "no token could get a role"),
+        (
+            "roles = {",
+            "clock_skew = \"1h\"\nroles = {",
+            "long expired",
+        ),
+        (
+            "approver = [\"oncegate.approver\"]",
+            "approver = [\"oncegate.agent\"]",
+            "names two roles",
+        ),
+    ];
+    for (from, to, needle) in cases {
+        let text = format!("{}{}", base(), IDENTITY.replacen(from, to, 1));
+        let errors = parse(&text).expect_err(needle);
+        let e = errors
+            .0
+            .iter()
+            .find(|e| e.message.contains(needle))
+            .unwrap_or_else(|| panic!("no error says {needle:?}: {errors}"));
+        assert!(e.line > 0, "{e}");
+        assert!(e.field.starts_with("identity"), "{e}");
+    }
+    // Two entries for one issuer: the second is the one named.
+    let second = IDENTITY.split_once("[[identity.issuers]]").unwrap().1;
+    let twice = format!("{}{IDENTITY}\n[[identity.issuers]]{second}", base());
+    let errors = parse(&twice).expect_err("a duplicate issuer");
+    let e = errors
+        .0
+        .iter()
+        .find(|e| e.message.contains("declared twice"))
+        .unwrap_or_else(|| panic!("{errors}"));
+    let last = twice.rfind("issuer = \"https://idp").unwrap();
+    assert_eq!(e.line, twice[..last].lines().count() + 1, "{e}");
+    // A JWKS file that is not a key set, or is missing, names the file.
+    for (file, needle) in [
+        ("policies.cedar", "is not a JWKS"),
+        ("missing.json", "cannot read"),
+    ] {
+        let text = format!(
+            "{}{}",
+            base(),
+            IDENTITY.replace(
+                "jwks_url = \"https://idp.example.com/jwks\"",
+                &format!("jwks_file = \"{file}\""),
+            )
+        );
+        let errors = parse(&text).expect_err(needle);
+        assert!(
+            errors
+                .0
+                .iter()
+                .any(|e| e.message.contains(needle) && e.message.contains(file)),
+            "{errors}"
+        );
+    }
+}

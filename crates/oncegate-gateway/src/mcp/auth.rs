@@ -31,7 +31,7 @@ pub async fn authenticate(
     next: Next,
 ) -> Response {
     let (mut parts, body) = request.into_parts();
-    let principal = match state.authenticate(&parts.headers) {
+    let principal = match state.authenticate(&parts.headers).await {
         Ok(principal) => principal,
         Err(e) => return e.into_response(),
     };

@@ -21,11 +21,11 @@ pub(crate) async fn reset_breaker(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let outcome = state
         .gate()
-        .reset_breaker(&p.name, &IntentKey::from_hex(key))
+        .reset_breaker(p.who(), &IntentKey::from_hex(key))
         .await
         .map_err(ApiError::Gate)?;
     Ok(Json(Envelope::from(&outcome)).into_response())
@@ -48,7 +48,7 @@ pub(crate) async fn kill_switch(
     Path(target): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let body: KillBody = json_body(&body)?;
     let target = if target.contains(':') {
@@ -59,7 +59,9 @@ pub(crate) async fn kill_switch(
     let registry = state.gate().registry();
     let known = match target.split_once(':') {
         Some(("capability", name)) => registry.capability(name).is_some(),
-        Some(("agent", name)) => registry.principal(name).is_some(),
+        Some(("agent", name)) => {
+            registry.principal(name).is_some() || state.identity().is_some_and(|i| i.may_name(name))
+        }
         _ => false,
     };
     if !known {

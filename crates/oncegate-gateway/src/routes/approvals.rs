@@ -34,7 +34,7 @@ pub(crate) async fn list_approvals(
     headers: HeaderMap,
     Query(q): Query<ApprovalQuery>,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin, Role::Approver])?;
     let st = parse_state(
         q.state.as_deref(),
@@ -52,7 +52,7 @@ async fn decide_approval(
     id: String,
     choice: Choice,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin, Role::Approver])?;
     let approval = state
         .gate()

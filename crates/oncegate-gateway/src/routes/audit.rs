@@ -19,7 +19,7 @@ pub(crate) async fn audit_verify(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let store = state.gate().store();
     let report = oncegate_store::audit_check::verify_audit(
@@ -59,7 +59,7 @@ pub(crate) async fn audit_export(
     headers: HeaderMap,
     Query(q): Query<AuditQuery>,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let page = state
         .gate()

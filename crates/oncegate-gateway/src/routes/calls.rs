@@ -39,7 +39,7 @@ pub(crate) async fn post_call(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let principal = state.authenticate(&headers)?;
+    let principal = state.authenticate(&headers).await?;
     let call = read_call(&headers, &body)?;
     let door = Door::open(&state, &call.capability)?;
     let client_key = call.client_key.clone();
@@ -102,7 +102,7 @@ pub(crate) async fn derive_key(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     let parsed: DeriveBody = json_body(&body)?;
     exact_numbers(&body)?;
     let body = parsed;

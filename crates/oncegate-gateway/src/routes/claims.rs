@@ -108,7 +108,7 @@ pub(crate) async fn post_claim(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let principal = state.authenticate(&headers)?;
+    let principal = state.authenticate(&headers).await?;
     let call = read_call(&headers, &body)?;
     let door = Door::open(&state, &call.capability)?;
     let client_key = call.client_key.is_some();
@@ -200,7 +200,7 @@ pub(crate) async fn complete(
     Path(key): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let principal = state.authenticate(&headers)?;
+    let principal = state.authenticate(&headers).await?;
     let parsed: CompleteBody = json_body(&body)?;
     exact_numbers(&body)?;
     let fence = fence(&key, &parsed.fencing_token)?;
@@ -209,7 +209,7 @@ pub(crate) async fn complete(
     // In a task of its own: a caller that hangs up mid-way never leaves a completion
     // half-retried.
     let outcome =
-        tokio::spawn(async move { gate.complete_fenced(&principal.name, &fence, result).await })
+        tokio::spawn(async move { gate.complete_fenced(principal.who(), &fence, result).await })
             .await
             .map_err(|e| ApiError::internal("the completion task failed".into(), &e))?
             .map_err(ApiError::Gate)?;
@@ -231,11 +231,11 @@ pub(crate) async fn heartbeat(
     Path(key): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let principal = state.authenticate(&headers)?;
+    let principal = state.authenticate(&headers).await?;
     let parsed: HeartbeatBody = json_body(&body)?;
     let fence = fence(&key, &parsed.fencing_token)?;
     let gate = state.gate().clone();
-    let claim = tokio::spawn(async move { gate.heartbeat_fenced(&principal.name, &fence).await })
+    let claim = tokio::spawn(async move { gate.heartbeat_fenced(principal.who(), &fence).await })
         .await
         .map_err(|e| ApiError::internal("the heartbeat task failed".into(), &e))?
         .map_err(ApiError::Gate)?;

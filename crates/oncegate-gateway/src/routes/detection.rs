@@ -27,7 +27,7 @@ pub(crate) async fn list_findings(
     headers: HeaderMap,
     query: Result<Query<FindingsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin, Role::Approver])?;
     let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let findings = state
@@ -42,7 +42,7 @@ pub(crate) async fn list_holds(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let holds = state.gate().holds().await?;
     Ok(Json(json!({"holds": holds})).into_response())
@@ -63,7 +63,7 @@ pub(crate) async fn clear_hold(
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let body: ClearBody = if body.is_empty() {
         ClearBody::default()
@@ -87,7 +87,7 @@ pub(crate) async fn list_limits(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let limits = state.gate().limits_status().await?;
     crate::detection::gauge_limits(&limits);

@@ -22,7 +22,7 @@ pub(crate) async fn get_intent(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin, Role::Approver])?;
     match state
         .gate()
@@ -49,7 +49,7 @@ pub(crate) async fn list_intents(
     headers: HeaderMap,
     Query(q): Query<IntentQuery>,
 ) -> Result<Response, ApiError> {
-    let p = state.authenticate(&headers)?;
+    let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin, Role::Approver])?;
     let st = parse_state(q.state.as_deref(), IntentState::parse, "a state")?;
     let list = state

@@ -3,6 +3,7 @@
 mod claims;
 mod front_door;
 mod fuzz;
+mod identity;
 mod mcp_surface;
 mod mcp_upstream;
 mod openapi;

@@ -27,6 +27,7 @@ use crate::template::Template;
 
 mod capability;
 mod detection;
+mod identity;
 mod upstream;
 
 const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_secs(10);
@@ -210,6 +211,8 @@ impl Builder<'_> {
             );
         }
 
+        let identity = self.identity(raw.identity, &principals);
+
         let mut capabilities = Vec::new();
         let mut by_name = HashMap::new();
         let mut policy_refs: Vec<(usize, String)> = Vec::new();
@@ -295,6 +298,7 @@ impl Builder<'_> {
             store,
             audit_chain_key_env,
             principals,
+            identity,
             capabilities: capabilities.into_iter().map(Arc::new).collect(),
             by_name,
             warnings: self.warnings,
