@@ -62,6 +62,8 @@ enum Command {
     Holds(cmd::holds::HoldsCommand),
     /// Measure what the gateway costs next to its upstream and the raw store floor.
     Bench(cmd::bench::BenchArgs),
+    /// Bridge a stdio MCP client (a desktop app) to a gateway's /mcp.
+    Connect(cmd::connect::ConnectArgs),
 }
 
 /// `--config PATH`, shared by every subcommand.
@@ -158,6 +160,7 @@ pub fn run() -> ExitCode {
         Command::Detect(a) => runtime().and_then(|rt| rt.block_on(cmd::detect::run(a))),
         Command::Holds(c) => runtime().and_then(|rt| rt.block_on(cmd::holds::run(c))),
         Command::Bench(a) => runtime().and_then(|rt| rt.block_on(cmd::bench::run(a))),
+        Command::Connect(a) => runtime().and_then(|rt| rt.block_on(cmd::connect::run(a))),
     };
     match result {
         Ok(code) => code,

@@ -44,6 +44,34 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
         registry.principals.len(),
         registry.store_url
     );
+    if let Some(identity) = &registry.identity {
+        println!(
+            "  identity: resource {} (metadata {})",
+            identity.resource,
+            identity.metadata_url()
+        );
+        for i in &identity.issuers {
+            let keys = match &i.jwks {
+                oncegate_core::config::JwksSource::Url(u) => u.clone(),
+                oncegate_core::config::JwksSource::File(f) => f.display().to_string(),
+            };
+            println!(
+                "    issuer {} keys {} algorithms {} audience {} principal {}<{}> role {}",
+                i.issuer,
+                keys,
+                i.algorithms.join(","),
+                i.audience.join(","),
+                i.principal_prefix,
+                i.principal_claim,
+                match (&i.role_claim, i.default_role) {
+                    (Some(c), Some(d)) => format!("from `{c}`, else {}", d.as_str()),
+                    (Some(c), None) => format!("from `{c}`"),
+                    (None, Some(d)) => d.as_str().to_owned(),
+                    (None, None) => "none".to_owned(),
+                },
+            );
+        }
+    }
     for cap in registry.capabilities() {
         // Every value as it is written in the config, so the line can be checked
         // against the file.

@@ -4,6 +4,7 @@ pub mod approvals;
 pub mod audit;
 pub mod bench;
 pub mod check_config;
+pub mod connect;
 pub mod demo;
 pub mod detect;
 pub mod holds;

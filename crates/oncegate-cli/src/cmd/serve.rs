@@ -66,9 +66,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     for m in &missing {
         eprintln!("warning: principal {m}: token variable not set, this principal cannot log in");
     }
+    let issuers = state
+        .gate()
+        .registry()
+        .identity
+        .as_ref()
+        .map_or(0, |i| i.issuers.len());
     anyhow::ensure!(
-        state.principal_count() > 0,
-        "no principal can log in: set the token variables named by `token_env` in the config"
+        state.principal_count() > 0 || issuers > 0,
+        "no principal can log in: set the token variables named by `token_env` in the config, or trust an issuer in [identity]"
     );
     let listener = tokio::net::TcpListener::bind(listen)
         .await

@@ -35,6 +35,30 @@ fn a_python_agent_in_the_2026_era_cannot_charge_an_order_twice() {
 }
 
 #[test]
+fn a_stdio_client_through_oncegate_connect_charges_once_in_both_eras() {
+    let clients = clients();
+    let setup = Setup::example();
+    let gw = setup.gateway();
+    for (era, order) in [("legacy", "STDIO-L-1"), (MODERN, "STDIO-M-1")] {
+        let mut cmd = Command::new(&clients.python);
+        cmd.arg(clients.root.join("tests/clients/python/stdio_agent.py"))
+            .args(["--oncegate", env!("CARGO_BIN_EXE_oncegate")])
+            .args(["--url", &format!("{}/mcp", gw.url)])
+            .args(["--token-env", "ONCEGATE_STDIO_TOKEN"])
+            .args(["--sandbox", &setup.sandbox.url, "--sandbox-key", API_KEY])
+            .args(["--order", order, "--era", era])
+            .env("ONCEGATE_STDIO_TOKEN", "tok-planner")
+            .env("PYTHONUNBUFFERED", "1");
+        let (ok, output) = run_client(cmd, Duration::from_secs(120));
+        assert!(ok, "the stdio agent ({era}) failed:\n{output}");
+        assert!(output.contains("every check holds"), "{output}");
+        // Counted here too, so the script cannot pass by checking the wrong thing.
+        let charges = effects_where(&setup.sandbox, &format!("kind=charge&order_id={order}"));
+        assert_eq!(charges.len(), 1, "{era}: {charges:?}");
+    }
+}
+
+#[test]
 fn the_typescript_sdk_round_trip_is_one_charge() {
     let clients = clients();
     let setup = Setup::example();
