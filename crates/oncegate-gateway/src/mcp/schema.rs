@@ -1,5 +1,11 @@
 //! Tool descriptions from the registry: input schemas derived from the key recipe and
 //! the templates, and MCP annotations from the category (never from the upstream).
+//!
+//! Derived schemas are portable: one `type` per property and every property typed (no
+//! type arrays, no untyped properties), which strict clients (the Inspector's
+//! `--strict`, Gemini-style schema subsets) require. Where the gateway accepts several
+//! spellings (an amount as `"12.50"`, `12.5` or `{"minor": 1250}`), the schema names the
+//! exact one (a decimal string) and the description the others.
 
 use oncegate_core::config::{Capability, Category};
 use oncegate_core::normalise::Normaliser;
@@ -29,16 +35,22 @@ pub(crate) fn annotations(cap: &Capability) -> ToolAnnotations {
 fn arg_schema(normaliser: &Normaliser) -> Value {
     match normaliser {
         Normaliser::Money { .. } => json!({
-            "type": ["string", "number", "object"],
-            "description": "an amount: \"12.50\", 12.5, \"USD 12.50\", {\"minor\": 1250} or {\"amount\": \"12.50\", \"currency\": \"USD\"}"
+            "type": "string",
+            "description": "an amount as a decimal string, e.g. \"12.50\" (also accepted: 12.5, \"USD 12.50\", {\"minor\": 1250})"
         }),
         Normaliser::Email => json!({"type": "string", "format": "email"}),
         Normaliser::Text { .. } => json!({"type": "string"}),
-        Normaliser::Integer => json!({"type": ["integer", "string"]}),
-        Normaliser::Decimal => json!({"type": ["number", "string"]}),
+        Normaliser::Integer => json!({"type": "integer"}),
+        Normaliser::Decimal => json!({
+            "type": "string",
+            "description": "a decimal number as a string, e.g. \"2.5\" (a JSON number is accepted too)"
+        }),
         Normaliser::Enum { values } => json!({"type": "string", "enum": values}),
-        Normaliser::Set => json!({"type": "array"}),
-        Normaliser::Id { .. } => json!({"type": ["string", "integer"]}),
+        Normaliser::Set => json!({"type": "array", "items": {"type": "string"}}),
+        Normaliser::Id { .. } => json!({
+            "type": "string",
+            "description": "an identifier (an integer is accepted too)"
+        }),
     }
 }
 
@@ -64,7 +76,7 @@ pub fn derived_schema(cap: &Capability) -> JsonObject {
         add(
             path.root(),
             nested,
-            json!({"type": ["string", "integer"], "description": "the business reference: one intent per value"}),
+            json!({"type": "string", "description": "the business reference: one intent per value (an integer is accepted too)"}),
             true,
         );
     }
@@ -104,7 +116,7 @@ pub fn derived_schema(cap: &Capability) -> JsonObject {
                 add(
                     path.root(),
                     path.as_str().contains('.'),
-                    json!({"description": "passed to the provider as given; not part of the intent"}),
+                    json!({"type": "string", "description": "passed to the provider as given; not part of the intent"}),
                     false,
                 );
             }
@@ -126,5 +138,45 @@ pub(crate) fn strip_property(schema: &mut JsonObject, name: &str) {
     }
     if let Some(Value::Array(required)) = schema.get_mut("required") {
         required.retain(|r| r.as_str() != Some(name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What strict clients check: every property has exactly one `type`, a string.
+    fn portable(schema: &Value, at: &str) {
+        let ty = schema.get("type");
+        assert!(
+            ty.is_some_and(Value::is_string),
+            "{at}: `type` must be one string: {schema}"
+        );
+        if let Some(Value::Object(props)) = schema.get("properties") {
+            for (name, p) in props {
+                portable(p, &format!("{at}.{name}"));
+            }
+        }
+        if let Some(items) = schema.get("items") {
+            portable(items, &format!("{at}[]"));
+        }
+    }
+
+    #[test]
+    fn every_derived_schema_of_the_example_is_portable() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/payments.toml");
+        let registry = oncegate_store::load_registry(&path).unwrap();
+        assert!(!registry.capabilities().is_empty());
+        for cap in registry.capabilities() {
+            portable(&Value::Object(derived_schema(cap)), &cap.name);
+        }
+        for n in [
+            Normaliser::Integer,
+            Normaliser::Decimal,
+            Normaliser::Set,
+            Normaliser::Email,
+        ] {
+            portable(&arg_schema(&n), "arg");
+        }
     }
 }
