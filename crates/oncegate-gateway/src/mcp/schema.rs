@@ -164,7 +164,8 @@ mod tests {
 
     #[test]
     fn every_derived_schema_of_the_example_is_portable() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/payments.toml");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/payments.toml");
         let registry = oncegate_store::load_registry(&path).unwrap();
         assert!(!registry.capabilities().is_empty());
         for cap in registry.capabilities() {
