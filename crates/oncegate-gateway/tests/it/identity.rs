@@ -543,3 +543,52 @@ fn base64url(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
+
+#[tokio::test]
+async fn an_mcp_client_with_an_identity_providers_token_calls_once_and_an_expired_one_cannot_connect()
+ {
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, ClientConfig, ProtocolVersion};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+
+    let rsa = SigningKey::rsa("rsa-a", "rsa-a.pem");
+    let idp = Provider::start(&[&rsa]).await;
+    let gw = gateway(&idp, "10s").await;
+    let connect = |token: String| {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", gw.url));
+        config.auth_header = Some(token);
+        let transport = StreamableHttpClientTransport::with_client(http_client(), config);
+        ClientConfig::default().serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+        )
+    };
+    let token = rsa.sign(&claims(&idp, "alice", &["og.agent"]));
+    let client = connect(token).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "pay"), "{tools:?}");
+    let mut statuses = Vec::new();
+    for amount in ["2.00", "2"] {
+        let mut params = CallToolRequestParams::new("pay");
+        params.arguments = json!({"order_id": "o-mcp", "amount": amount})
+            .as_object()
+            .cloned();
+        let CallToolResponse::Complete(result) = client.call_tool_once(params).await.unwrap()
+        else {
+            panic!("not a complete result");
+        };
+        statuses.push(result.meta.unwrap()["dev.oncegate/outcome"]["status"].clone());
+    }
+    assert_eq!(statuses, vec![json!("applied"), json!("replayed")]);
+    assert_eq!(charges(&gw).await, 1);
+    let _ = client.cancel().await;
+
+    let mut expired = claims(&idp, "alice", &["og.agent"]);
+    expired["exp"] = json!(now() - 600);
+    assert!(connect(rsa.sign(&expired)).await.is_err());
+    assert_eq!(charges(&gw).await, 1);
+}
