@@ -264,6 +264,7 @@ async fn mcp_page(
         meta: Default::default(),
         timeout: listing.timeout,
         poolable: false,
+        progress: None,
     };
     // A read: no running-call registry, no shutdown wait, nothing pooled.
     match crate::upstream::mcp::call_tool(http.clone(), call, None, None, None).await {

@@ -630,6 +630,8 @@ impl UpstreamExecutor {
             meta,
             timeout: up.timeout.unsigned_abs(),
             poolable: same_for_every_call(&up.url, up.headers.values()),
+            // The upstream's progress reaches the agents waiting on this intent.
+            progress: Some(intent.intent_key.as_str().to_owned()),
         })
     }
 
@@ -682,6 +684,7 @@ impl UpstreamExecutor {
             meta: Map::new(),
             timeout: up.timeout.unsigned_abs(),
             poolable: false,
+            progress: None,
         };
         mcp::tool_schema(self.client.clone(), call).await
     }
@@ -855,6 +858,7 @@ impl UpstreamExecutor {
             meta: Map::new(),
             timeout: rec.timeout.unsigned_abs(),
             poolable: same_for_every_call(&rec.url, headers.values()),
+            progress: None,
         };
         match mcp::call_tool(
             self.client.clone(),

@@ -118,10 +118,31 @@ impl ServerHandler for Tools {
             .or_else(|| request.meta.as_ref()?.get(IDEMPOTENCY_KEY_META))
             .cloned();
         let arguments = request.arguments.unwrap_or_default();
+        // A caller that asked for progress hears it: accepted, then committed (what a
+        // long-running provider tool reports while it works).
+        let progress = context.meta.get_progress_token();
+        let report = |step: f64, message: &str| {
+            let (peer, token, message) =
+                (context.peer.clone(), progress.clone(), message.to_owned());
+            async move {
+                if let Some(progress_token) = token {
+                    let mut p = rmcp::model::ProgressNotificationParam::new(progress_token, step);
+                    p.total = Some(2.0);
+                    p.message = Some(message);
+                    let _ = peer.notify_progress(p).await;
+                }
+            }
+        };
         let outcome = match call {
             ToolCall::Create(resource) => {
-                self.create(resource, arguments, meta_key, &context.ct)
-                    .await
+                report(1.0, "accepted").await;
+                let created = self
+                    .create(resource, arguments, meta_key, &context.ct)
+                    .await;
+                if created.is_ok() {
+                    report(2.0, "committed").await;
+                }
+                created
             }
             ToolCall::Find(resource) => self.find(resource, arguments),
             ToolCall::GetOrder => self.get_order(arguments),

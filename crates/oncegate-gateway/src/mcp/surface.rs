@@ -230,6 +230,23 @@ impl McpSurface {
             ));
         }
         let cap = Arc::clone(door.capability());
+        // Progress the upstream reports while this request waits reaches the agent (a
+        // request without a progressToken asked for none).
+        let _route = match ctx.meta.get_progress_token() {
+            Some(token) => self
+                .state
+                .gate()
+                .derive_key(&principal.name, &call)
+                .ok()
+                .map(|d| {
+                    self.state.mcp_upstreams().progress().route(
+                        d.key.as_str(),
+                        ctx.peer.clone(),
+                        token,
+                    )
+                }),
+            None => None,
+        };
         let outcome = door.call(&principal, call).await?;
         Ok((outcome, cap))
     }

@@ -31,14 +31,22 @@
 //! late answer is handed back to be recorded like any other.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use rmcp::ClientHandler;
+use rmcp::model::{
+    CallToolRequest, CancelledNotificationParam, ClientRequest, ProgressNotificationParam,
+    ProgressToken, RequestId, ServerResult,
+};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig, ErrorCode, JsonObject,
     ProtocolVersion, RequestMetaObject,
 };
-use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::service::{
+    Peer, PeerRequestOptions, RoleClient, RoleServer, RunningService, ServiceError,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
@@ -140,6 +148,9 @@ pub struct ToolCall {
     /// Whether the URL and headers are the same for every call (their templates are
     /// literal or read `{env.NAME}` only), so the client may be pooled.
     pub poolable: bool,
+    /// The intent whose waiting agents hear the upstream's progress for this call
+    /// ([`ProgressRoutes`]); none for reads of the gateway's own.
+    pub progress: Option<String>,
 }
 
 /// How a `tools/call` ended.
@@ -154,12 +165,170 @@ pub enum CallEnd {
     Unknown(String),
 }
 
-type Client = RunningService<RoleClient, ClientConfig>;
+type Client = RunningService<RoleClient, Relay>;
+
+/// Where an upstream's progress notifications for an intent go: the agents' requests
+/// waiting on that intent (their peer and their own `progressToken`). A route ends with
+/// the agent's request, never with the upstream call.
+#[derive(Clone, Default)]
+pub struct ProgressRoutes(Arc<Mutex<ProgressMap>>);
+
+type ProgressMap = HashMap<String, Vec<(u64, Peer<RoleServer>, ProgressToken)>>;
+
+/// One agent request's route; dropped when the request ends.
+pub struct ProgressRoute {
+    routes: ProgressRoutes,
+    key: String,
+    id: u64,
+}
+
+impl ProgressRoutes {
+    /// Routes the upstream progress of intent `key` to `peer` as `token` while the
+    /// returned route lives.
+    pub fn route(&self, key: &str, peer: Peer<RoleServer>, token: ProgressToken) -> ProgressRoute {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        lock(&self.0)
+            .entry(key.to_owned())
+            .or_default()
+            .push((id, peer, token));
+        ProgressRoute {
+            routes: self.clone(),
+            key: key.to_owned(),
+            id,
+        }
+    }
+
+    /// Relays one upstream notification to every agent waiting on `intent`, awaited in
+    /// the task rmcp runs the notification in (no second task per agent).
+    async fn relay(&self, intent: &str, params: ProgressNotificationParam) {
+        let targets = lock(&self.0).get(intent).cloned().unwrap_or_default();
+        for (_, peer, token) in targets {
+            let mut relayed = params.clone();
+            relayed.progress_token = token;
+            relayed.meta = None;
+            // The agent may have gone; its progress is best effort.
+            let _ = peer.notify_progress(relayed).await;
+        }
+    }
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        let mut map = lock(&self.routes.0);
+        if let Some(list) = map.get_mut(&self.key) {
+            list.retain(|(id, _, _)| *id != self.id);
+            if list.is_empty() {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One upstream client's handler: the default client, plus progress relayed to agents.
+/// rmcp names each request's progress with a token of its own (a counter per client),
+/// so the client keeps which intent each of its running calls is for.
+#[derive(Clone)]
+struct Relay {
+    routes: ProgressRoutes,
+    calls: Arc<Mutex<HashMap<ProgressToken, String>>>,
+}
+
+/// A running call's entry in its client's [`Relay`]; removed when the call ends.
+struct Bound<'a>(&'a Relay, ProgressToken);
+
+impl Relay {
+    fn new(routes: &ProgressRoutes) -> Self {
+        Self {
+            routes: routes.clone(),
+            calls: Arc::default(),
+        }
+    }
+
+    fn bind(&self, token: ProgressToken, intent: String) -> Bound<'_> {
+        lock(&self.calls).insert(token.clone(), intent);
+        Bound(self, token)
+    }
+}
+
+impl Drop for Bound<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.calls).remove(&self.1);
+    }
+}
+
+impl ClientHandler for Relay {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let intent = lock(&self.calls).get(&params.progress_token).cloned();
+        if let Some(intent) = intent {
+            self.routes.relay(&intent, params).await;
+        }
+    }
+}
+
+/// Cancels a request upstream if the future awaiting it is dropped (as rmcp's own
+/// `call_tool_once` does); disarmed once the answer came.
+struct Abandoned(Option<(Peer<RoleClient>, RequestId)>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if let Some((peer, id)) = self.0.take() {
+            let cancel = CancelledNotificationParam::new(
+                Some(id),
+                Some("request abandoned by the caller".into()),
+            );
+            tokio::spawn(async move {
+                let _ = peer.notify_cancelled(cancel).await;
+            });
+        }
+    }
+}
+
+/// One `tools/call`, as rmcp's `call_tool_once` sends it, with the upstream's progress
+/// for it relayed to the agents waiting on `intent`. The token is rmcp's, known once the
+/// request is queued: progress an upstream sent before its request could even arrive
+/// cannot be missed.
+async fn call_once(
+    client: &Client,
+    params: CallToolRequestParams,
+    intent: Option<String>,
+) -> Result<CallToolResponse, ServiceError> {
+    let handle = client
+        .peer()
+        .send_request_with_option(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            PeerRequestOptions::no_options(),
+        )
+        .await?;
+    let _bound = intent.map(|intent| client.service().bind(handle.progress_token.clone(), intent));
+    let mut abandoned = Abandoned(Some((client.peer().clone(), handle.id.clone())));
+    let answer = handle.await_response().await;
+    abandoned.0 = None;
+    match answer? {
+        ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+        ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),
+        ServerResult::CreateTaskResult(result) => Ok(CallToolResponse::Task(result)),
+        _ => Err(ServiceError::UnexpectedResponse),
+    }
+}
 
 /// Connected MCP clients, one per upstream (URL and headers), shared by every executor
-/// of a gateway; bounded in number and in idle time.
+/// of a gateway; bounded in number and in idle time. Their progress notifications go
+/// where [`Sessions::progress`] routes them.
 #[derive(Clone)]
-pub struct Sessions(Arc<Mutex<Pool>>);
+pub struct Sessions(Arc<Mutex<Pool>>, ProgressRoutes);
 
 struct Pool {
     clients: HashMap<String, Pooled>,
@@ -181,11 +350,19 @@ impl Default for Sessions {
 impl Sessions {
     /// A pool of at most `capacity` clients, each dropped after `idle` unused.
     pub fn bounded(capacity: usize, idle: Duration) -> Self {
-        Self(Arc::new(Mutex::new(Pool {
-            clients: HashMap::new(),
-            capacity: capacity.max(1),
-            idle,
-        })))
+        Self(
+            Arc::new(Mutex::new(Pool {
+                clients: HashMap::new(),
+                capacity: capacity.max(1),
+                idle,
+            })),
+            ProgressRoutes::default(),
+        )
+    }
+
+    /// Where the upstreams' progress notifications go.
+    pub fn progress(&self) -> &ProgressRoutes {
+        &self.1
     }
 
     /// How many clients are pooled.
@@ -216,7 +393,7 @@ impl Sessions {
         call: &ToolCall,
     ) -> Result<(Arc<Client>, bool), String> {
         if !call.poolable {
-            return Ok((Arc::new(connect(http, call).await?), false));
+            return Ok((Arc::new(connect(http, call, &self.1).await?), false));
         }
         let key = Self::key(call);
         {
@@ -235,7 +412,7 @@ impl Sessions {
                 None => {}
             }
         }
-        let client = Arc::new(connect(http, call).await?);
+        let client = Arc::new(connect(http, call, &self.1).await?);
         let modern = client
             .peer_info()
             .is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28);
@@ -376,9 +553,13 @@ fn transport_config(call: &ToolCall) -> Result<StreamableHttpClientTransportConf
 }
 
 /// Connects: `server/discover` (2026-07-28), or `initialize` with a legacy server.
-async fn connect(client: reqwest::Client, call: &ToolCall) -> Result<Client, String> {
+async fn connect(
+    client: reqwest::Client,
+    call: &ToolCall,
+    routes: &ProgressRoutes,
+) -> Result<Client, String> {
     let transport = StreamableHttpClientTransport::with_client(client, transport_config(call)?);
-    ClientConfig::default()
+    Relay::new(routes)
         .serve_with_lifecycle(
             transport,
             ClientLifecycleMode::Auto {
@@ -482,7 +663,9 @@ pub async fn call_tool(
     let connecting = async {
         match sessions {
             Some(pool) => pool.client(client, &call).await,
-            None => connect(client, &call).await.map(|c| (Arc::new(c), false)),
+            None => connect(client, &call, &ProgressRoutes::default())
+                .await
+                .map(|c| (Arc::new(c), false)),
         }
     };
     let (peer, pooled) = match tokio::time::timeout_at(deadline, connecting).await {
@@ -512,9 +695,10 @@ pub async fn call_tool(
         params.meta = Some(RequestMetaObject::from(call.meta));
     }
     let tool = call.tool;
+    let progress = call.progress;
     // Its own task: dropping rmcp's future would cancel the upstream request.
     let mut task = tokio::spawn(async move {
-        let answer = peer.peer().call_tool_once(params).await;
+        let answer = call_once(&peer, params, progress).await;
         // The call has ended (answered or failed): from here on it can no longer take
         // effect through this request.
         drop(running);
@@ -581,7 +765,7 @@ pub async fn call_tool(
 /// The input schema of one tool on an MCP server (from its `tools/list`).
 pub async fn tool_schema(client: reqwest::Client, call: ToolCall) -> Result<JsonObject, String> {
     let fetch = async {
-        let peer = connect(client, &call).await?;
+        let peer = connect(client, &call, &ProgressRoutes::default()).await?;
         let tools = peer.list_all_tools().await.map_err(|e| error_chain(&e));
         let _ = peer.cancel().await;
         tools?

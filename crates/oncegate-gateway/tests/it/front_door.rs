@@ -1,7 +1,8 @@
 //! The front door and the upstream's answer, through the real router on a real socket,
 //! against the sandbox (or a tiny provider of its own where the sandbox has no such
 //! answer): dot segments in URL paths, argument and answer limits, structural headers,
-//! `Authorization` parsing, and MCP upstream refusals.
+//! `Authorization` parsing, MCP upstream refusals, and an MCP upstream's progress
+//! relayed to the agent.
 //!
 //! Why one file: the cases share one router-on-a-socket harness and its providers.
 
@@ -18,7 +19,7 @@ use rmcp::model::{
 use rmcp::service::ServiceError;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientLifecycleMode, ClientServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
 use serde_json::{Value, json};
 use sha2::Digest;
 
@@ -113,22 +114,30 @@ async fn get_json(url: &str, token: Option<&str>) -> (u16, Value) {
 async fn mcp_client(
     gw: &str,
 ) -> rmcp::service::RunningService<rmcp::service::RoleClient, ClientConfig> {
+    mcp_client_as(
+        gw,
+        ClientConfig::default(),
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+}
+
+/// An agent's MCP client of the gateway's `/mcp`, handled by `handler`, in `era`.
+async fn mcp_client_as<H: ClientHandler>(
+    gw: &str,
+    handler: H,
+    era: ClientLifecycleMode,
+) -> rmcp::service::RunningService<rmcp::service::RoleClient, H> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(format!("{gw}/mcp"));
     config.auth_header = Some("tok".into());
     let transport = StreamableHttpClientTransport::with_client(http_client(), config);
-    ClientConfig::default()
-        .serve_with_lifecycle(
-            transport,
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .unwrap()
+    handler.serve_with_lifecycle(transport, era).await.unwrap()
 }
 
-async fn mcp_call(
-    client: &rmcp::service::RunningService<rmcp::service::RoleClient, ClientConfig>,
+async fn mcp_call<H: ClientHandler>(
+    client: &rmcp::service::RunningService<rmcp::service::RoleClient, H>,
     tool: &str,
     arguments: Value,
     meta: Value,
@@ -815,4 +824,111 @@ rejected = "^Input validation error:"
         "{r:?}"
     );
     client.cancel().await.unwrap();
+}
+
+/// An agent's client that keeps the progress it hears.
+#[derive(Clone, Default)]
+struct Heard(std::sync::Arc<std::sync::Mutex<Vec<rmcp::model::ProgressNotificationParam>>>);
+
+impl ClientHandler for Heard {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _: rmcp::service::NotificationContext<rmcp::service::RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(params);
+    }
+}
+
+#[tokio::test]
+async fn an_mcp_upstreams_progress_reaches_the_agent_waiting_on_the_intent_in_both_eras() {
+    let sandbox = start_sandbox().await;
+    let dir = tempfile::tempdir().unwrap();
+    let caps = format!(
+        r#"
+[[capabilities]]
+name = "charge_mcp"
+category = "keyed"
+key = {{ business_ref = "order_id" }}
+
+[capabilities.upstream]
+kind = "mcp"
+url = "{sandbox}/mcp"
+tool = "create_charge"
+timeout = "10s"
+effect_ref = "/id"
+body = {{ order_id = "{{arg.order_id}}", amount_minor = "1250", currency = "USD" }}
+"#
+    );
+    let gw = gateway(dir.path(), "", &caps).await;
+    let eras = [
+        (
+            "modern",
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        ),
+        ("legacy", ClientLifecycleMode::Initialize),
+    ];
+    for (era, mode) in eras {
+        // Slow: the upstream reports "accepted" well before its answer.
+        let queued = reqwest::Client::new()
+            .post(format!("{sandbox}/_sandbox/faults"))
+            .json(&json!({"path": "/v1/charges", "fault": "slow", "times": 1, "delay_ms": 800}))
+            .send()
+            .await
+            .unwrap();
+        assert!(queued.status().is_success());
+        let heard = Heard::default();
+        let client = mcp_client_as(&gw, heard.clone(), mode).await;
+        let order = format!("P-{era}");
+        let r = mcp_call(
+            &client,
+            "charge_mcp",
+            json!({"order_id": order}),
+            Value::Null,
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome(&r)["state"], "applied", "{era}: {r:?}");
+        let progress = heard.0.lock().unwrap().clone();
+        let accepted = progress
+            .iter()
+            .find(|p| p.message.as_deref() == Some("accepted"))
+            .unwrap_or_else(|| panic!("{era}: no relayed progress in {progress:?}"));
+        assert_eq!(
+            (accepted.progress, accepted.total),
+            (1.0, Some(2.0)),
+            "{era}"
+        );
+        // Under the agent's own token, not the one the gateway gave the upstream.
+        assert!(
+            progress
+                .iter()
+                .all(|p| p.progress_token == accepted.progress_token),
+            "{era}: {progress:?}"
+        );
+
+        // A replay runs nothing upstream, so there is nothing to report; one charge.
+        let again = mcp_call(
+            &client,
+            "charge_mcp",
+            json!({"order_id": order}),
+            Value::Null,
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome(&again)["status"], "replayed", "{era}: {again:?}");
+        let charges = effects(&sandbox)
+            .await
+            .into_iter()
+            .filter(|e| e["order_id"] == json!(order))
+            .count();
+        assert_eq!(charges, 1, "{era}");
+        client.cancel().await.unwrap();
+    }
 }
