@@ -276,6 +276,31 @@ pub fn derive(
         normalised.insert(arg.path.to_string(), value);
     }
 
+    if recipe.every_argument {
+        // In argument-name order (the map's): the key does not depend on how the caller
+        // ordered its arguments.
+        for (name, raw) in top {
+            if used_roots.contains(&name.as_str()) {
+                continue;
+            }
+            let value = crate::normalise::Normaliser::Json
+                .apply_noting(raw, arguments, &mut Vec::new())
+                .map_err(|source| KeyError::Invalid {
+                    path: name.clone(),
+                    source,
+                })?;
+            inputs.push(KeyInput {
+                arg: name.clone(),
+                normaliser: "json".into(),
+                raw: raw.clone(),
+                normalised: value.clone(),
+                changes: Vec::new(),
+            });
+            normalised.insert(name.clone(), value);
+        }
+        used_roots.extend(top.keys().map(String::as_str));
+    }
+
     let mut notes = Vec::new();
     let (scope_value, cross_scope) = match recipe.scope {
         Scope::Global => (json!({"kind": "global"}), None),

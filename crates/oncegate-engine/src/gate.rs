@@ -64,7 +64,13 @@ pub struct Gate {
     /// The simulated process whose kill aborts this gate's effect tasks (`None`:
     /// plain `tokio::spawn`, the production case). See [`Process`].
     pub(crate) process: Option<Process>,
+    /// The capabilities of fronted MCP servers' undeclared tools, by name, with the
+    /// alias of their server: they come from the servers' tool lists, not the config.
+    pub(crate) fronted: Arc<std::sync::RwLock<FrontedCapabilities>>,
 }
+
+/// A fronted tool's name -> (its server's alias, the capability it is called through).
+type FrontedCapabilities = HashMap<String, (String, Arc<Capability>)>;
 
 impl Clone for Gate {
     fn clone(&self) -> Self {
@@ -78,6 +84,7 @@ impl Clone for Gate {
             replays: self.replays.clone(),
             read_buckets: self.read_buckets.clone(),
             process: self.process.clone(),
+            fronted: self.fronted.clone(),
         }
     }
 }
@@ -115,6 +122,7 @@ impl Gate {
             replays: Arc::default(),
             read_buckets: Arc::default(),
             process: None,
+            fronted: Arc::default(),
         }
     }
 
@@ -168,10 +176,50 @@ impl Gate {
     }
 
     pub(crate) fn capability(&self, name: &str) -> Result<Arc<Capability>, GateError> {
-        self.registry
-            .capability(name)
-            .cloned()
+        self.find_capability(name)
             .ok_or_else(|| GateError::UnknownCapability(name.to_owned()))
+    }
+
+    /// A capability by name: the registry's, else a fronted server's undeclared tool
+    /// (the registry always wins).
+    pub fn find_capability(&self, name: &str) -> Option<Arc<Capability>> {
+        if let Some(cap) = self.registry.capability(name) {
+            return Some(Arc::clone(cap));
+        }
+        self.fronted
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .map(|(_, cap)| Arc::clone(cap))
+    }
+
+    /// Replaces the undeclared tools of the fronted server `alias` (its tool list was
+    /// read, or changed): calls to a tool no longer listed are unknown from now on.
+    /// Names the registry declares are skipped: the registry always wins.
+    pub fn set_fronted(&self, alias: &str, capabilities: Vec<Arc<Capability>>) {
+        let mut fronted = self
+            .fronted
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        fronted.retain(|_, (server, _)| server != alias);
+        for cap in capabilities {
+            if self.registry.capability(&cap.name).is_none() {
+                fronted.insert(cap.name.clone(), (alias.to_owned(), cap));
+            }
+        }
+    }
+
+    /// The fronted servers' undeclared tools, by name.
+    pub fn fronted_capabilities(&self) -> Vec<Arc<Capability>> {
+        let mut caps: Vec<_> = self
+            .fronted
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .map(|(_, cap)| Arc::clone(cap))
+            .collect();
+        caps.sort_by(|a, b| a.name.cmp(&b.name));
+        caps
     }
 
     /// The principal's role: as proved, else the registry's (`Forbidden` for a name the

@@ -66,7 +66,7 @@ impl Gate {
         record: &IntentRecord,
         executor: Arc<E>,
     ) -> Result<Option<Outcome>, StoreError> {
-        let Some(cap) = self.registry.capability(&record.capability).cloned() else {
+        let Some(cap) = self.find_capability(&record.capability) else {
             return Ok(None);
         };
         // One gate at a time asks the upstream about an intent: another replica (or a

@@ -32,14 +32,19 @@ pub(crate) struct Door {
 }
 
 impl Door {
-    /// The door to `capability` (404 `OG-0016` when the registry has none).
+    /// The door to `capability` (404 `OG-0016` when the registry has none and no fronted
+    /// server lists it; a fronted server's tool its `undeclared` policy refuses, or one
+    /// of a server whose tool list is not read yet, is refused with the reason).
     pub(crate) fn open(state: &AppState, capability: &str) -> Result<Self, ApiError> {
-        let capability = state
-            .gate()
-            .registry()
-            .capability(capability)
-            .cloned()
-            .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(capability.to_owned())))?;
+        let capability = match state.gate().find_capability(capability) {
+            Some(cap) => cap,
+            // A fronted server's tool that is not callable says why.
+            None => {
+                return Err(state.fronted().refusal(capability).unwrap_or_else(|| {
+                    ApiError::Gate(GateError::UnknownCapability(capability.to_owned()))
+                }));
+            }
+        };
         Ok(Self {
             executor: executor(state, Arc::clone(&capability)),
             state: state.clone(),

@@ -12,11 +12,13 @@
 //!                audit, admin, ops (health, readiness, metrics)
 //! mcp/           /mcp: auth (middleware), surface (rmcp handler), schema, sessions
 //! sweep          the reconciliation loop (executors from the front door)
+//! fronting       fronted MCP servers' tool lists kept current (read, watch, refresh)
 //! front          the one front door: capability lookup, executor, the engine in its
 //!                own task, alerts and metrics after (POST /v1/calls, tools/call, approvals)
 //! alerts         alert webhook template rendering and delivery
 //! webhook        one signed delivery of an event (signature, verify, backoff) that
 //!                the alert outbox retries; reads errors with upstream's reader
+//! fronted        what each fronted server's tool is to agents; refusals of the rest
 //! state          AppState, Principal, tokens and authentication, MAX_BODY_BYTES
 //! identity       JWT access tokens: issuers, JWKS caches, claims to principal and role
 //! headers        bearer token and structural id headers
@@ -35,6 +37,8 @@ pub mod alerts;
 pub mod detection;
 pub mod error;
 mod front;
+pub mod fronted;
+pub mod fronting;
 mod headers;
 pub mod identity;
 pub mod inflight;

@@ -76,6 +76,7 @@ pub async fn probe(registry: &Registry, client: reqwest::Client) -> Vec<ProbeFin
                 idempotency_header: String::new(),
                 idempotency_arg: None,
                 tool: rec.tool.clone(),
+                server: None,
                 tool_errors: Default::default(),
                 rejected: None,
             };
@@ -153,4 +154,54 @@ async fn connect(url: &str, timeout: Duration) -> (String, Option<String>) {
             )),
         };
     (origin, problem)
+}
+
+/// What the probe read of one fronted MCP server.
+#[derive(Clone, Debug)]
+pub struct ServerProbe {
+    /// The alias.
+    pub alias: String,
+    /// Each listed tool and what will happen to it, or why the list could not be read.
+    pub tools: Result<Vec<crate::fronted::FrontedTool>, String>,
+    /// Tools the registry declares for this server that it does not list.
+    pub missing: Vec<String>,
+}
+
+/// Reads every `[[mcp_servers]]` entry's tool list (read-only, like any MCP probe) and
+/// classifies it as the gateway will.
+pub async fn probe_servers(registry: &Registry, client: reqwest::Client) -> Vec<ServerProbe> {
+    let reads = registry.mcp_servers.iter().map(|server| {
+        let client = client.clone();
+        async move {
+            let listed = match crate::upstream::server_request(server) {
+                Ok(request) => crate::upstream::mcp::list_tools(client, &request).await,
+                Err(e) => Err(e),
+            };
+            let tools = listed.map(|tools| {
+                let (classified, _) = crate::fronted::classify(registry, server, &tools);
+                classified
+            });
+            let missing = match &tools {
+                Ok(listed) => registry
+                    .capabilities()
+                    .iter()
+                    .filter_map(|c| c.upstream.as_ref().map(|u| (c, u)))
+                    .filter(|(_, u)| u.server.as_deref() == Some(&server.alias))
+                    .filter(|(_, u)| {
+                        !listed
+                            .iter()
+                            .any(|t| Some(t.tool.as_str()) == u.tool.as_deref())
+                    })
+                    .map(|(c, _)| c.name.clone())
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            ServerProbe {
+                alias: server.alias.clone(),
+                tools,
+                missing,
+            }
+        }
+    });
+    futures::future::join_all(reads).await
 }

@@ -33,6 +33,7 @@ pub async fn serve(
         state.clone(),
         Duration::from_millis(500),
     ));
+    let fronting = tokio::spawn(crate::fronting::front_servers(state.clone()));
     let inflight = state.inflight().clone();
     let state_shutdown = state.mcp_shutdown().clone();
     let router = app(state);
@@ -82,5 +83,6 @@ pub async fn serve(
     sweeper.abort();
     detector.abort();
     deliverer.abort();
+    fronting.abort();
     Ok(())
 }

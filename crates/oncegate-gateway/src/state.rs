@@ -12,6 +12,7 @@ use oncegate_engine::{Gate, Who};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
+use crate::fronted::Fronted;
 use crate::headers::bearer_token;
 use crate::identity::Identity;
 use crate::inflight::InFlight;
@@ -58,6 +59,8 @@ pub struct AppState {
     running: RunningCalls,
     /// Connected MCP upstream clients, reused across calls.
     mcp_upstreams: Sessions,
+    /// Fronted MCP servers' tools, classified (see [`Fronted`]).
+    fronted: Fronted,
     /// Cancelled at shutdown: ends MCP sessions and their open streams.
     mcp_shutdown: tokio_util::sync::CancellationToken,
 }
@@ -110,6 +113,7 @@ impl AppState {
             let names = gate.registry().principals.iter().map(|p| p.name.clone());
             Arc::new(Identity::new(settings, names, http.clone()))
         });
+        let fronted = Fronted::new(gate.registry());
         Self {
             gate,
             tokens: Arc::new(tokens),
@@ -119,6 +123,7 @@ impl AppState {
             inflight: InFlight::default(),
             running: RunningCalls::default(),
             mcp_upstreams: Sessions::default(),
+            fronted,
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
@@ -156,6 +161,11 @@ impl AppState {
     /// The connected MCP upstream clients.
     pub(crate) fn mcp_upstreams(&self) -> &Sessions {
         &self.mcp_upstreams
+    }
+
+    /// Fronted MCP servers' tools, as last read.
+    pub fn fronted(&self) -> &Fronted {
+        &self.fronted
     }
 
     /// Cancelled when the server shuts down.

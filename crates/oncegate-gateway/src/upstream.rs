@@ -698,20 +698,8 @@ impl UpstreamExecutor {
             .map_err(|e| e.to_string())
     }
 
-    /// An intent that is no intent: only the gateway's own values ({env.NAME}) make
-    /// sense outside a call.
     fn nobody(&self) -> IntentHandle {
-        IntentHandle {
-            key: String::new(),
-            intent_key: oncegate_core::key::IntentKey::from_hex(String::new()),
-            generation: 0,
-            capability: self.cap.name.clone(),
-            arguments: Value::Null,
-            normalised: Value::Null,
-            business_ref: None,
-            run_id: None,
-            step_id: None,
-        }
+        nobody(&self.cap.name)
     }
 
     async fn execute_mcp(&self, up: &Upstream, intent: &IntentHandle) -> Attempt {
@@ -912,5 +900,38 @@ fn judge(rec: &Reconcile, body: Value) -> Result<ReconcileResult, String> {
         ReconcileResult::Found { effect_ref, result }
     } else {
         ReconcileResult::NotFound
+    })
+}
+
+/// An intent that is no intent: only the gateway's own values ({env.NAME}) make sense
+/// outside a call.
+fn nobody(capability: &str) -> IntentHandle {
+    IntentHandle {
+        key: String::new(),
+        intent_key: oncegate_core::key::IntentKey::from_hex(String::new()),
+        generation: 0,
+        capability: capability.to_owned(),
+        arguments: Value::Null,
+        normalised: Value::Null,
+        business_ref: None,
+        run_id: None,
+        step_id: None,
+    }
+}
+
+/// The request that reads a fronted MCP server (its tool list, its change
+/// notifications): its URL and headers with the gateway's own values filled in.
+pub fn server_request(server: &oncegate_core::config::McpServer) -> Result<mcp::ToolCall, String> {
+    let nobody = nobody("");
+    let scope = Scope { intent: &nobody };
+    Ok(mcp::ToolCall {
+        url: scope.url(&server.url).map_err(|e| e.to_string())?,
+        headers: scope.headers(&server.headers).map_err(|e| e.to_string())?,
+        tool: String::new(),
+        arguments: Map::new(),
+        meta: Map::new(),
+        timeout: server.timeout.unsigned_abs(),
+        poolable: false,
+        progress: None,
     })
 }

@@ -45,10 +45,16 @@ pub(super) fn router(state: SharedSandbox) -> Router {
             Arc::clone(&state),
             require_api_key,
         ));
-    let admin = Router::new().route("/_sandbox/health", get(health)).route(
-        "/_sandbox/faults",
-        post(queue_fault).get(list_faults).delete(clear_faults),
-    );
+    let admin = Router::new()
+        .route("/_sandbox/health", get(health))
+        .route(
+            "/_sandbox/faults",
+            post(queue_fault).get(list_faults).delete(clear_faults),
+        )
+        .route(
+            "/_sandbox/mcp/hidden",
+            axum::routing::put(hide_tools).get(hidden_tools),
+        );
 
     provider
         .merge(admin)
@@ -302,6 +308,32 @@ async fn effects(
 
 async fn health() -> Json<Value> {
     Json(json!({ "status": "ok" }))
+}
+
+/// The body of `PUT /_sandbox/mcp/hidden`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HideRequest {
+    tools: Vec<String>,
+}
+
+async fn hide_tools(
+    State(sandbox): State<SharedSandbox>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let request: Value = serde_json::from_slice(&body).map_err(|_| ApiError::MalformedJson)?;
+    let request =
+        HideRequest::deserialize(&request).map_err(|e| ApiError::InvalidBody(e.to_string()))?;
+    let hidden: std::collections::BTreeSet<String> = request.tools.into_iter().collect();
+    *sandbox.hidden() = hidden.clone();
+    // Nobody listening is fine.
+    let _ = sandbox.tools_changed.send(());
+    tracing::info!(?hidden, "sandbox MCP tools hidden");
+    Ok(Json(json!({ "hidden": hidden })))
+}
+
+async fn hidden_tools(State(sandbox): State<SharedSandbox>) -> Json<Value> {
+    Json(json!({ "hidden": *sandbox.hidden() }))
 }
 
 async fn queue_fault(

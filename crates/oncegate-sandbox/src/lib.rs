@@ -209,7 +209,10 @@ impl FromStr for Resource {
 ///
 /// Admin API (no auth): `POST /_sandbox/faults` `{path, fault, times?, delay_ms?}` queues
 /// a fault for the next `times` (default 1) creates of the resource at `path`, over
-/// either surface; `GET` lists and `DELETE` clears the queue; `GET /_sandbox/health`. A
+/// either surface; `GET` lists and `DELETE` clears the queue; `GET /_sandbox/health`;
+/// `PUT /_sandbox/mcp/hidden` `{"tools": [..]}` takes those MCP tools out of the list
+/// (and out of reach) and tells every listening MCP client the list changed (`GET`
+/// shows them). A
 /// `Sandbox-Fault: <fault>` header (with an optional `Sandbox-Fault-Delay-Ms`) applies a
 /// fault to one `POST` and leaves the queue alone. Faults: `fail_before_commit` (500),
 /// `decline` (402), `rate_limit` (429) commit nothing; `slow` waits `delay_ms` (default
@@ -250,6 +253,10 @@ struct Sandbox {
     config: SandboxConfig,
     ledger: Mutex<Ledger>,
     faults: Mutex<FaultQueue>,
+    /// MCP tools taken out of the list (`PUT /_sandbox/mcp/hidden`).
+    mcp_hidden: Mutex<std::collections::BTreeSet<String>>,
+    /// Told when the MCP tool list changes; every listening client hears it.
+    tools_changed: tokio::sync::broadcast::Sender<()>,
 }
 
 /// A create that committed, or that replayed the commit of an earlier one.
@@ -333,11 +340,19 @@ impl Sandbox {
             config,
             ledger: Mutex::default(),
             faults: Mutex::default(),
+            mcp_hidden: Mutex::default(),
+            tools_changed: tokio::sync::broadcast::channel(16).0,
         }
     }
 
     // A handler that panicked under a lock cannot leave the ledger half-written (every
     // mutation is a single push/insert), so a poisoned lock is still safe to use.
+    fn hidden(&self) -> MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.mcp_hidden
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
     }

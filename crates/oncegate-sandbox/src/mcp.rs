@@ -72,16 +72,21 @@ pub(super) struct Tools {
 
 impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                "oncegate-sandbox",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .with_instructions(
-                "A simulated payments, email and ledger provider. Creates take an optional \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "oncegate-sandbox",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(
+            "A simulated payments, email and ledger provider. Creates take an optional \
                  idempotency_key (or _meta[\"dev.oncegate/idempotency_key\"]): a repeat with \
                  the same key and arguments answers the first result and commits nothing.",
-            )
+        )
     }
 
     async fn list_tools(
@@ -89,14 +94,66 @@ impl ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.catalogue.to_vec()))
+        let hidden = self.sandbox.hidden().clone();
+        Ok(ListToolsResult::with_all_items(
+            self.catalogue
+                .iter()
+                .filter(|t| !hidden.contains(t.name.as_ref()))
+                .cloned()
+                .collect(),
+        ))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
+        if self.sandbox.hidden().contains(name) {
+            return None;
+        }
         self.catalogue
             .iter()
             .find(|tool| tool.name == name)
             .cloned()
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        // A 2025-11-25 session hears list changes on its own stream, until it ends.
+        let mut changes = self.sandbox.tools_changed.subscribe();
+        let peer = context.peer;
+        tokio::spawn(async move {
+            while changes.recv().await.is_ok() {
+                if peer.notify_tool_list_changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        (requested.tools_list_changed == Some(true)).then(|| {
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build()
+        })
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
+        // A 2026-07-28 subscription hears list changes until the client cancels it.
+        let mut changes = self.sandbox.tools_changed.subscribe();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = changes.recv() => match changed {
+                    Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if context.sink().notify_tool_list_changed().await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
     }
 
     async fn call_tool(
@@ -104,7 +161,8 @@ impl ServerHandler for Tools {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let Some(call) = ToolCall::parse(&request.name) else {
+        let hidden = self.sandbox.hidden().contains(request.name.as_ref());
+        let Some(call) = ToolCall::parse(&request.name).filter(|_| !hidden) else {
             return Err(McpError::invalid_params(
                 format!("tool not found: {}", request.name),
                 None,

@@ -87,6 +87,15 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
             executed_by(cap),
         );
     }
+    for server in &registry.mcp_servers {
+        println!(
+            "  mcp server {} at {} undeclared {} refresh {:#}",
+            server.alias,
+            server.url,
+            server.undeclared.as_str(),
+            server.refresh,
+        );
+    }
     let claim_only: Vec<&str> = registry
         .capabilities()
         .iter()
@@ -109,11 +118,39 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
         &registry,
         oncegate_gateway::server::http_client(),
     ));
-    let problems = findings.iter().filter(|f| f.problem.is_some()).count();
+    let mut problems = findings.iter().filter(|f| f.problem.is_some()).count();
     for f in &findings {
         match f.problem {
             None => println!("probe: {}", f.line()),
             Some(_) => eprintln!("error: probe: {}", f.line()),
+        }
+    }
+    let servers = runtime.block_on(oncegate_gateway::probe::probe_servers(
+        &registry,
+        oncegate_gateway::server::http_client(),
+    ));
+    for server in &servers {
+        match &server.tools {
+            Ok(tools) => {
+                println!("probe: server {}: {} tool(s)", server.alias, tools.len());
+                for t in tools {
+                    println!("  {:<32} {:<24} {}", t.name, t.tool, t.verdict.describe());
+                }
+            }
+            Err(e) => {
+                problems += 1;
+                eprintln!(
+                    "error: probe: server {}: cannot list its tools: {e}",
+                    server.alias
+                );
+            }
+        }
+        for name in &server.missing {
+            problems += 1;
+            eprintln!(
+                "error: probe: server {}: capability {name} declares a tool the server does not list",
+                server.alias
+            );
         }
     }
     if problems > 0 {

@@ -76,6 +76,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         state.principal_count() > 0 || issuers > 0,
         "no principal can log in: set the token variables named by `token_env` in the config, or trust an issuer in [identity]"
     );
+    // Fronted servers' tools are listed from the first request (one that cannot be read
+    // is retried in the background, its tools refused until then).
+    oncegate_gateway::fronting::read_all(&state).await;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;

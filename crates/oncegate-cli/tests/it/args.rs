@@ -131,6 +131,93 @@ fn check_config_probe_reports_an_unknown_mcp_tool_and_an_unreachable_upstream() 
 }
 
 #[test]
+fn check_config_probe_lists_every_tool_of_a_fronted_server_and_its_fate() {
+    let sb = sandbox(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fronted.toml");
+    let text = r#"
+[[principals]]
+name = "agent"
+role = "agent"
+token_env = "T"
+
+[[mcp_servers]]
+alias = "pay"
+url = "{env.SANDBOX_URL}/mcp"
+headers = { Authorization = "Bearer {env.SANDBOX_API_KEY}" }
+undeclared = "read"
+
+[[capabilities]]
+name = "charge"
+category = "keyed"
+key = { business_ref = "order_id" }
+
+[capabilities.upstream]
+kind = "mcp"
+server = "pay"
+tool = "create_charge"
+body = { order_id = "{business_ref}", amount_minor = 100, currency = "USD" }
+
+[[capabilities]]
+name = "typo"
+category = "keyed"
+key = { business_ref = "order_id" }
+
+[capabilities.upstream]
+kind = "mcp"
+server = "pay"
+tool = "create_chrage"
+"#;
+    std::fs::write(&config, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args([
+            "check-config",
+            "--probe",
+            "--config",
+            config.to_str().unwrap(),
+        ])
+        .env("SANDBOX_URL", &sb.url)
+        .env("SANDBOX_API_KEY", API_KEY)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("mcp server pay at {env.SANDBOX_URL}/mcp undeclared read"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("probe: server pay: 10 tool(s)"), "{stdout}");
+    // The tool lines follow the server's probe line.
+    let tools = stdout
+        .split("probe: server pay:")
+        .nth(1)
+        .unwrap_or_default();
+    let line = |name: &str| {
+        tools
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no line for {name}: {stdout}"))
+            .to_owned()
+    };
+    assert!(
+        line("charge").contains("create_charge") && line("charge").contains("declared"),
+        "{stdout}"
+    );
+    assert!(
+        line("pay_find_charge").contains("read: passed through"),
+        "{stdout}"
+    );
+    assert!(line("pay_create_refund").contains("refused:"), "{stdout}");
+    // The declared tool the server does not list is an error.
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("capability typo declares a tool the server does not list"),
+        "{stderr}"
+    );
+    assert!(effects_where(&sb, "").is_empty());
+}
+
+#[test]
 fn check_config_prints_values_as_the_config_writes_them() {
     let out = oncegate(&[
         "check-config",

@@ -59,6 +59,26 @@ fn a_stdio_client_through_oncegate_connect_charges_once_in_both_eras() {
 }
 
 #[test]
+fn the_fronted_example_offers_a_servers_reads_and_its_declared_charge_in_both_eras() {
+    let clients = clients();
+    let setup = Setup::with_example("fronted.toml", &[], |text| text);
+    let gw = setup.gateway();
+    let mut cmd = Command::new(&clients.python);
+    cmd.arg(clients.root.join("tests/clients/python/fronted_agent.py"))
+        .args(client_args(&gw, &setup.sandbox, "FR-1"))
+        .env("PYTHONUNBUFFERED", "1");
+    let (ok, output) = run_client(cmd, Duration::from_secs(120));
+    assert!(ok, "the fronted agent failed:\n{output}");
+    assert!(output.contains("every check holds"), "{output}");
+    // Counted here too: one charge per era's order, and no refund reached the server.
+    for order in ["FR-1-legacy", "FR-1-auto"] {
+        let charges = effects_where(&setup.sandbox, &format!("kind=charge&order_id={order}"));
+        assert_eq!(charges.len(), 1, "{order}: {charges:?}");
+    }
+    assert!(effects(&setup.sandbox, "refund").is_empty());
+}
+
+#[test]
 fn the_typescript_sdk_round_trip_is_one_charge() {
     let clients = clients();
     let setup = Setup::example();

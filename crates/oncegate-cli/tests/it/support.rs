@@ -112,6 +112,15 @@ impl Setup {
 
     /// The example registry with `edit` applied to its text.
     pub(crate) fn with_registry(ignore: &[&str], edit: impl FnOnce(String) -> String) -> Self {
+        Self::with_example("payments.toml", ignore, edit)
+    }
+
+    /// `examples/<file>` with `edit` applied to its text, as this directory's config.
+    pub(crate) fn with_example(
+        file: &str,
+        ignore: &[&str],
+        edit: impl FnOnce(String) -> String,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
         std::fs::copy(
@@ -119,7 +128,7 @@ impl Setup {
             dir.path().join("policies.cedar"),
         )
         .unwrap();
-        let text = edit(std::fs::read_to_string(examples.join("payments.toml")).unwrap());
+        let text = edit(std::fs::read_to_string(examples.join(file)).unwrap());
         std::fs::write(dir.path().join("oncegate.toml"), text).unwrap();
         Self {
             dir,

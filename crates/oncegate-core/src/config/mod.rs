@@ -31,7 +31,9 @@ mod detection;
 mod identity;
 mod locate;
 mod raw;
+mod servers;
 
+pub use build::FrontedAs;
 pub use detection::{
     DuplicateRule, Escalation, HoldOn, Limit, LimitPer, Listing, MatchOn, Measure, OverLimit,
 };
@@ -39,6 +41,7 @@ pub use identity::{
     ACCEPTABLE_ALGORITHMS, DEFAULT_ALGORITHMS, IdentitySettings, IssuerConfig, JwksSource,
     RoleValues,
 };
+pub use servers::{MAX_TOOL_NAME, McpServer, Undeclared, fronted_name, is_tool_name};
 
 /// The default store URL when `[store]` is absent.
 pub const DEFAULT_STORE_URL: &str = "sqlite://oncegate.db";
@@ -232,6 +235,10 @@ pub struct KeyRecipe {
     pub significant: Vec<SignificantArg>,
     /// The structural part.
     pub scope: Scope,
+    /// Every other top-level argument enters the key too, exactly (canonical JSON): the
+    /// recipe of a fronted server's undeclared tool, whose arguments oncegate knows
+    /// only from the upstream's schema, so that no argument is silently ignored.
+    pub every_argument: bool,
 }
 
 /// An upstream call, validated; rendered by the gateway.
@@ -259,6 +266,9 @@ pub struct Upstream {
     pub idempotency_arg: Option<String>,
     /// The MCP tool name (MCP only).
     pub tool: Option<String>,
+    /// The fronted server (`[[mcp_servers]]` alias) whose URL and headers this MCP
+    /// upstream uses, declaring that server's tool.
+    pub server: Option<String>,
     /// What an MCP tool result with `isError: true` means (MCP only).
     pub tool_errors: ToolErrors,
     /// A tool error whose text matches this is a refusal that did nothing: `failed`
@@ -519,6 +529,8 @@ pub struct Registry {
     /// `[identity]`: issuers whose JWT access tokens name principals (none: static
     /// tokens only).
     pub identity: Option<IdentitySettings>,
+    /// `[[mcp_servers]]`: MCP servers fronted whole, in declaration order.
+    pub mcp_servers: Vec<McpServer>,
     capabilities: Vec<Arc<Capability>>,
     by_name: HashMap<String, usize>,
     /// Things `check-config` prints but that do not stop the gateway.

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::{
     AfterWindow, Category, CrossRun, Escalation, KeyPrincipal, KeyThreading, LimitPer, OnUnknown,
-    OverLimit, Role, Scope, ToolErrors, UpstreamKind,
+    OverLimit, Role, Scope, ToolErrors, Undeclared, UpstreamKind,
 };
 use crate::normalise::MoneyUnit;
 
@@ -24,6 +24,20 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) capabilities: Vec<RawCapability>,
     pub(super) identity: Option<RawIdentity>,
+    #[serde(default)]
+    pub(super) mcp_servers: Vec<RawMcpServer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcpServer {
+    pub(super) alias: String,
+    pub(super) url: String,
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, String>,
+    pub(super) timeout: Option<String>,
+    pub(super) undeclared: Option<Undeclared>,
+    pub(super) refresh: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -226,7 +240,8 @@ pub(super) struct RawSignificant {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUpstream {
     pub(super) kind: UpstreamKind,
-    pub(super) url: String,
+    pub(super) url: Option<String>,
+    pub(super) server: Option<String>,
     pub(super) method: Option<String>,
     pub(super) timeout: Option<String>,
     #[serde(default)]

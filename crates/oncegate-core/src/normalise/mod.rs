@@ -147,6 +147,10 @@ pub enum Normaliser {
         /// Opt-in case and width folding.
         folding: Folding,
     },
+    /// Any JSON value as it is, written as its canonical JSON text (object keys sorted):
+    /// exact, with no drift folded. The key of a fronted server's undeclared tool, whose
+    /// arguments oncegate knows only by the upstream's schema.
+    Json,
 }
 
 /// Why a value could not be normalised.
@@ -170,6 +174,7 @@ impl Normaliser {
             Normaliser::Enum { .. } => "enum",
             Normaliser::Set => "set",
             Normaliser::Id { .. } => "id",
+            Normaliser::Json => "json",
         }
     }
 
@@ -241,6 +246,7 @@ impl Normaliser {
                     .map(|v| Value::String(v.clone()))
                     .ok_or_else(|| NormaliseError(format!("`{wanted}` is not one of {values:?}")))
             }
+            Normaliser::Json => Ok(Value::String(crate::key::canonical_json(value))),
             Normaliser::Set => {
                 let Value::Array(items) = value else {
                     return err(format!("expected a list, got {value}"));

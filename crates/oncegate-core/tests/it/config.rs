@@ -480,3 +480,116 @@ fn identity_mistakes_that_would_accept_a_forged_token_are_located_errors() {
         );
     }
 }
+
+/// The example with `servers` ([[mcp_servers]] tables) and `capability` appended.
+fn with_servers(servers: &str, capability: &str) -> String {
+    format!("{}\n{servers}\n{capability}", base())
+}
+
+const FRONTED_CHARGE: &str = r#"
+[[capabilities]]
+name = "fronted_charge"
+category = "keyed"
+key = { business_ref = "order_id" }
+
+[capabilities.upstream]
+kind = "mcp"
+server = "pay"
+tool = "create_charge"
+headers = { X-Tenant = "acme" }
+"#;
+
+#[test]
+fn a_capability_of_a_fronted_server_takes_its_url_headers_and_timeout() {
+    let text = with_servers(
+        r#"
+[[mcp_servers]]
+alias = "pay"
+url = "http://127.0.0.1:9/mcp"
+headers = { Authorization = "Bearer {env.PAY_KEY}", X-Tenant = "server" }
+timeout = "3s"
+undeclared = "require_approval"
+"#,
+        FRONTED_CHARGE,
+    );
+    let r = parse(&text).unwrap();
+    let server = &r.mcp_servers[0];
+    assert_eq!(server.alias, "pay");
+    assert_eq!(
+        server.undeclared,
+        oncegate_core::config::Undeclared::RequireApproval
+    );
+    assert_eq!(
+        server.refresh,
+        jiff::SignedDuration::from_mins(5),
+        "the default"
+    );
+    let up = r
+        .capability("fronted_charge")
+        .unwrap()
+        .upstream
+        .clone()
+        .unwrap();
+    assert_eq!(up.server.as_deref(), Some("pay"));
+    assert_eq!(up.url.to_string(), "http://127.0.0.1:9/mcp");
+    assert_eq!(up.timeout, jiff::SignedDuration::from_secs(3));
+    assert!(up.headers.contains_key("Authorization"));
+    // The capability's own header wins over the server's.
+    assert_eq!(up.headers["X-Tenant"].to_string(), "acme");
+}
+
+#[test]
+fn fronted_server_mistakes_point_at_their_line() {
+    let server = |alias: &str, extra: &str| {
+        format!("[[mcp_servers]]\nalias = \"{alias}\"\nurl = \"http://127.0.0.1:9/mcp\"\n{extra}")
+    };
+    // An alias that cannot prefix tool names.
+    let text = with_servers(&server("pay_ments", ""), "");
+    let e = error_for(&text);
+    assert_eq!(e.line, line_of(&text, "pay_ments"), "{e}");
+    assert!(e.field.ends_with("alias"), "{e}");
+    assert!(
+        e.help.as_deref().unwrap_or("").contains("<alias>_<tool>"),
+        "{e}"
+    );
+    // Declared twice.
+    let text = with_servers(&format!("{}\n{}", server("pay", ""), server("pay", "")), "");
+    let e = error_for(&text);
+    assert!(e.message.contains("declared twice"), "{e}");
+    // An unknown policy names the field.
+    let text = with_servers(&server("pay", "undeclared = \"allow\"\n"), "");
+    let e = error_for(&text);
+    assert_eq!(e.line, line_of(&text, "undeclared = \"allow\""), "{e}");
+    // A zero refresh.
+    let text = with_servers(&server("pay", "refresh = \"0s\"\n"), "");
+    let e = error_for(&text);
+    assert!(e.field.ends_with("refresh"), "{e}");
+    // A capability naming a server nobody declared lists the ones there are.
+    let text = with_servers(&server("payments", ""), FRONTED_CHARGE);
+    let e = error_for(&text);
+    assert_eq!(e.line, line_of(&text, "server = \"pay\""), "{e}");
+    assert!(
+        e.message.contains("no [[mcp_servers]] has alias `pay`"),
+        "{e}"
+    );
+    assert!(e.help.as_deref().unwrap_or("").contains("payments"), "{e}");
+    // A server and a url at once.
+    let both = FRONTED_CHARGE.replace(
+        "server = \"pay\"",
+        "server = \"pay\"\nurl = \"http://127.0.0.1:9/x\"",
+    );
+    let text = with_servers(&server("pay", ""), &both);
+    let e = error_for(&text);
+    assert!(e.message.contains("uses the server's url"), "{e}");
+    // `server` on an HTTP upstream.
+    let http = FRONTED_CHARGE.replace("kind = \"mcp\"", "kind = \"http\"");
+    let text = with_servers(&server("pay", ""), &http);
+    let errors = parse(&text).expect_err("refused");
+    assert!(
+        errors
+            .0
+            .iter()
+            .any(|e| e.message.contains("applies to kind = \"mcp\" only")),
+        "{errors}"
+    );
+}

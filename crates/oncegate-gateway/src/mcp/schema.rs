@@ -51,6 +51,8 @@ fn arg_schema(normaliser: &Normaliser) -> Value {
             "type": "string",
             "description": "an identifier (an integer is accepted too)"
         }),
+        // Only fronted tools' keys use it, and they show the upstream's own schema.
+        Normaliser::Json => json!({"type": "string", "description": "any JSON value"}),
     }
 }
 

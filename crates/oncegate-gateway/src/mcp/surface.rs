@@ -108,19 +108,23 @@ fn structural_id(
 }
 
 impl McpSurface {
-    /// The capabilities this principal may call (approvers call none).
+    /// The capabilities this principal may call (approvers call none): the registry's,
+    /// then fronted servers' undeclared tools (read or held for approval).
     fn callable(&self, principal: &Principal) -> Vec<Arc<Capability>> {
         if !matches!(principal.role, Role::Agent | Role::Admin) {
             return Vec::new();
         }
-        self.state
-            .gate()
+        let gate = self.state.gate();
+        let mut caps: Vec<_> = gate
             .registry()
             .capabilities()
             .iter()
             .filter(|c| (c.upstream.is_some() || c.dry_run) && !c.require_client_key)
             .cloned()
-            .collect()
+            .collect();
+        // Then the fronted servers' undeclared tools their policies offer.
+        caps.extend(gate.fronted_capabilities());
+        caps
     }
 
     /// The input schema: the registry's, else an MCP upstream's own (when arguments pass

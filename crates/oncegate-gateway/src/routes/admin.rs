@@ -58,7 +58,7 @@ pub(crate) async fn kill_switch(
     };
     let registry = state.gate().registry();
     let known = match target.split_once(':') {
-        Some(("capability", name)) => registry.capability(name).is_some(),
+        Some(("capability", name)) => state.gate().find_capability(name).is_some(),
         Some(("agent", name)) => {
             registry.principal(name).is_some() || state.identity().is_some_and(|i| i.may_name(name))
         }

@@ -42,7 +42,7 @@ use rmcp::model::{
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig, ErrorCode, JsonObject,
-    ProtocolVersion, RequestMetaObject,
+    ProtocolVersion, RequestMetaObject, Tool,
 };
 use rmcp::service::{
     Peer, PeerRequestOptions, RoleClient, RoleServer, RunningService, ServiceError,
@@ -236,6 +236,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct Relay {
     routes: ProgressRoutes,
     calls: Arc<Mutex<HashMap<ProgressToken, String>>>,
+    /// Woken when the server says its tool list changed (a watching client only).
+    tools_changed: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// A running call's entry in its client's [`Relay`]; removed when the call ends.
@@ -246,6 +248,7 @@ impl Relay {
         Self {
             routes: routes.clone(),
             calls: Arc::default(),
+            tools_changed: None,
         }
     }
 
@@ -274,6 +277,12 @@ impl ClientHandler for Relay {
         let intent = lock(&self.calls).get(&params.progress_token).cloned();
         if let Some(intent) = intent {
             self.routes.relay(&intent, params).await;
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        if let Some(changed) = &self.tools_changed {
+            changed.notify_one();
         }
     }
 }
@@ -558,8 +567,16 @@ async fn connect(
     call: &ToolCall,
     routes: &ProgressRoutes,
 ) -> Result<Client, String> {
+    connect_as(client, call, Relay::new(routes)).await
+}
+
+async fn connect_as(
+    client: reqwest::Client,
+    call: &ToolCall,
+    relay: Relay,
+) -> Result<Client, String> {
     let transport = StreamableHttpClientTransport::with_client(client, transport_config(call)?);
-    Relay::new(routes)
+    relay
         .serve_with_lifecycle(
             transport,
             ClientLifecycleMode::Auto {
@@ -764,17 +781,72 @@ pub async fn call_tool(
 
 /// The input schema of one tool on an MCP server (from its `tools/list`).
 pub async fn tool_schema(client: reqwest::Client, call: ToolCall) -> Result<JsonObject, String> {
+    list_tools(client, &call)
+        .await?
+        .into_iter()
+        .find(|t| t.name == call.tool)
+        .map(|t| (*t.input_schema).clone())
+        .ok_or_else(|| format!("the upstream has no tool `{}`", call.tool))
+}
+
+/// Every tool an MCP server lists (all pages), within `call.timeout`.
+pub async fn list_tools(client: reqwest::Client, call: &ToolCall) -> Result<Vec<Tool>, String> {
     let fetch = async {
-        let peer = connect(client, &call, &ProgressRoutes::default()).await?;
+        let peer = connect(client, call, &ProgressRoutes::default()).await?;
         let tools = peer.list_all_tools().await.map_err(|e| error_chain(&e));
         let _ = peer.cancel().await;
-        tools?
-            .into_iter()
-            .find(|t| t.name == call.tool)
-            .map(|t| (*t.input_schema).clone())
-            .ok_or_else(|| format!("the upstream has no tool `{}`", call.tool))
+        tools
     };
     tokio::time::timeout(call.timeout, fetch)
         .await
         .map_err(|_| "the upstream did not list its tools before the timeout".to_owned())?
+}
+
+/// Holds a connection to an MCP server open and wakes `changed` each time the server
+/// says its tool list changed: a `subscriptions/listen` stream at 2026-07-28, the
+/// session's own notifications at 2025-11-25. Returns when the connection ends (or the
+/// server cannot be subscribed to); the caller reconnects, and re-reads the list, since
+/// a change may have gone unheard meanwhile.
+pub async fn watch_tools(
+    client: reqwest::Client,
+    call: &ToolCall,
+    changed: Arc<tokio::sync::Notify>,
+) -> Result<(), String> {
+    let mut relay = Relay::new(&ProgressRoutes::default());
+    relay.tools_changed = Some(changed.clone());
+    let peer = tokio::time::timeout(call.timeout, connect_as(client, call, relay))
+        .await
+        .map_err(|_| "the upstream did not answer before the timeout".to_owned())??;
+    let stateless = peer
+        .peer_info()
+        .is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28);
+    if !stateless {
+        // Notifications arrive on the session's stream and wake `changed` (Relay).
+        let _ = peer.waiting().await;
+        return Ok(());
+    }
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .build();
+    let mut subscription = peer.listen(filter).await.map_err(|e| error_chain(&e))?;
+    if subscription.acknowledged().tools_list_changed != Some(true) {
+        let _ = peer.cancel().await;
+        return Err("the upstream does not send tools/list_changed".into());
+    }
+    loop {
+        match subscription.next().await {
+            Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => {
+                changed.notify_one();
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(e) => {
+                // It was watching: the caller re-reads, as a change may have gone unheard.
+                tracing::debug!(error = %error_chain(&e), "the tool-list subscription ended");
+                break;
+            }
+        }
+    }
+    let _ = peer.cancel().await;
+    Ok(())
 }

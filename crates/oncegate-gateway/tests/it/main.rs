@@ -2,6 +2,7 @@
 
 mod claims;
 mod front_door;
+mod fronted;
 mod fuzz;
 mod identity;
 mod mcp_surface;

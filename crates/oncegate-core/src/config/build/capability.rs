@@ -17,15 +17,15 @@ use crate::config::{
 use crate::normalise::{ArgPath, Folding};
 use crate::template::{Source, Template};
 
-struct Defaults {
-    replay_window: SignedDuration,
-    attempt_ceiling: Option<u32>,
-    cross_run: CrossRun,
-    after_window: AfterWindow,
+pub(super) struct Defaults {
+    pub(super) replay_window: SignedDuration,
+    pub(super) attempt_ceiling: Option<u32>,
+    pub(super) cross_run: CrossRun,
+    pub(super) after_window: AfterWindow,
 }
 
 /// The documented defaults per category (see docs/configuration.md).
-fn defaults(category: Category) -> Defaults {
+pub(super) fn defaults(category: Category) -> Defaults {
     match category {
         Category::Read => Defaults {
             replay_window: SignedDuration::ZERO,
@@ -48,8 +48,8 @@ fn defaults(category: Category) -> Defaults {
     }
 }
 
-const DEFAULT_LEASE: SignedDuration = SignedDuration::from_secs(30);
-const DEFAULT_APPROVAL_TTL: SignedDuration = SignedDuration::from_hours(24);
+pub(super) const DEFAULT_LEASE: SignedDuration = SignedDuration::from_secs(30);
+pub(super) const DEFAULT_APPROVAL_TTL: SignedDuration = SignedDuration::from_hours(24);
 
 impl Builder<'_> {
     pub(super) fn capability(&mut self, base: &[Seg], rc: RawCapability) -> Capability {
@@ -277,6 +277,7 @@ impl Builder<'_> {
                 business_ref: None,
                 significant: Vec::new(),
                 scope: Scope::Global,
+                every_argument: false,
             };
         };
         let at = |rest: &[Seg]| [base, rest].concat();
@@ -400,6 +401,7 @@ impl Builder<'_> {
             business_ref,
             significant,
             scope: raw.scope.unwrap_or_default(),
+            every_argument: false,
         }
     }
 

@@ -20,7 +20,7 @@ use super::locate::{Locator, Seg, help_for_serde};
 use super::raw::{RawConfig, RawGateway, RawStore};
 use super::{
     BodyTemplate, Capability, ConfigEnv, ConfigError, ConfigErrors, ConfigWarning, DEFAULT_LISTEN,
-    DEFAULT_STORE_URL, GatewaySettings, PrincipalConfig, Registry, StoreSettings,
+    DEFAULT_STORE_URL, GatewaySettings, McpServer, PrincipalConfig, Registry, StoreSettings,
 };
 use crate::policy::PolicyEngine;
 use crate::template::Template;
@@ -28,6 +28,9 @@ use crate::template::Template;
 mod capability;
 mod detection;
 mod identity;
+mod servers;
+
+pub use servers::FrontedAs;
 mod upstream;
 
 const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_secs(10);
@@ -71,6 +74,7 @@ impl Registry {
             env,
             errors: Vec::new(),
             warnings: Vec::new(),
+            servers: Vec::new(),
         }
         .build(raw)
     }
@@ -81,6 +85,8 @@ struct Builder<'a> {
     env: &'a dyn ConfigEnv,
     errors: Vec<ConfigError>,
     warnings: Vec<ConfigWarning>,
+    /// `[[mcp_servers]]`, built before the capabilities that name them.
+    servers: Vec<McpServer>,
 }
 
 fn k(s: &str) -> Seg {
@@ -212,6 +218,7 @@ impl Builder<'_> {
         }
 
         let identity = self.identity(raw.identity, &principals);
+        self.servers = self.mcp_servers(raw.mcp_servers);
 
         let mut capabilities = Vec::new();
         let mut by_name = HashMap::new();
@@ -299,6 +306,7 @@ impl Builder<'_> {
             audit_chain_key_env,
             principals,
             identity,
+            mcp_servers: std::mem::take(&mut self.servers),
             capabilities: capabilities.into_iter().map(Arc::new).collect(),
             by_name,
             warnings: self.warnings,

@@ -22,8 +22,57 @@ impl Builder<'_> {
         let at = |rest: &[&str]| -> Vec<Seg> {
             [base, &rest.iter().map(|s| k(s)).collect::<Vec<_>>()].concat()
         };
-        let url = self.template(&at(&["url"]), &raw.url);
-        let timeout = self.duration(&at(&["timeout"]), raw.timeout.as_deref(), DEFAULT_TIMEOUT);
+        // A fronted server's capability takes its URL, headers and timeout from the
+        // server; its own headers add to (and override) the server's.
+        let server = raw.server.as_deref().and_then(|alias| {
+            if raw.kind != UpstreamKind::Mcp {
+                self.err(
+                    &at(&["server"]),
+                    "`server` names an MCP server: it applies to kind = \"mcp\" only",
+                    None,
+                );
+                return None;
+            }
+            let found = self.servers.iter().find(|s| s.alias == alias).cloned();
+            if found.is_none() {
+                let known: Vec<&str> = self.servers.iter().map(|s| s.alias.as_str()).collect();
+                let help = if known.is_empty() {
+                    "declare it first: [[mcp_servers]] alias = \"...\" url = \"...\"".to_owned()
+                } else {
+                    format!("the declared servers are {}", known.join(", "))
+                };
+                self.err(
+                    &at(&["server"]),
+                    format!("no [[mcp_servers]] has alias `{alias}`"),
+                    Some(&help),
+                );
+            }
+            found
+        });
+        let url = match (&raw.url, &server) {
+            (Some(u), None) => self.template(&at(&["url"]), u),
+            (Some(_), Some(_)) => {
+                self.err(
+                    &at(&["url"]),
+                    "a capability of a fronted server uses the server's url",
+                    Some("drop `url`, or drop `server`"),
+                );
+                Template::parse("").expect("the empty template parses")
+            }
+            (None, Some(s)) => s.url.clone(),
+            (None, None) => {
+                if raw.server.is_none() {
+                    self.err(
+                        &at(&["url"]),
+                        "an upstream needs a url (or, for MCP, the `server` it belongs to)",
+                        None,
+                    );
+                }
+                Template::parse("").expect("the empty template parses")
+            }
+        };
+        let default_timeout = server.as_ref().map_or(DEFAULT_TIMEOUT, |s| s.timeout);
+        let timeout = self.duration(&at(&["timeout"]), raw.timeout.as_deref(), default_timeout);
         if timeout.is_zero() {
             self.err(
                 &at(&["timeout"]),
@@ -31,7 +80,11 @@ impl Builder<'_> {
                 Some(DURATION_HELP),
             );
         }
-        let headers = self.headers(base, raw.headers);
+        let mut headers = server
+            .as_ref()
+            .map(|s| s.headers.clone())
+            .unwrap_or_default();
+        headers.extend(self.headers(base, raw.headers));
         let body = raw.body.as_ref().map(|b| {
             let mut p = at(&["body"]);
             self.body(&mut p, b)
@@ -130,6 +183,7 @@ impl Builder<'_> {
                 .unwrap_or_else(|| "Idempotency-Key".to_owned()),
             idempotency_arg: raw.idempotency_arg,
             tool: raw.tool,
+            server: server.map(|s| s.alias),
             tool_errors: raw.tool_errors.unwrap_or_default(),
             rejected,
         }

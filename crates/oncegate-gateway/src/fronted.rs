@@ -1,0 +1,264 @@
+//! Fronted MCP servers (`[[mcp_servers]]`): what each upstream tool is to agents.
+//!
+//! A server's tool list is read by `fronting` (at startup, when the server says it
+//! changed, and every `refresh`); [`classify`] decides each tool's fate from the
+//! registry, and [`Fronted`] keeps the result for calls and `tools/list`:
+//!
+//! - a tool a capability declares (`upstream.server = "<alias>"`, `tool = "<name>"`) is
+//!   that capability: the registry's name, key recipe, category and limits, never the
+//!   upstream's hints;
+//! - an undeclared tool follows the server's `undeclared` policy: `refuse` (not listed,
+//!   a call is refused with the reason), `read` (listed as `<alias>_<tool>` and passed
+//!   through when its annotations say read-only, else refused), `require_approval`
+//!   (listed; every new intent waits for an approver, keyed on all its arguments);
+//! - a tool whose `<alias>_<tool>` is not a valid MCP tool name, or is a name the
+//!   registry already uses for something else, is skipped (and shown by the probe).
+//!
+//! Until a server's list has been read once, none of its undeclared tools exist: a
+//! call to one is unknown (fail closed). A failed re-read keeps the last list.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::http::StatusCode;
+use oncegate_core::Registry;
+use oncegate_core::codes::Code;
+use oncegate_core::config::{Capability, FrontedAs, McpServer, Undeclared, fronted_name};
+use rmcp::model::Tool;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+/// What one upstream tool is to agents.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", content = "reason", rename_all = "snake_case")]
+pub enum Verdict {
+    /// A registry capability declares it (by this name).
+    Declared,
+    /// Undeclared, passed through as a read (its annotations say read-only).
+    Read,
+    /// Undeclared, held for an approver on every new intent.
+    RequireApproval,
+    /// Undeclared and refused, and why.
+    Refused(String),
+    /// Not offered at all, and why (an unusable name).
+    Skipped(String),
+}
+
+impl Verdict {
+    /// Whether agents see the tool in `tools/list`.
+    pub fn is_listed(&self) -> bool {
+        matches!(
+            self,
+            Verdict::Declared | Verdict::Read | Verdict::RequireApproval
+        )
+    }
+
+    /// One line for people (`check-config --probe`).
+    pub fn describe(&self) -> String {
+        match self {
+            Verdict::Declared => "declared: the registry's capability".into(),
+            Verdict::Read => "read: passed through (read-only by its annotations)".into(),
+            Verdict::RequireApproval => {
+                "require_approval: every new intent waits for an approver".into()
+            }
+            Verdict::Refused(why) => format!("refused: {why}"),
+            Verdict::Skipped(why) => format!("skipped: {why}"),
+        }
+    }
+}
+
+/// One upstream tool and its fate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FrontedTool {
+    /// The upstream's name for it.
+    pub tool: String,
+    /// The name agents call it by (for a skipped tool, the name it would have had).
+    pub name: String,
+    /// What happens to a call.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+/// Each tool of `server`'s list, classified, and the capabilities its undeclared
+/// listed tools are called through.
+pub fn classify(
+    registry: &Registry,
+    server: &McpServer,
+    tools: &[Tool],
+) -> (Vec<FrontedTool>, Vec<Arc<Capability>>) {
+    let mut out = Vec::new();
+    let mut caps = Vec::new();
+    for t in tools {
+        let tool = t.name.to_string();
+        let declared = registry.capabilities().iter().find(|c| {
+            c.upstream.as_ref().is_some_and(|u| {
+                u.server.as_deref() == Some(&server.alias) && u.tool.as_deref() == Some(&tool)
+            })
+        });
+        if let Some(cap) = declared {
+            out.push(FrontedTool {
+                tool,
+                name: cap.name.clone(),
+                verdict: Verdict::Declared,
+            });
+            continue;
+        }
+        let Some(name) = fronted_name(&server.alias, &tool) else {
+            out.push(FrontedTool {
+                name: format!("{}_{tool}", server.alias),
+                tool,
+                verdict: Verdict::Skipped(
+                    "not a valid MCP tool name (1 to 128 of A-Z a-z 0-9 _ - .): declare it as a capability under a name of your own".into(),
+                ),
+            });
+            continue;
+        };
+        if registry.capability(&name).is_some() {
+            out.push(FrontedTool {
+                tool,
+                verdict: Verdict::Skipped(format!(
+                    "the registry's capability `{name}` has this name and does not declare this tool"
+                )),
+                name,
+            });
+            continue;
+        }
+        let read_only = t
+            .annotations
+            .as_ref()
+            .and_then(|a| a.read_only_hint)
+            .unwrap_or(false);
+        let offered = match server.undeclared {
+            Undeclared::Refuse => Err(format!(
+                "no capability declares it, and server `{}` has undeclared = \"refuse\"",
+                server.alias
+            )),
+            Undeclared::Read if read_only => Ok(FrontedAs::Read),
+            Undeclared::Read => Err(format!(
+                "no capability declares it, and server `{}` passes undeclared tools through only when their annotations say read-only",
+                server.alias
+            )),
+            Undeclared::RequireApproval => Ok(FrontedAs::RequireApproval),
+        };
+        let verdict = match offered {
+            Err(why) => Verdict::Refused(why),
+            Ok(offered) => match server.undeclared_capability(
+                &tool,
+                &name,
+                t.description.as_deref().map(str::to_owned),
+                Value::Object((*t.input_schema).clone()),
+                offered,
+            ) {
+                Ok(cap) => {
+                    caps.push(Arc::new(cap));
+                    match offered {
+                        FrontedAs::Read => Verdict::Read,
+                        FrontedAs::RequireApproval => Verdict::RequireApproval,
+                    }
+                }
+                Err(e) => Verdict::Skipped(format!("cannot be offered: {e}")),
+            },
+        };
+        out.push(FrontedTool {
+            tool,
+            name,
+            verdict,
+        });
+    }
+    (out, caps)
+}
+
+/// The last tool list read from one server.
+#[derive(Clone, Debug, Default)]
+struct View {
+    tools: Vec<FrontedTool>,
+    /// Whether a list was ever read.
+    read: bool,
+    /// Why the last read failed (cleared by a success).
+    error: Option<String>,
+}
+
+/// The fronted servers' classified tool lists, shared by the gateway.
+#[derive(Clone, Default)]
+pub struct Fronted {
+    views: Arc<Mutex<HashMap<String, View>>>,
+    /// The aliases, longest first: a name is matched to the most specific alias.
+    aliases: Arc<Vec<String>>,
+}
+
+impl Fronted {
+    /// The (empty) lists of the registry's servers.
+    pub fn new(registry: &Registry) -> Self {
+        let mut aliases: Vec<String> = registry
+            .mcp_servers
+            .iter()
+            .map(|s| s.alias.clone())
+            .collect();
+        aliases.sort_by_key(|a| std::cmp::Reverse(a.len()));
+        Self {
+            views: Arc::default(),
+            aliases: Arc::new(aliases),
+        }
+    }
+
+    /// Records a list read from `alias`.
+    pub fn set(&self, alias: &str, tools: Vec<FrontedTool>) {
+        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        views.insert(
+            alias.to_owned(),
+            View {
+                tools,
+                read: true,
+                error: None,
+            },
+        );
+    }
+
+    /// Records that reading `alias`'s list failed (its last list, if any, stays).
+    pub fn failed(&self, alias: &str, error: String) {
+        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        views.entry(alias.to_owned()).or_default().error = Some(error);
+    }
+
+    /// The classified tools of `alias`, if its list was read.
+    pub fn tools(&self, alias: &str) -> Option<Vec<FrontedTool>> {
+        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        views.get(alias).filter(|v| v.read).map(|v| v.tools.clone())
+    }
+
+    /// Why a call to `name`, which no capability answers to, is refused: a fronted
+    /// server's tool its policy refuses or that was skipped, or a tool of a server whose
+    /// list has not been read (`None`: nothing fronted has this name).
+    pub fn refusal(&self, name: &str) -> Option<ApiError> {
+        let alias = self.aliases.iter().find(|a| {
+            name.len() > a.len() + 1
+                && name.starts_with(a.as_str())
+                && name.as_bytes()[a.len()] == b'_'
+        })?;
+        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        let view = views.get(alias);
+        if !view.is_some_and(|v| v.read) {
+            let why = view
+                .and_then(|v| v.error.clone())
+                .unwrap_or_else(|| "it is being read".into());
+            return Some(ApiError::Coded(
+                StatusCode::NOT_FOUND,
+                Code::UnknownCapability,
+                format!(
+                    "no capability {name}: the tool list of MCP server `{alias}` has not been read yet ({why}); nothing of it is callable until it is"
+                ),
+            ));
+        }
+        let tool = view?.tools.iter().find(|t| t.name == name)?;
+        match &tool.verdict {
+            Verdict::Refused(why) | Verdict::Skipped(why) => Some(ApiError::Coded(
+                StatusCode::FORBIDDEN,
+                Code::PolicyDenied,
+                format!("{name} is refused: {why}"),
+            )),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Keeping fronted MCP servers' tool lists current: each `[[mcp_servers]]` entry is read
+//! at startup, again whenever the server says its list changed (a watching connection:
+//! `subscriptions/listen` at 2026-07-28, the session's notifications at 2025-11-25),
+//! and at the latest every `refresh`. Each read is classified ([`crate::fronted`]) and
+//! handed to the engine, which then knows the undeclared tools' capabilities.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncegate_core::config::McpServer;
+use tokio::sync::Notify;
+
+use crate::fronted::{FrontedTool, classify};
+use crate::state::AppState;
+use crate::upstream::{mcp, server_request};
+
+/// How long a watching connection that failed waits before it connects again.
+const WATCH_RETRY: Duration = Duration::from_secs(5);
+
+/// How soon a list that could not be read is read again.
+const READ_RETRY: Duration = Duration::from_secs(5);
+
+/// Keeps every fronted server's list current. Runs until the process ends.
+pub async fn front_servers(state: AppState) {
+    let servers = state.gate().registry().mcp_servers.clone();
+    let tasks: Vec<_> = servers
+        .into_iter()
+        .map(|server| tokio::spawn(keep_current(state.clone(), server)))
+        .collect();
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
+/// Reads every fronted server's list once, side by side (each within its `timeout`), so
+/// that a gateway that says it is listening lists their tools from its first request.
+/// A server that cannot be read is left to [`front_servers`], which retries it.
+pub async fn read_all(state: &AppState) {
+    let servers = state.gate().registry().mcp_servers.clone();
+    futures::future::join_all(servers.iter().map(|server| read(state, server))).await;
+}
+
+async fn keep_current(state: AppState, server: McpServer) {
+    let changed = Arc::new(Notify::new());
+    let watcher = tokio::spawn(watch(state.clone(), server.clone(), changed.clone()));
+    let refresh = server.refresh.unsigned_abs();
+    // A list [`read_all`] read before serving is current: the first re-read waits.
+    let mut read_already = state.fronted().tools(&server.alias).is_some();
+    loop {
+        let outcome = if std::mem::take(&mut read_already) {
+            Ok(Vec::new())
+        } else {
+            read(&state, &server).await
+        };
+        let wait = match outcome {
+            Ok(_) => refresh,
+            Err(_) => READ_RETRY.min(refresh),
+        };
+        tokio::select! {
+            () = changed.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+            () = state.mcp_shutdown().cancelled() => break,
+        }
+    }
+    watcher.abort();
+}
+
+/// Holds a watching connection to `server`, reconnecting when it ends; a connection
+/// that was watching and ended wakes a re-read, since a change may have gone unheard
+/// while it was down. A server that cannot be watched is tried again less and less
+/// often (up to its `refresh`), and its list is kept current by the schedule alone.
+async fn watch(state: AppState, server: McpServer, changed: Arc<Notify>) {
+    let longest = server.refresh.unsigned_abs().max(WATCH_RETRY);
+    let mut backoff = WATCH_RETRY;
+    loop {
+        let ended = match server_request(&server) {
+            Ok(request) => mcp::watch_tools(state.http(), &request, changed.clone()).await,
+            Err(e) => Err(e),
+        };
+        match ended {
+            Ok(()) => {
+                tracing::debug!(server = %server.alias, "the watching connection ended");
+                backoff = WATCH_RETRY;
+                tokio::time::sleep(WATCH_RETRY).await;
+                changed.notify_one();
+            }
+            Err(e) => {
+                tracing::debug!(server = %server.alias, error = %e, "cannot watch the tool list; refreshing on schedule");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(longest);
+            }
+        }
+    }
+}
+
+/// Reads `server`'s tool list once, classifies it and hands it to the engine.
+pub async fn read(state: &AppState, server: &McpServer) -> Result<Vec<FrontedTool>, String> {
+    let listed = match server_request(server) {
+        Ok(request) => mcp::list_tools(state.http(), &request).await,
+        Err(e) => Err(e),
+    };
+    match listed {
+        Ok(tools) => {
+            let (classified, caps) = classify(state.gate().registry(), server, &tools);
+            state.gate().set_fronted(&server.alias, caps);
+            state.fronted().set(&server.alias, classified.clone());
+            tracing::debug!(server = %server.alias, tools = classified.len(), "read the tool list");
+            Ok(classified)
+        }
+        Err(e) => {
+            tracing::warn!(server = %server.alias, error = %e, "cannot read the tool list");
+            state.fronted().failed(&server.alias, e.clone());
+            Err(e)
+        }
+    }
+}
