@@ -8,7 +8,10 @@
 #     langgraph, langchain-core, openai-agents, every transitive dependency:
 #     clients/python/tests/requirements.txt) into target/python-client/venv. A virtualenv
 #     of its own, since openai-agents pulls a `mcp` of its own choosing.
-# `setup.sh` does both; `setup.sh mcp-clients` or `setup.sh python-client` one of them.
+#   - conformance (tests/conformance/run.sh): the official MCP conformance suite, the
+#     TypeScript SDK its upstream is written with, and the Node 22 the suite needs (npm
+#     package `node`), into tests/conformance/node_modules (`npm ci` from the lock file).
+# `setup.sh` does all three; `setup.sh mcp-clients` (or another part's name) one of them.
 # Idempotent and cached: per part, a stamp holding a hash of what it was built from (for
 # the Python client, its sources too) skips the work when nothing changed. Safe to run
 # concurrently (nextest runs tests in parallel processes, each of which may call it): one
@@ -27,12 +30,14 @@ client_out="$root/target/python-client"
 client_venv="$client_out/venv"
 client_reqs="$client_src/tests/requirements.txt"
 
+conformance_dir="$here/../conformance"
+
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client)
+[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance)
 for part in "${parts[@]}"; do
   case "$part" in
-    mcp-clients | python-client) ;;
-    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client)" >&2; exit 2 ;;
+    mcp-clients | python-client | conformance) ;;
+    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance)" >&2; exit 2 ;;
   esac
 done
 
@@ -129,9 +134,29 @@ setup_python_client() {
   echo "python-client: ready" >&2
 }
 
+setup_conformance() {
+  command -v npm >/dev/null 2>&1 || { echo "conformance: FATAL: npm is not on PATH" >&2; exit 1; }
+  local want stamp
+  want="$(cat "$here/setup.sh" "$conformance_dir/package.json" "$conformance_dir/package-lock.json" | sha256sum | cut -d' ' -f1)"
+  stamp="$mcp_out/conformance-stamp"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$conformance_dir/node_modules/.bin/node" ]]; then
+    return 0
+  fi
+  rm -f "$stamp"
+  echo "conformance: npm ci in $conformance_dir" >&2
+  (cd "$conformance_dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+  # The suite needs Node 22 (fs.globSync): the `node` package's binary, never the machine's.
+  local version
+  version="$("$conformance_dir/node_modules/.bin/node" --version)"
+  [[ "$version" == v22.* ]] || { echo "conformance: FATAL: expected Node 22 from the node package, got $version" >&2; exit 1; }
+  echo "$want" >"$stamp"
+  echo "conformance: ready (node $version)" >&2
+}
+
 for part in "${parts[@]}"; do
   case "$part" in
     mcp-clients) setup_mcp_clients ;;
     python-client) setup_python_client ;;
+    conformance) setup_conformance ;;
   esac
 done

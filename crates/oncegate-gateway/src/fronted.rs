@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use axum::http::StatusCode;
 use oncegate_core::Registry;
 use oncegate_core::codes::Code;
-use oncegate_core::config::{Capability, FrontedAs, McpServer, Undeclared, fronted_name};
+use oncegate_core::config::{Capability, FrontedAs, McpServer, Undeclared};
 use rmcp::model::Tool;
 use serde::Serialize;
 use serde_json::Value;
@@ -105,9 +105,13 @@ pub fn classify(
             });
             continue;
         }
-        let Some(name) = fronted_name(&server.alias, &tool) else {
+        let Some(name) = server.offered_name(&tool) else {
             out.push(FrontedTool {
-                name: format!("{}_{tool}", server.alias),
+                name: if server.prefix {
+                    format!("{}_{tool}", server.alias)
+                } else {
+                    tool.clone()
+                },
                 tool,
                 verdict: Verdict::Skipped(
                     "not a valid MCP tool name (1 to 128 of A-Z a-z 0-9 _ - .): declare it as a capability under a name of your own".into(),
@@ -232,6 +236,24 @@ impl Fronted {
     /// server's tool its policy refuses or that was skipped, or a tool of a server whose
     /// list has not been read (`None`: nothing fronted has this name).
     pub fn refusal(&self, name: &str) -> Option<ApiError> {
+        // A listed name first (servers with `prefix = false` offer their own names).
+        {
+            let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+            let found = views
+                .values()
+                .flat_map(|v| v.tools.iter())
+                .find(|t| t.name == name);
+            if let Some(tool) = found {
+                return match &tool.verdict {
+                    Verdict::Refused(why) | Verdict::Skipped(why) => Some(ApiError::Coded(
+                        StatusCode::FORBIDDEN,
+                        Code::PolicyDenied,
+                        format!("{name} is refused: {why}"),
+                    )),
+                    _ => None,
+                };
+            }
+        }
         let alias = self.aliases.iter().find(|a| {
             name.len() > a.len() + 1
                 && name.starts_with(a.as_str())
@@ -251,14 +273,6 @@ impl Fronted {
                 ),
             ));
         }
-        let tool = view?.tools.iter().find(|t| t.name == name)?;
-        match &tool.verdict {
-            Verdict::Refused(why) | Verdict::Skipped(why) => Some(ApiError::Coded(
-                StatusCode::FORBIDDEN,
-                Code::PolicyDenied,
-                format!("{name} is refused: {why}"),
-            )),
-            _ => None,
-        }
+        None
     }
 }

@@ -187,8 +187,10 @@ impl FromStr for Resource {
 /// MCP server at `/mcp` (Streamable HTTP; the same `Authorization: Bearer` rule as `/v1`;
 /// only loopback `Host` headers are accepted, against DNS rebinding). Clients of the
 /// 2025-11-25 era initialize and get an `Mcp-Session-Id`; 2026-07-28 requests are served
-/// statelessly. Tools, each the twin of an HTTP call above and answering the same JSON
-/// as `structuredContent` (and as one text block):
+/// statelessly. While a create tool runs it logs one line (`notifications/message`, info:
+/// `accepted charges for order A-1`) and, to a caller that sent a `progressToken`,
+/// reports `accepted` then `committed`. Tools, each the twin of an HTTP call above and
+/// answering the same JSON as `structuredContent` (and as one text block):
 ///
 /// - `create_charge`, `create_refund` `{order_id, amount_minor, currency, memo?,
 ///   idempotency_key?}`, `send_email` `{order_id, to, template, body?, dedupe_ref?,

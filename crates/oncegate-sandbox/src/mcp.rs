@@ -72,21 +72,22 @@ pub(super) struct Tools {
 
 impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        )
-        .with_server_info(Implementation::new(
-            "oncegate-sandbox",
-            env!("CARGO_PKG_VERSION"),
-        ))
-        .with_instructions(
-            "A simulated payments, email and ledger provider. Creates take an optional \
+        #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, still sent.
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_logging()
+            .build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(
+                "oncegate-sandbox",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(
+                "A simulated payments, email and ledger provider. Creates take an optional \
                  idempotency_key (or _meta[\"dev.oncegate/idempotency_key\"]): a repeat with \
                  the same key and arguments answers the first result and commits nothing.",
-        )
+            )
     }
 
     async fn list_tools(
@@ -193,6 +194,19 @@ impl ServerHandler for Tools {
         };
         let outcome = match call {
             ToolCall::Create(resource) => {
+                // And a log line naming the order, as providers log what they accepted.
+                let order = arguments
+                    .get("order_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("-");
+                #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, still sent.
+                let line = rmcp::model::LoggingMessageNotificationParam::new(
+                    rmcp::model::LoggingLevel::Info,
+                    Value::String(format!("accepted {} for order {order}", resource.as_str())),
+                )
+                .with_logger("sandbox");
+                #[allow(deprecated)]
+                let _ = context.peer.notify_logging_message(line).await;
                 report(1.0, "accepted").await;
                 let created = self
                     .create(resource, arguments, meta_key, &context.ct)

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod args;
+mod conformance;
 mod demo;
 mod detection;
 mod gateway;

@@ -38,6 +38,7 @@ pub(super) struct RawMcpServer {
     pub(super) timeout: Option<String>,
     pub(super) undeclared: Option<Undeclared>,
     pub(super) refresh: Option<String>,
+    pub(super) prefix: Option<bool>,
 }
 
 #[derive(Deserialize)]

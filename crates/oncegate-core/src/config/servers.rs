@@ -51,6 +51,21 @@ pub struct McpServer {
     pub undeclared: Undeclared,
     /// How long a tool list is trusted without a `list_changed` notification.
     pub refresh: SignedDuration,
+    /// Whether its tools and prompts are offered as `<alias>_<name>` (the default) or
+    /// under their own names (`prefix = false`).
+    pub prefix: bool,
+}
+
+impl McpServer {
+    /// The name agents see for the server's tool or prompt `name`, if it is a valid
+    /// MCP tool name.
+    pub fn offered_name(&self, name: &str) -> Option<String> {
+        if self.prefix {
+            fronted_name(&self.alias, name)
+        } else {
+            is_tool_name(name).then(|| name.to_owned())
+        }
+    }
 }
 
 /// The longest tool name the MCP specification allows.

@@ -22,6 +22,7 @@
 //! annotations from the registry), [`sessions`] (who opened each session, and rmcp's session state, in the store).
 
 pub mod auth;
+pub mod passthrough;
 pub mod schema;
 pub mod sessions;
 pub mod surface;
@@ -77,7 +78,7 @@ pub fn service(
     config.session_store = Some(Arc::new(sessions.clone()));
     let surface = McpSurface::new(state);
     StreamableHttpService::new(
-        move || Ok(surface.clone()),
+        move || Ok(surface.session()),
         Arc::new(LocalSessionManager::default()),
         config,
     )

@@ -4,27 +4,34 @@
 //! envelope's MCP rendering in `_meta`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use oncegate_core::codes::Code;
 use oncegate_core::config::{Capability, Role, UpstreamKind};
 use oncegate_core::intent::{IntentState, Outcome, Status};
 use oncegate_engine::Call;
 use rmcp::ServerHandler;
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData as McpError,
-    Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ResultType,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, ErrorData as McpError, GetPromptRequestParams, GetPromptResponse, Implementation,
+    JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, MetaObject, PaginatedRequestParams, PromptsCapability,
+    ReadResourceRequestParams, ReadResourceResponse, ResourcesCapability, ResultType,
     ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
+use super::passthrough;
 use super::schema::{annotations, derived_schema, strip_property};
 use crate::error::ApiError;
 use crate::front::Door;
 use crate::headers::{header_string, invalid_header};
 use crate::state::{AppState, Principal};
 use crate::upstream::UpstreamExecutor;
+use crate::upstream::mcp::log_rank;
 use crate::wire::{Envelope, OUTCOME_META_KEY};
 
 /// The request `_meta` key of the orchestrator's run id.
@@ -42,6 +49,9 @@ pub struct McpSurface {
     /// Input schemas read from MCP upstreams' own tools/list, by capability (or when the
     /// last read failed).
     upstream_schemas: Arc<Mutex<HashMap<String, SchemaRead>>>,
+    /// The least severe log level this session takes (`logging/setLevel`, ranked by
+    /// [`log_rank`]); `None` until it asks.
+    log_level: Arc<Mutex<Option<u8>>>,
 }
 
 impl McpSurface {
@@ -50,7 +60,27 @@ impl McpSurface {
         Self {
             state,
             upstream_schemas: Arc::default(),
+            log_level: Arc::default(),
         }
+    }
+
+    /// The surface for one new session: the shared state, a log level of its own.
+    pub fn session(&self) -> Self {
+        Self {
+            log_level: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// The log level a call's upstream messages are relayed from: the request's own
+    /// (`_meta["io.modelcontextprotocol/logLevel"]`), else its session's.
+    fn log_from(&self, ctx: &RequestContext<RoleServer>) -> Option<u8> {
+        #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, still what clients use.
+        let asked = ctx.meta.log_level().map(log_rank);
+        asked.or(*self
+            .log_level
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -235,9 +265,13 @@ impl McpSurface {
         }
         let cap = Arc::clone(door.capability());
         // Progress the upstream reports while this request waits reaches the agent (a
-        // request without a progressToken asked for none).
-        let _route = match ctx.meta.get_progress_token() {
-            Some(token) => self
+        // request without a progressToken asked for none), and so do its log messages
+        // from the level the request (`_meta` logLevel) or the session asked for.
+        let progress = ctx.meta.get_progress_token();
+        let log_from = self.log_from(&ctx);
+        let _route = match (&progress, log_from) {
+            (None, None) => None,
+            _ => self
                 .state
                 .gate()
                 .derive_key(&principal.name, &call)
@@ -246,10 +280,10 @@ impl McpSurface {
                     self.state.mcp_upstreams().progress().route(
                         d.key.as_str(),
                         ctx.peer.clone(),
-                        token,
+                        progress,
+                        log_from,
                     )
                 }),
-            None => None,
         };
         let outcome = door.call(&principal, call).await?;
         Ok((outcome, cap))
@@ -317,7 +351,18 @@ pub fn tool_result(o: &Outcome, cap: &Capability) -> CallToolResult {
 
 impl ServerHandler for McpSurface {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, still what clients use.
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_logging()
+            .build();
+        if passthrough::any(&self.state) {
+            // A fronted server's reads: its resources, prompts and their completions.
+            capabilities.resources = Some(ResourcesCapability::default());
+            capabilities.prompts = Some(PromptsCapability::default());
+            capabilities.completions = Some(JsonObject::new());
+        }
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("oncegate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Every tool goes through oncegate: calling a tool twice for one intent has the effect of calling it once. \
@@ -348,5 +393,103 @@ impl ServerHandler for McpSurface {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         self.call(request, ctx).await.map(CallToolResponse::from)
+    }
+
+    #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, still what clients use.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        *self
+            .log_level
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(log_rank(request.level));
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        if !self.reads_fronted(&ctx)? {
+            return Ok(ListPromptsResult::default());
+        }
+        Ok(passthrough::list_prompts(&self.state).await)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        self.reads_fronted_or_refuse(&ctx)?;
+        passthrough::get_prompt(&self.state, request)
+            .await
+            .map(GetPromptResponse::from)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        if !self.reads_fronted(&ctx)? {
+            return Ok(ListResourcesResult::default());
+        }
+        Ok(passthrough::list_resources(&self.state).await)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        if !self.reads_fronted(&ctx)? {
+            return Ok(ListResourceTemplatesResult::default());
+        }
+        Ok(passthrough::list_resource_templates(&self.state).await)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        self.reads_fronted_or_refuse(&ctx)?;
+        passthrough::read_resource(&self.state, request)
+            .await
+            .map(ReadResourceResponse::from)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        self.reads_fronted_or_refuse(&ctx)?;
+        passthrough::complete(&self.state, request).await
+    }
+}
+
+impl McpSurface {
+    /// Whether this request's principal sees fronted servers' resources and prompts:
+    /// those who see tools (agents and admins).
+    fn reads_fronted(&self, ctx: &RequestContext<RoleServer>) -> Result<bool, McpError> {
+        let principal = principal(ctx)
+            .map_err(|_| McpError::internal_error("the request was not authenticated", None))?;
+        Ok(matches!(principal.role, Role::Agent | Role::Admin))
+    }
+
+    fn reads_fronted_or_refuse(&self, ctx: &RequestContext<RoleServer>) -> Result<(), McpError> {
+        if self.reads_fronted(ctx)? {
+            Ok(())
+        } else {
+            Err(McpError::invalid_request(
+                "approvers read no fronted server's resources or prompts",
+                None,
+            ))
+        }
     }
 }

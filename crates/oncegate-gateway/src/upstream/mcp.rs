@@ -36,6 +36,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rmcp::ClientHandler;
+// MCP logging is deprecated by SEP-2577; legacy clients still ask for it.
+#[allow(deprecated)]
+use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
     CallToolRequest, CancelledNotificationParam, ClientRequest, ProgressNotificationParam,
     ProgressToken, RequestId, ServerResult,
@@ -167,13 +170,24 @@ pub enum CallEnd {
 
 type Client = RunningService<RoleClient, Relay>;
 
-/// Where an upstream's progress notifications for an intent go: the agents' requests
-/// waiting on that intent (their peer and their own `progressToken`). A route ends with
-/// the agent's request, never with the upstream call.
+/// Where an upstream's progress and log notifications for an intent go: the agents'
+/// requests waiting on that intent (their peer, their own `progressToken` if they gave
+/// one, and the least severe log level they take). A route ends with the agent's
+/// request, never with the upstream call.
 #[derive(Clone, Default)]
 pub struct ProgressRoutes(Arc<Mutex<ProgressMap>>);
 
-type ProgressMap = HashMap<String, Vec<(u64, Peer<RoleServer>, ProgressToken)>>;
+type ProgressMap = HashMap<String, Vec<Waiting>>;
+
+/// One agent request waiting on an intent.
+#[derive(Clone)]
+struct Waiting {
+    id: u64,
+    peer: Peer<RoleServer>,
+    progress: Option<ProgressToken>,
+    /// Log messages at least this severe reach it (`None`: none do).
+    log_from: Option<u8>,
+}
 
 /// One agent request's route; dropped when the request ends.
 pub struct ProgressRoute {
@@ -182,16 +196,44 @@ pub struct ProgressRoute {
     id: u64,
 }
 
+/// A log level's rank, least severe first.
+#[allow(deprecated)]
+pub fn log_rank(level: rmcp::model::LoggingLevel) -> u8 {
+    use rmcp::model::LoggingLevel as L;
+    match level {
+        L::Debug => 0,
+        L::Info => 1,
+        L::Notice => 2,
+        L::Warning => 3,
+        L::Error => 4,
+        L::Critical => 5,
+        L::Alert => 6,
+        L::Emergency => 7,
+    }
+}
+
 impl ProgressRoutes {
-    /// Routes the upstream progress of intent `key` to `peer` as `token` while the
-    /// returned route lives.
-    pub fn route(&self, key: &str, peer: Peer<RoleServer>, token: ProgressToken) -> ProgressRoute {
+    /// Routes the upstream progress of intent `key` to `peer` as `progress` (if the
+    /// agent asked for progress) and its log messages of rank `log_from` and up, while
+    /// the returned route lives.
+    pub fn route(
+        &self,
+        key: &str,
+        peer: Peer<RoleServer>,
+        progress: Option<ProgressToken>,
+        log_from: Option<u8>,
+    ) -> ProgressRoute {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         lock(&self.0)
             .entry(key.to_owned())
             .or_default()
-            .push((id, peer, token));
+            .push(Waiting {
+                id,
+                peer,
+                progress,
+                log_from,
+            });
         ProgressRoute {
             routes: self.clone(),
             key: key.to_owned(),
@@ -203,12 +245,30 @@ impl ProgressRoutes {
     /// the task rmcp runs the notification in (no second task per agent).
     async fn relay(&self, intent: &str, params: ProgressNotificationParam) {
         let targets = lock(&self.0).get(intent).cloned().unwrap_or_default();
-        for (_, peer, token) in targets {
+        for waiting in targets {
+            let Some(token) = waiting.progress else {
+                continue;
+            };
             let mut relayed = params.clone();
             relayed.progress_token = token;
             relayed.meta = None;
             // The agent may have gone; its progress is best effort.
-            let _ = peer.notify_progress(relayed).await;
+            let _ = waiting.peer.notify_progress(relayed).await;
+        }
+    }
+
+    /// Relays one upstream log message to the agents waiting on `intent` that take
+    /// messages of its level.
+    #[allow(deprecated)]
+    async fn relay_log(&self, intent: &str, params: LoggingMessageNotificationParam) {
+        let rank = log_rank(params.level);
+        let targets = lock(&self.0).get(intent).cloned().unwrap_or_default();
+        for waiting in targets {
+            if waiting.log_from.is_some_and(|from| rank >= from) {
+                let mut relayed = params.clone();
+                relayed.meta = None;
+                let _ = waiting.peer.notify_logging_message(relayed).await;
+            }
         }
     }
 }
@@ -217,7 +277,7 @@ impl Drop for ProgressRoute {
     fn drop(&mut self) {
         let mut map = lock(&self.routes.0);
         if let Some(list) = map.get_mut(&self.key) {
-            list.retain(|(id, _, _)| *id != self.id);
+            list.retain(|w| w.id != self.id);
             if list.is_empty() {
                 map.remove(&self.key);
             }
@@ -277,6 +337,29 @@ impl ClientHandler for Relay {
         let intent = lock(&self.calls).get(&params.progress_token).cloned();
         if let Some(intent) = intent {
             self.routes.relay(&intent, params).await;
+        }
+    }
+
+    /// A log message has no request id: it is relayed when this client runs calls for
+    /// one intent only, so no agent ever reads another intent's log. While calls for
+    /// several intents share the client, its messages go to no one.
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let intent = {
+            let calls = lock(&self.calls);
+            let mut intents = calls.values();
+            let first = intents.next().cloned();
+            first.filter(|f| intents.all(|i| i == f))
+        };
+        match intent {
+            Some(intent) => self.routes.relay_log(&intent, params).await,
+            None => {
+                tracing::debug!("an upstream log message not tied to one intent is not relayed")
+            }
         }
     }
 
@@ -791,15 +874,40 @@ pub async fn tool_schema(client: reqwest::Client, call: ToolCall) -> Result<Json
 
 /// Every tool an MCP server lists (all pages), within `call.timeout`.
 pub async fn list_tools(client: reqwest::Client, call: &ToolCall) -> Result<Vec<Tool>, String> {
+    with_peer(client, call, async |peer| peer.list_all_tools().await)
+        .await
+        .map_err(|e| e.message.to_string())
+}
+
+/// Asks the server `call` names one thing on a connection of its own, within the
+/// call's timeout: a read (tools, resources, prompts). The server's own JSON-RPC error
+/// comes back as it was; any other failure as an internal error saying what failed.
+pub async fn with_peer<T>(
+    client: reqwest::Client,
+    call: &ToolCall,
+    ask: impl AsyncFnOnce(&Peer<RoleClient>) -> Result<T, ServiceError>,
+) -> Result<T, rmcp::model::ErrorData> {
+    use rmcp::model::ErrorData;
     let fetch = async {
-        let peer = connect(client, call, &ProgressRoutes::default()).await?;
-        let tools = peer.list_all_tools().await.map_err(|e| error_chain(&e));
+        let peer = connect(client, call, &ProgressRoutes::default())
+            .await
+            .map_err(|e| {
+                ErrorData::internal_error(format!("cannot reach the upstream: {e}"), None)
+            })?;
+        let answer = ask(peer.peer()).await.map_err(|e| match e {
+            ServiceError::McpError(e) => e,
+            e => {
+                ErrorData::internal_error(format!("the upstream failed: {}", error_chain(&e)), None)
+            }
+        });
         let _ = peer.cancel().await;
-        tools
+        answer
     };
     tokio::time::timeout(call.timeout, fetch)
         .await
-        .map_err(|_| "the upstream did not list its tools before the timeout".to_owned())?
+        .map_err(|_| {
+            ErrorData::internal_error("the upstream did not answer before the timeout", None)
+        })?
 }
 
 /// Holds a connection to an MCP server open and wakes `changed` each time the server

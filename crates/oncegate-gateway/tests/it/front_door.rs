@@ -826,29 +826,9 @@ rejected = "^Input validation error:"
     client.cancel().await.unwrap();
 }
 
-/// An agent's client that keeps the progress it hears.
-#[derive(Clone, Default)]
-struct Heard(std::sync::Arc<std::sync::Mutex<Vec<rmcp::model::ProgressNotificationParam>>>);
-
-impl ClientHandler for Heard {
-    fn get_info(&self) -> ClientConfig {
-        ClientConfig::default()
-    }
-
-    async fn on_progress(
-        &self,
-        params: rmcp::model::ProgressNotificationParam,
-        _: rmcp::service::NotificationContext<rmcp::service::RoleClient>,
-    ) {
-        self.0.lock().unwrap().push(params);
-    }
-}
-
-#[tokio::test]
-async fn an_mcp_upstreams_progress_reaches_the_agent_waiting_on_the_intent_in_both_eras() {
-    let sandbox = start_sandbox().await;
-    let dir = tempfile::tempdir().unwrap();
-    let caps = format!(
+/// `charge_mcp`: the sandbox's `create_charge` tool, keyed on the order.
+fn charge_mcp(sandbox: &str) -> String {
+    format!(
         r#"
 [[capabilities]]
 name = "charge_mcp"
@@ -863,7 +843,120 @@ timeout = "10s"
 effect_ref = "/id"
 body = {{ order_id = "{{arg.order_id}}", amount_minor = "1250", currency = "USD" }}
 "#
+    )
+}
+
+/// An agent's client that keeps the progress and the log lines it hears.
+#[derive(Clone, Default)]
+struct Heard(
+    std::sync::Arc<std::sync::Mutex<Vec<rmcp::model::ProgressNotificationParam>>>,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+);
+
+impl Heard {
+    fn logs(&self) -> Vec<String> {
+        self.1.lock().unwrap().clone()
+    }
+}
+
+impl ClientHandler for Heard {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _: rmcp::service::NotificationContext<rmcp::service::RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(params);
+    }
+
+    #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, still what clients use.
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _: rmcp::service::NotificationContext<rmcp::service::RoleClient>,
+    ) {
+        self.1.lock().unwrap().push(params.data.to_string());
+    }
+}
+
+#[tokio::test]
+async fn an_upstream_log_line_reaches_only_agents_that_asked_and_wait_on_its_intent() {
+    let sandbox = start_sandbox().await;
+    let dir = tempfile::tempdir().unwrap();
+    let caps = charge_mcp(&sandbox);
+    let gw = gateway(dir.path(), "", &caps).await;
+    let (heard_a, heard_b, heard_quiet) = (Heard::default(), Heard::default(), Heard::default());
+    let a = mcp_client_as(&gw, heard_a.clone(), ClientLifecycleMode::Initialize).await;
+    let b = mcp_client_as(&gw, heard_b.clone(), ClientLifecycleMode::Initialize).await;
+    let quiet = mcp_client_as(&gw, heard_quiet.clone(), ClientLifecycleMode::Initialize).await;
+    #[allow(deprecated)]
+    for client in [&a, &b] {
+        client
+            .set_level(rmcp::model::SetLevelRequestParams::new(
+                rmcp::model::LoggingLevel::Debug,
+            ))
+            .await
+            .unwrap();
+    }
+
+    // Alone on the upstream connection: the agent hears its intent's log line.
+    let r = mcp_call(&a, "charge_mcp", json!({"order_id": "L-A1"}), Value::Null)
+        .await
+        .unwrap();
+    assert_eq!(outcome(&r)["state"], "applied", "{r:?}");
+    let logs = heard_a.logs();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("accepted charges for order L-A1")),
+        "{logs:?}"
     );
+
+    // Two intents at once on the one pooled upstream connection, and one agent that
+    // asked for no logs: nobody hears a line about an intent that is not theirs.
+    let slow = json!({"path": "/v1/charges", "fault": "slow", "times": 3, "delay_ms": 400});
+    reqwest::Client::new()
+        .post(format!("{sandbox}/_sandbox/faults"))
+        .json(&slow)
+        .send()
+        .await
+        .unwrap();
+    let (ra, rb, rq) = tokio::join!(
+        mcp_call(&a, "charge_mcp", json!({"order_id": "L-A2"}), Value::Null),
+        mcp_call(&b, "charge_mcp", json!({"order_id": "L-B2"}), Value::Null),
+        mcp_call(
+            &quiet,
+            "charge_mcp",
+            json!({"order_id": "L-Q2"}),
+            Value::Null
+        ),
+    );
+    for r in [ra, rb, rq] {
+        assert_eq!(outcome(&r.unwrap())["state"], "applied");
+    }
+    let (la, lb) = (heard_a.logs(), heard_b.logs());
+    assert!(
+        la.iter()
+            .all(|l| !l.contains("L-B2") && !l.contains("L-Q2")),
+        "{la:?}"
+    );
+    assert!(
+        lb.iter().all(|l| !l.contains("L-A") && !l.contains("L-Q2")),
+        "{lb:?}"
+    );
+    assert!(heard_quiet.logs().is_empty(), "{:?}", heard_quiet.logs());
+    for client in [a, b, quiet] {
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_mcp_upstreams_progress_reaches_the_agent_waiting_on_the_intent_in_both_eras() {
+    let sandbox = start_sandbox().await;
+    let dir = tempfile::tempdir().unwrap();
+    let caps = charge_mcp(&sandbox);
     let gw = gateway(dir.path(), "", &caps).await;
     let eras = [
         (

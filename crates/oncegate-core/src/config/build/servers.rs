@@ -72,6 +72,7 @@ impl Builder<'_> {
                 timeout,
                 undeclared: rs.undeclared.unwrap_or_default(),
                 refresh,
+                prefix: rs.prefix.unwrap_or(true),
             });
         }
         servers

@@ -114,7 +114,12 @@ impl Builder<'_> {
         if raw.kind == UpstreamKind::Http && raw.tool.is_some() {
             self.err(&at(&["tool"]), "`tool` applies to MCP upstreams only", None);
         }
-        if raw.kind == UpstreamKind::Mcp && body.is_none() && raw.idempotency_arg.is_none() {
+        // A read claims nothing and sends no key: the model's arguments are all it takes.
+        if raw.kind == UpstreamKind::Mcp
+            && category != Category::Read
+            && body.is_none()
+            && raw.idempotency_arg.is_none()
+        {
             self.warn(
                 &at(&["body"]),
                 "the agent's arguments reach this MCP tool unmapped: if the tool takes its own idempotency-key argument, name it in idempotency_arg, or the model's value reaches the tool",
