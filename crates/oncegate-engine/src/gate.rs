@@ -69,8 +69,15 @@ pub struct Gate {
     pub(crate) fronted: Arc<std::sync::RwLock<FrontedCapabilities>>,
 }
 
-/// A fronted tool's name -> (its server's alias, the capability it is called through).
-type FrontedCapabilities = HashMap<String, (String, Arc<Capability>)>;
+/// The fronted servers' undeclared tools: those offered now, and those a server stopped
+/// listing, kept so that what was started under them settles (sweeps, denials,
+/// completions) though no new call reaches them.
+#[derive(Default)]
+pub(crate) struct FrontedCapabilities {
+    /// A tool's name -> (its server's alias, the capability it is called through).
+    current: HashMap<String, (String, Arc<Capability>)>,
+    retired: HashMap<String, (String, Arc<Capability>)>,
+}
 
 impl Clone for Gate {
     fn clone(&self) -> Self {
@@ -176,12 +183,12 @@ impl Gate {
     }
 
     pub(crate) fn capability(&self, name: &str) -> Result<Arc<Capability>, GateError> {
-        self.find_capability(name)
+        self.settling_capability(name)
             .ok_or_else(|| GateError::UnknownCapability(name.to_owned()))
     }
 
-    /// A capability by name: the registry's, else a fronted server's undeclared tool
-    /// (the registry always wins).
+    /// A capability that is offered now, by name: the registry's, else a fronted
+    /// server's undeclared tool (the registry always wins).
     pub fn find_capability(&self, name: &str) -> Option<Arc<Capability>> {
         if let Some(cap) = self.registry.capability(name) {
             return Some(Arc::clone(cap));
@@ -189,22 +196,49 @@ impl Gate {
         self.fronted
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .current
             .get(name)
             .map(|(_, cap)| Arc::clone(cap))
     }
 
+    /// A capability to settle what was started under it: one offered now, else a
+    /// fronted tool its server has stopped listing (since this process read it).
+    pub fn settling_capability(&self, name: &str) -> Option<Arc<Capability>> {
+        self.find_capability(name).or_else(|| {
+            self.fronted
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retired
+                .get(name)
+                .map(|(_, cap)| Arc::clone(cap))
+        })
+    }
+
     /// Replaces the undeclared tools of the fronted server `alias` (its tool list was
     /// read, or changed): calls to a tool no longer listed are unknown from now on.
-    /// Names the registry declares are skipped: the registry always wins.
+    /// Names the registry declares are skipped: the registry always wins; so are names
+    /// another server holds (a name never moves from one server to another under a
+    /// call or an approval).
     pub fn set_fronted(&self, alias: &str, capabilities: Vec<Arc<Capability>>) {
         let mut fronted = self
             .fronted
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        fronted.retain(|_, (server, _)| server != alias);
+        let FrontedCapabilities { current, retired } = &mut *fronted;
+        let (gone, kept): (HashMap<_, _>, HashMap<_, _>) = current
+            .drain()
+            .partition(|(_, (server, _))| server == alias);
+        *current = kept;
         for cap in capabilities {
-            if self.registry.capability(&cap.name).is_none() {
-                fronted.insert(cap.name.clone(), (alias.to_owned(), cap));
+            let held = current.get(&cap.name).is_some_and(|(s, _)| s != alias);
+            if self.registry.capability(&cap.name).is_none() && !held {
+                retired.remove(&cap.name);
+                current.insert(cap.name.clone(), (alias.to_owned(), cap));
+            }
+        }
+        for (name, entry) in gone {
+            if !current.contains_key(&name) {
+                retired.insert(name, entry);
             }
         }
     }
@@ -215,6 +249,7 @@ impl Gate {
             .fronted
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .current
             .values()
             .map(|(_, cap)| Arc::clone(cap))
             .collect();

@@ -66,7 +66,9 @@ impl Gate {
         record: &IntentRecord,
         executor: Arc<E>,
     ) -> Result<Option<Outcome>, StoreError> {
-        let Some(cap) = self.find_capability(&record.capability) else {
+        let Some(cap) = self.settling_capability(&record.capability) else {
+            // A fronted tool this process has not read (yet): a later pass settles it.
+            tracing::debug!(capability = %record.capability, "no capability to settle this intent with yet");
             return Ok(None);
         };
         // One gate at a time asks the upstream about an intent: another replica (or a

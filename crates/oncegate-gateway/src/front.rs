@@ -52,6 +52,20 @@ impl Door {
         })
     }
 
+    /// The door to what was started under `capability`, offered now or not (a fronted
+    /// tool its server stopped listing): for settling it, never for a new call.
+    pub(crate) fn settling(state: &AppState, capability: &str) -> Result<Self, ApiError> {
+        let capability = state
+            .gate()
+            .settling_capability(capability)
+            .ok_or_else(|| ApiError::Gate(GateError::UnknownCapability(capability.to_owned())))?;
+        Ok(Self {
+            executor: executor(state, Arc::clone(&capability)),
+            state: state.clone(),
+            capability,
+        })
+    }
+
     /// The capability behind the door.
     pub(crate) fn capability(&self) -> &Arc<Capability> {
         &self.capability

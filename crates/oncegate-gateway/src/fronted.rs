@@ -119,6 +119,22 @@ pub fn classify(
             });
             continue;
         };
+        // Names under another server's prefix are that server's (an unprefixed server
+        // cannot take `pay_refund` from the server aliased `pay`).
+        let owner = registry.mcp_servers.iter().find(|o| {
+            o.prefix && o.alias != server.alias && name.starts_with(&format!("{}_", o.alias))
+        });
+        if let Some(owner) = owner.filter(|_| !server.prefix) {
+            out.push(FrontedTool {
+                tool,
+                verdict: Verdict::Skipped(format!(
+                    "the name is under the prefix of server `{}`",
+                    owner.alias
+                )),
+                name,
+            });
+            continue;
+        }
         if registry.capability(&name).is_some() {
             out.push(FrontedTool {
                 tool,
@@ -185,11 +201,14 @@ struct View {
 }
 
 /// The fronted servers' classified tool lists, shared by the gateway.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Fronted {
     views: Arc<Mutex<HashMap<String, View>>>,
     /// The aliases, longest first: a name is matched to the most specific alias.
     aliases: Arc<Vec<String>>,
+    /// Told when what a fronted server offers changed: agents' `/mcp` sessions and
+    /// subscriptions hear `notifications/tools/list_changed`.
+    changed: tokio::sync::broadcast::Sender<()>,
 }
 
 impl Fronted {
@@ -204,20 +223,33 @@ impl Fronted {
         Self {
             views: Arc::default(),
             aliases: Arc::new(aliases),
+            changed: tokio::sync::broadcast::channel(16).0,
         }
     }
 
-    /// Records a list read from `alias`.
-    pub fn set(&self, alias: &str, tools: Vec<FrontedTool>) {
+    /// Records a list read from `alias`; a list that differs from the last one read is
+    /// announced to [`Fronted::changes`] (and `true` is returned).
+    pub fn set(&self, alias: &str, tools: Vec<FrontedTool>) -> bool {
         let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        views.insert(
+        let before = views.insert(
             alias.to_owned(),
             View {
-                tools,
+                tools: tools.clone(),
                 read: true,
                 error: None,
             },
         );
+        let changed = before.is_none_or(|b| !b.read || b.tools != tools);
+        if changed {
+            // No listener yet is fine: nobody has seen a list to be told about.
+            let _ = self.changed.send(());
+        }
+        changed
+    }
+
+    /// Changes of what the fronted servers offer, from now on.
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<()> {
+        self.changed.subscribe()
     }
 
     /// Records that reading `alias`'s list failed (its last list, if any, stays).

@@ -10,7 +10,7 @@ use std::time::Duration;
 use oncegate_core::config::McpServer;
 use tokio::sync::Notify;
 
-use crate::fronted::{FrontedTool, classify};
+use crate::fronted::{FrontedTool, Verdict, classify};
 use crate::state::AppState;
 use crate::upstream::{mcp, server_request};
 
@@ -103,7 +103,14 @@ pub async fn read(state: &AppState, server: &McpServer) -> Result<Vec<FrontedToo
         Ok(tools) => {
             let (classified, caps) = classify(state.gate().registry(), server, &tools);
             state.gate().set_fronted(&server.alias, caps);
-            state.fronted().set(&server.alias, classified.clone());
+            if state.fronted().set(&server.alias, classified.clone()) {
+                // Said once per change of the list, not on every refresh.
+                for t in &classified {
+                    if let Verdict::Skipped(why) = &t.verdict {
+                        tracing::warn!(server = %server.alias, tool = %t.tool, "fronted tool not offered: {why}");
+                    }
+                }
+            }
             tracing::debug!(server = %server.alias, tools = classified.len(), "read the tool list");
             Ok(classified)
         }

@@ -16,7 +16,7 @@ pub async fn sweep(state: AppState, every: Duration) {
         state
             .gate()
             .sweep_pass(|name| {
-                let capability = state.gate().find_capability(name)?;
+                let capability = state.gate().settling_capability(name)?;
                 Some(executor(&state, capability))
             })
             .await;

@@ -13,8 +13,11 @@ use crate::mcp::run_client;
 #[test]
 fn the_official_conformance_suite_passes_every_scenario_a_tools_gateway_can() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut cmd = Command::new("bash");
-    cmd.arg(root.join("tests/conformance/run.sh"))
+    // `timeout` ends the script with SIGTERM before the harness gives up, so its traps
+    // stop the gateway, the upstream, the proxy and the suite.
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=20", "540", "bash"])
+        .arg(root.join("tests/conformance/run.sh"))
         .args(["--oncegate", env!("CARGO_BIN_EXE_oncegate")])
         .stdin(Stdio::null());
     let (ok, output) = run_client(cmd, Duration::from_secs(600));

@@ -506,7 +506,7 @@ fn a_capability_of_a_fronted_server_takes_its_url_headers_and_timeout() {
 [[mcp_servers]]
 alias = "pay"
 url = "http://127.0.0.1:9/mcp"
-headers = { Authorization = "Bearer {env.PAY_KEY}", X-Tenant = "server" }
+headers = { Authorization = "Bearer {env.PAY_KEY}", x-tenant = "server" }
 timeout = "3s"
 undeclared = "require_approval"
 "#,
@@ -534,8 +534,13 @@ undeclared = "require_approval"
     assert_eq!(up.url.to_string(), "http://127.0.0.1:9/mcp");
     assert_eq!(up.timeout, jiff::SignedDuration::from_secs(3));
     assert!(up.headers.contains_key("Authorization"));
-    // The capability's own header wins over the server's.
+    // The capability's own header wins over the server's, whatever the case of its name.
     assert_eq!(up.headers["X-Tenant"].to_string(), "acme");
+    assert!(
+        !up.headers.contains_key("x-tenant"),
+        "{:?}",
+        up.headers.keys()
+    );
 }
 
 #[test]
@@ -560,6 +565,18 @@ fn fronted_server_mistakes_point_at_their_line() {
     let text = with_servers(&server("pay", "undeclared = \"allow\"\n"), "");
     let e = error_for(&text);
     assert_eq!(e.line, line_of(&text, "undeclared = \"allow\""), "{e}");
+    // Two servers under their own names could offer one name twice.
+    let text = with_servers(
+        &format!(
+            "{}\n{}",
+            server("pay", "prefix = false\n"),
+            server("mail", "prefix = false\n")
+        ),
+        "",
+    );
+    let e = error_for(&text);
+    assert!(e.field.ends_with("prefix"), "{e}");
+    assert!(e.message.contains("server `pay` already offers"), "{e}");
     // A zero refresh.
     let text = with_servers(&server("pay", "refresh = \"0s\"\n"), "");
     let e = error_for(&text);

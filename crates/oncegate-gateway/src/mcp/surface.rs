@@ -357,7 +357,11 @@ impl ServerHandler for McpSurface {
             .enable_logging()
             .build();
         if passthrough::any(&self.state) {
-            // A fronted server's reads: its resources, prompts and their completions.
+            // A fronted server's tool list changes with it; its reads: its resources,
+            // prompts and their completions.
+            if let Some(tools) = capabilities.tools.as_mut() {
+                tools.list_changed = Some(true);
+            }
             capabilities.resources = Some(ResourcesCapability::default());
             capabilities.prompts = Some(PromptsCapability::default());
             capabilities.completions = Some(JsonObject::new());
@@ -395,6 +399,54 @@ impl ServerHandler for McpSurface {
         self.call(request, ctx).await.map(CallToolResponse::from)
     }
 
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        // A 2025-11-25 session hears a fronted server's list changes on its own stream,
+        // until it ends.
+        if !passthrough::any(&self.state) {
+            return;
+        }
+        let mut changes = self.state.fronted().changes();
+        let peer = context.peer;
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            // A lagged receiver missed changes: one notification covers them all.
+            while let Ok(()) | Err(RecvError::Lagged(_)) = changes.recv().await {
+                if peer.notify_tool_list_changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        (passthrough::any(&self.state) && requested.tools_list_changed == Some(true)).then(|| {
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build()
+        })
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
+        // A 2026-07-28 subscription hears the list changes until the client cancels it.
+        let mut changes = self.state.fronted().changes();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = changes.recv() => match changed {
+                    Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if context.sink().notify_tool_list_changed().await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
+    }
+
     #[allow(deprecated)] // MCP logging: deprecated by SEP-2577, still what clients use.
     async fn set_level(
         &self,
@@ -424,8 +476,8 @@ impl ServerHandler for McpSurface {
         request: GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        self.reads_fronted_or_refuse(&ctx)?;
-        passthrough::get_prompt(&self.state, request)
+        let principal = self.reads_fronted_or_refuse(&ctx)?;
+        passthrough::get_prompt(&self.state, &principal, request)
             .await
             .map(GetPromptResponse::from)
     }
@@ -457,8 +509,8 @@ impl ServerHandler for McpSurface {
         request: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        self.reads_fronted_or_refuse(&ctx)?;
-        passthrough::read_resource(&self.state, request)
+        let principal = self.reads_fronted_or_refuse(&ctx)?;
+        passthrough::read_resource(&self.state, &principal, request)
             .await
             .map(ReadResourceResponse::from)
     }
@@ -468,8 +520,8 @@ impl ServerHandler for McpSurface {
         request: CompleteRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
-        self.reads_fronted_or_refuse(&ctx)?;
-        passthrough::complete(&self.state, request).await
+        let principal = self.reads_fronted_or_refuse(&ctx)?;
+        passthrough::complete(&self.state, &principal, request).await
     }
 }
 
@@ -482,9 +534,13 @@ impl McpSurface {
         Ok(matches!(principal.role, Role::Agent | Role::Admin))
     }
 
-    fn reads_fronted_or_refuse(&self, ctx: &RequestContext<RoleServer>) -> Result<(), McpError> {
+    fn reads_fronted_or_refuse(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Principal, McpError> {
         if self.reads_fronted(ctx)? {
-            Ok(())
+            principal(ctx)
+                .map_err(|_| McpError::internal_error("the request was not authenticated", None))
         } else {
             Err(McpError::invalid_request(
                 "approvers read no fronted server's resources or prompts",

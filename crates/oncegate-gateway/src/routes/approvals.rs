@@ -60,7 +60,12 @@ async fn decide_approval(
         .approval(&id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no approval {id}")))?;
-    let door = Door::open(&state, &approval.capability)?;
+    // A fronted tool its server stopped listing can still be denied (nothing runs);
+    // approving it waits until the server lists it again.
+    let door = match (choice, state.gate().find_capability(&approval.capability)) {
+        (Choice::Approve, None) | (_, Some(_)) => Door::open(&state, &approval.capability)?,
+        (Choice::Deny, None) => Door::settling(&state, &approval.capability)?,
+    };
     let capability = Arc::clone(door.capability());
     let outcome = door.decide(&p, id, choice).await?;
     Ok(envelope_response(&outcome, &capability))

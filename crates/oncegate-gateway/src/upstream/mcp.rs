@@ -295,12 +295,24 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Clone)]
 struct Relay {
     routes: ProgressRoutes,
-    calls: Arc<Mutex<HashMap<ProgressToken, String>>>,
+    calls: Arc<Mutex<HashMap<ProgressToken, Running>>>,
     /// Woken when the server says its tool list changed (a watching client only).
     tools_changed: Option<Arc<tokio::sync::Notify>>,
 }
 
-/// A running call's entry in its client's [`Relay`]; removed when the call ends.
+/// One request on a client: the intent it is for (`None`: a read of the gateway's own,
+/// such as a reconciliation), and when it ended.
+struct Running {
+    intent: Option<String>,
+    ended: Option<Instant>,
+}
+
+/// How long an ended request still counts for log lines: rmcp hands each notification
+/// to a task of its own, so a line the server sent before its answer may be handled
+/// after the call ended. Within this time it is still that call's (or nobody's).
+const LOG_GRACE: Duration = Duration::from_secs(2);
+
+/// A running request's entry in its client's [`Relay`]; marked ended when it ends.
 struct Bound<'a>(&'a Relay, ProgressToken);
 
 impl Relay {
@@ -312,15 +324,35 @@ impl Relay {
         }
     }
 
-    fn bind(&self, token: ProgressToken, intent: String) -> Bound<'_> {
-        lock(&self.calls).insert(token.clone(), intent);
+    fn bind(&self, token: ProgressToken, intent: Option<String>) -> Bound<'_> {
+        let mut calls = lock(&self.calls);
+        calls.retain(|_, r| r.ended.is_none_or(|at| at.elapsed() < LOG_GRACE));
+        calls.insert(
+            token.clone(),
+            Running {
+                intent,
+                ended: None,
+            },
+        );
         Bound(self, token)
+    }
+
+    /// The one intent this client's requests (running, or ended within the grace) are
+    /// all for, if there is exactly one and no request of the gateway's own among them.
+    fn sole_intent(&self) -> Option<String> {
+        let mut calls = lock(&self.calls);
+        calls.retain(|_, r| r.ended.is_none_or(|at| at.elapsed() < LOG_GRACE));
+        let mut intents = calls.values().map(|r| r.intent.as_ref());
+        let first = intents.next()??;
+        intents.all(|i| i == Some(first)).then(|| first.clone())
     }
 }
 
 impl Drop for Bound<'_> {
     fn drop(&mut self) {
-        lock(&self.0.calls).remove(&self.1);
+        if let Some(r) = lock(&self.0.calls).get_mut(&self.1) {
+            r.ended = Some(Instant::now());
+        }
     }
 }
 
@@ -334,28 +366,24 @@ impl ClientHandler for Relay {
         params: ProgressNotificationParam,
         _context: rmcp::service::NotificationContext<RoleClient>,
     ) {
-        let intent = lock(&self.calls).get(&params.progress_token).cloned();
+        let intent = lock(&self.calls)
+            .get(&params.progress_token)
+            .and_then(|r| r.intent.clone());
         if let Some(intent) = intent {
             self.routes.relay(&intent, params).await;
         }
     }
 
-    /// A log message has no request id: it is relayed when this client runs calls for
-    /// one intent only, so no agent ever reads another intent's log. While calls for
-    /// several intents share the client, its messages go to no one.
+    /// A log message has no request id: it is relayed when this client's requests (those
+    /// running and those ended within [`LOG_GRACE`]) are all for one intent, so no
+    /// agent ever reads another intent's log. Otherwise it goes to no one.
     #[allow(deprecated)]
     async fn on_logging_message(
         &self,
         params: LoggingMessageNotificationParam,
         _context: rmcp::service::NotificationContext<RoleClient>,
     ) {
-        let intent = {
-            let calls = lock(&self.calls);
-            let mut intents = calls.values();
-            let first = intents.next().cloned();
-            first.filter(|f| intents.all(|i| i == f))
-        };
-        match intent {
+        match self.sole_intent() {
             Some(intent) => self.routes.relay_log(&intent, params).await,
             None => {
                 tracing::debug!("an upstream log message not tied to one intent is not relayed")
@@ -404,7 +432,9 @@ async fn call_once(
             PeerRequestOptions::no_options(),
         )
         .await?;
-    let _bound = intent.map(|intent| client.service().bind(handle.progress_token.clone(), intent));
+    // Every request is bound, the gateway's own reads too: a log line while one runs
+    // beside an intent's call is nobody's.
+    let _bound = client.service().bind(handle.progress_token.clone(), intent);
     let mut abandoned = Abandoned(Some((client.peer().clone(), handle.id.clone())));
     let answer = handle.await_response().await;
     abandoned.0 = None;

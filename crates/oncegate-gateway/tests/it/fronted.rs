@@ -114,6 +114,23 @@ async fn agent(gw: &str, era: ClientLifecycleMode) -> Client {
         .unwrap()
 }
 
+/// An agent's client that is woken when the gateway says its tool list changed.
+#[derive(Clone, Default)]
+struct Told(std::sync::Arc<tokio::sync::Notify>);
+
+impl rmcp::ClientHandler for Told {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+
+    async fn on_tool_list_changed(
+        &self,
+        _: rmcp::service::NotificationContext<rmcp::service::RoleClient>,
+    ) {
+        self.0.notify_one();
+    }
+}
+
 fn modern() -> ClientLifecycleMode {
     ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -322,6 +339,31 @@ async fn a_fronted_servers_changed_tool_list_reaches_agents_without_waiting_for_
     let gw = gateway(dir.path(), &config(&sandbox)).await;
     let client = agent(&gw, modern()).await;
     until_listed(&client, |l| l.iter().any(|n| n == "pay_find_email")).await;
+    // Agents are told in turn: a 2026 subscription and a 2025 session's stream.
+    let mut subscription = client
+        .listen(
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        subscription.acknowledged().tools_list_changed,
+        Some(true),
+        "the gateway offers list_changed to agents"
+    );
+    let told = Told::default();
+    let mut config = StreamableHttpClientTransportConfig::with_uri(format!("{gw}/mcp"));
+    config.auth_header = Some("tok".into());
+    let legacy = told
+        .clone()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::with_client(http_client(), config),
+            ClientLifecycleMode::Initialize,
+        )
+        .await
+        .unwrap();
 
     let hide = |tools: Value| {
         let sandbox = sandbox.clone();
@@ -335,12 +377,49 @@ async fn a_fronted_servers_changed_tool_list_reaches_agents_without_waiting_for_
             assert!(r.status().is_success());
         }
     };
+    // A call held for approval when its tool leaves the list can still be denied.
+    let refund = json!({"order_id": "F-9", "amount_minor": 500, "currency": "USD"});
+    let held = call(&client, "held_create_refund", refund).await;
+    assert_eq!(outcome(&held)["status"], "pending_approval", "{held:?}");
+    let approval = outcome(&held)["approvalId"].as_str().unwrap().to_owned();
+
     // The refresh is an hour: only the server's list_changed can make this prompt.
-    hide(json!(["find_email"])).await;
+    hide(json!(["find_email", "create_refund"])).await;
     until_listed(&client, |l| {
         !l.iter().any(|n| n == "pay_find_email") && l.iter().any(|n| n == "pay_find_charge")
     })
     .await;
+    let heard = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(rmcp::model::ServerNotification::ToolListChangedNotification(_)) =
+                subscription.next().await.unwrap()
+            {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(heard.is_ok(), "the 2026 subscription heard no list change");
+    tokio::time::timeout(Duration::from_secs(10), told.0.notified())
+        .await
+        .expect("the 2025 session heard no list change");
+    legacy.cancel().await.unwrap();
+    let decide = async |choice: &str| {
+        reqwest::Client::new()
+            .post(format!("{gw}/v1/approvals/{approval}/{choice}"))
+            .bearer_auth("ali")
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap()
+    };
+    // Approving would run a tool the server no longer offers: refused, nothing runs.
+    let approved = decide("approve").await;
+    assert!(approved.status().is_client_error(), "{approved:?}");
+    let denied = decide("deny").await;
+    let denied: Value = denied.json().await.unwrap();
+    assert_eq!(denied["state"], "denied", "{denied}");
+    assert!(effects(&sandbox, "refund").await.is_empty());
     // No longer listed upstream: an unknown tool (a JSON-RPC error, as MCP asks).
     let gone = try_call(&client, "pay_find_email", json!({"order_id": "F-1"})).await;
     assert!(

@@ -65,6 +65,18 @@ impl Builder<'_> {
                     Some("e.g. refresh = \"5m\" (a list_changed notification refreshes sooner)"),
                 );
             }
+            let prefix = rs.prefix.unwrap_or(true);
+            if !prefix && let Some(other) = servers.iter().find(|s: &&McpServer| !s.prefix) {
+                // Two servers offering their own names could both offer one name.
+                self.err(
+                    &at("prefix"),
+                    format!(
+                        "server `{}` already offers its tools under their own names; only one server may",
+                        other.alias
+                    ),
+                    Some("keep prefix = false on one server; the others are listed as <alias>_<tool>"),
+                );
+            }
             servers.push(McpServer {
                 alias: rs.alias,
                 url,
@@ -72,7 +84,7 @@ impl Builder<'_> {
                 timeout,
                 undeclared: rs.undeclared.unwrap_or_default(),
                 refresh,
-                prefix: rs.prefix.unwrap_or(true),
+                prefix,
             });
         }
         servers

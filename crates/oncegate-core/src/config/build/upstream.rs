@@ -84,7 +84,11 @@ impl Builder<'_> {
             .as_ref()
             .map(|s| s.headers.clone())
             .unwrap_or_default();
-        headers.extend(self.headers(base, raw.headers));
+        // The capability's own headers override the server's by name, in any case
+        // (HTTP header names are case-insensitive).
+        let own = self.headers(base, raw.headers);
+        headers.retain(|name, _| !own.keys().any(|o| o.eq_ignore_ascii_case(name)));
+        headers.extend(own);
         let body = raw.body.as_ref().map(|b| {
             let mut p = at(&["body"]);
             self.body(&mut p, b)
