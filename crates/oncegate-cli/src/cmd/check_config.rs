@@ -160,7 +160,15 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::FAILURE);
     }
-    println!("probe: {} upstream(s) answered", findings.len());
+    if servers.is_empty() {
+        println!("probe: {} upstream(s) answered", findings.len());
+    } else {
+        println!(
+            "probe: {} upstream(s) and {} fronted server(s) answered",
+            findings.len(),
+            servers.len()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
