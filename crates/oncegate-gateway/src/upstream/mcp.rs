@@ -31,31 +31,29 @@
 //! late answer is handed back to be recorded like any other.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use rmcp::ClientHandler;
-// MCP logging is deprecated by SEP-2577; legacy clients still ask for it.
-#[allow(deprecated)]
-use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
-    CallToolRequest, CancelledNotificationParam, ClientRequest, ProgressNotificationParam,
-    ProgressToken, RequestId, ServerResult,
+    CallToolRequest, CancelledNotificationParam, ClientRequest, RequestId, ServerResult,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig, ErrorCode, JsonObject,
-    ProtocolVersion, RequestMetaObject, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, JsonObject,
+    ProtocolVersion, RequestMetaObject,
 };
-use rmcp::service::{
-    Peer, PeerRequestOptions, RoleClient, RoleServer, RunningService, ServiceError,
-};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
 use rmcp::{ClientLifecycleMode, ClientServiceExt};
 
+mod lists;
+mod relay;
+
+pub use self::lists::{list_tools, tool_schema, watch_tools, with_peer};
+use self::relay::Relay;
+pub use self::relay::{ProgressRoute, ProgressRoutes, log_rank};
 use super::client::reqwest_error_text;
 use crate::inflight::InFlight;
 pub use crate::tool_result::{all_text, as_tool_result, first_text, record_of, structured};
@@ -169,234 +167,6 @@ pub enum CallEnd {
 }
 
 type Client = RunningService<RoleClient, Relay>;
-
-/// Where an upstream's progress and log notifications for an intent go: the agents'
-/// requests waiting on that intent (their peer, their own `progressToken` if they gave
-/// one, and the least severe log level they take). A route ends with the agent's
-/// request, never with the upstream call.
-#[derive(Clone, Default)]
-pub struct ProgressRoutes(Arc<Mutex<ProgressMap>>);
-
-type ProgressMap = HashMap<String, Vec<Waiting>>;
-
-/// One agent request waiting on an intent.
-#[derive(Clone)]
-struct Waiting {
-    id: u64,
-    peer: Peer<RoleServer>,
-    progress: Option<ProgressToken>,
-    /// Log messages at least this severe reach it (`None`: none do).
-    log_from: Option<u8>,
-}
-
-/// One agent request's route; dropped when the request ends.
-pub struct ProgressRoute {
-    routes: ProgressRoutes,
-    key: String,
-    id: u64,
-}
-
-/// A log level's rank, least severe first.
-#[allow(deprecated)]
-pub fn log_rank(level: rmcp::model::LoggingLevel) -> u8 {
-    use rmcp::model::LoggingLevel as L;
-    match level {
-        L::Debug => 0,
-        L::Info => 1,
-        L::Notice => 2,
-        L::Warning => 3,
-        L::Error => 4,
-        L::Critical => 5,
-        L::Alert => 6,
-        L::Emergency => 7,
-    }
-}
-
-impl ProgressRoutes {
-    /// Routes the upstream progress of intent `key` to `peer` as `progress` (if the
-    /// agent asked for progress) and its log messages of rank `log_from` and up, while
-    /// the returned route lives.
-    pub fn route(
-        &self,
-        key: &str,
-        peer: Peer<RoleServer>,
-        progress: Option<ProgressToken>,
-        log_from: Option<u8>,
-    ) -> ProgressRoute {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        lock(&self.0)
-            .entry(key.to_owned())
-            .or_default()
-            .push(Waiting {
-                id,
-                peer,
-                progress,
-                log_from,
-            });
-        ProgressRoute {
-            routes: self.clone(),
-            key: key.to_owned(),
-            id,
-        }
-    }
-
-    /// Relays one upstream notification to every agent waiting on `intent`, awaited in
-    /// the task rmcp runs the notification in (no second task per agent).
-    async fn relay(&self, intent: &str, params: ProgressNotificationParam) {
-        let targets = lock(&self.0).get(intent).cloned().unwrap_or_default();
-        for waiting in targets {
-            let Some(token) = waiting.progress else {
-                continue;
-            };
-            let mut relayed = params.clone();
-            relayed.progress_token = token;
-            relayed.meta = None;
-            // The agent may have gone; its progress is best effort.
-            let _ = waiting.peer.notify_progress(relayed).await;
-        }
-    }
-
-    /// Relays one upstream log message to the agents waiting on `intent` that take
-    /// messages of its level.
-    #[allow(deprecated)]
-    async fn relay_log(&self, intent: &str, params: LoggingMessageNotificationParam) {
-        let rank = log_rank(params.level);
-        let targets = lock(&self.0).get(intent).cloned().unwrap_or_default();
-        for waiting in targets {
-            if waiting.log_from.is_some_and(|from| rank >= from) {
-                let mut relayed = params.clone();
-                relayed.meta = None;
-                let _ = waiting.peer.notify_logging_message(relayed).await;
-            }
-        }
-    }
-}
-
-impl Drop for ProgressRoute {
-    fn drop(&mut self) {
-        let mut map = lock(&self.routes.0);
-        if let Some(list) = map.get_mut(&self.key) {
-            list.retain(|w| w.id != self.id);
-            if list.is_empty() {
-                map.remove(&self.key);
-            }
-        }
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// One upstream client's handler: the default client, plus progress relayed to agents.
-/// rmcp names each request's progress with a token of its own (a counter per client),
-/// so the client keeps which intent each of its running calls is for.
-#[derive(Clone)]
-struct Relay {
-    routes: ProgressRoutes,
-    calls: Arc<Mutex<HashMap<ProgressToken, Running>>>,
-    /// Woken when the server says its tool list changed (a watching client only).
-    tools_changed: Option<Arc<tokio::sync::Notify>>,
-}
-
-/// One request on a client: the intent it is for (`None`: a read of the gateway's own,
-/// such as a reconciliation), and when it ended.
-struct Running {
-    intent: Option<String>,
-    ended: Option<Instant>,
-}
-
-/// How long an ended request still counts for log lines: rmcp hands each notification
-/// to a task of its own, so a line the server sent before its answer may be handled
-/// after the call ended. Within this time it is still that call's (or nobody's).
-const LOG_GRACE: Duration = Duration::from_secs(2);
-
-/// A running request's entry in its client's [`Relay`]; marked ended when it ends.
-struct Bound<'a>(&'a Relay, ProgressToken);
-
-impl Relay {
-    fn new(routes: &ProgressRoutes) -> Self {
-        Self {
-            routes: routes.clone(),
-            calls: Arc::default(),
-            tools_changed: None,
-        }
-    }
-
-    fn bind(&self, token: ProgressToken, intent: Option<String>) -> Bound<'_> {
-        let mut calls = lock(&self.calls);
-        calls.retain(|_, r| r.ended.is_none_or(|at| at.elapsed() < LOG_GRACE));
-        calls.insert(
-            token.clone(),
-            Running {
-                intent,
-                ended: None,
-            },
-        );
-        Bound(self, token)
-    }
-
-    /// The one intent this client's requests (running, or ended within the grace) are
-    /// all for, if there is exactly one and no request of the gateway's own among them.
-    fn sole_intent(&self) -> Option<String> {
-        let mut calls = lock(&self.calls);
-        calls.retain(|_, r| r.ended.is_none_or(|at| at.elapsed() < LOG_GRACE));
-        let mut intents = calls.values().map(|r| r.intent.as_ref());
-        let first = intents.next()??;
-        intents.all(|i| i == Some(first)).then(|| first.clone())
-    }
-}
-
-impl Drop for Bound<'_> {
-    fn drop(&mut self) {
-        if let Some(r) = lock(&self.0.calls).get_mut(&self.1) {
-            r.ended = Some(Instant::now());
-        }
-    }
-}
-
-impl ClientHandler for Relay {
-    fn get_info(&self) -> ClientConfig {
-        ClientConfig::default()
-    }
-
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: rmcp::service::NotificationContext<RoleClient>,
-    ) {
-        let intent = lock(&self.calls)
-            .get(&params.progress_token)
-            .and_then(|r| r.intent.clone());
-        if let Some(intent) = intent {
-            self.routes.relay(&intent, params).await;
-        }
-    }
-
-    /// A log message has no request id: it is relayed when this client's requests (those
-    /// running and those ended within [`LOG_GRACE`]) are all for one intent, so no
-    /// agent ever reads another intent's log. Otherwise it goes to no one.
-    #[allow(deprecated)]
-    async fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        _context: rmcp::service::NotificationContext<RoleClient>,
-    ) {
-        match self.sole_intent() {
-            Some(intent) => self.routes.relay_log(&intent, params).await,
-            None => {
-                tracing::debug!("an upstream log message not tied to one intent is not relayed")
-            }
-        }
-    }
-
-    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
-        if let Some(changed) = &self.tools_changed {
-            changed.notify_one();
-        }
-    }
-}
 
 /// Cancels a request upstream if the future awaiting it is dropped (as rmcp's own
 /// `call_tool_once` does); disarmed once the answer came.
@@ -890,101 +660,4 @@ pub async fn call_tool(
             )
         }
     }
-}
-
-/// The input schema of one tool on an MCP server (from its `tools/list`).
-pub async fn tool_schema(client: reqwest::Client, call: ToolCall) -> Result<JsonObject, String> {
-    list_tools(client, &call)
-        .await?
-        .into_iter()
-        .find(|t| t.name == call.tool)
-        .map(|t| (*t.input_schema).clone())
-        .ok_or_else(|| format!("the upstream has no tool `{}`", call.tool))
-}
-
-/// Every tool an MCP server lists (all pages), within `call.timeout`.
-pub async fn list_tools(client: reqwest::Client, call: &ToolCall) -> Result<Vec<Tool>, String> {
-    with_peer(client, call, async |peer| peer.list_all_tools().await)
-        .await
-        .map_err(|e| e.message.to_string())
-}
-
-/// Asks the server `call` names one thing on a connection of its own, within the
-/// call's timeout: a read (tools, resources, prompts). The server's own JSON-RPC error
-/// comes back as it was; any other failure as an internal error saying what failed.
-pub async fn with_peer<T>(
-    client: reqwest::Client,
-    call: &ToolCall,
-    ask: impl AsyncFnOnce(&Peer<RoleClient>) -> Result<T, ServiceError>,
-) -> Result<T, rmcp::model::ErrorData> {
-    use rmcp::model::ErrorData;
-    let fetch = async {
-        let peer = connect(client, call, &ProgressRoutes::default())
-            .await
-            .map_err(|e| {
-                ErrorData::internal_error(format!("cannot reach the upstream: {e}"), None)
-            })?;
-        let answer = ask(peer.peer()).await.map_err(|e| match e {
-            ServiceError::McpError(e) => e,
-            e => {
-                ErrorData::internal_error(format!("the upstream failed: {}", error_chain(&e)), None)
-            }
-        });
-        let _ = peer.cancel().await;
-        answer
-    };
-    tokio::time::timeout(call.timeout, fetch)
-        .await
-        .map_err(|_| {
-            ErrorData::internal_error("the upstream did not answer before the timeout", None)
-        })?
-}
-
-/// Holds a connection to an MCP server open and wakes `changed` each time the server
-/// says its tool list changed: a `subscriptions/listen` stream at 2026-07-28, the
-/// session's own notifications at 2025-11-25. Returns when the connection ends (or the
-/// server cannot be subscribed to); the caller reconnects, and re-reads the list, since
-/// a change may have gone unheard meanwhile.
-pub async fn watch_tools(
-    client: reqwest::Client,
-    call: &ToolCall,
-    changed: Arc<tokio::sync::Notify>,
-) -> Result<(), String> {
-    let mut relay = Relay::new(&ProgressRoutes::default());
-    relay.tools_changed = Some(changed.clone());
-    let peer = tokio::time::timeout(call.timeout, connect_as(client, call, relay))
-        .await
-        .map_err(|_| "the upstream did not answer before the timeout".to_owned())??;
-    let stateless = peer
-        .peer_info()
-        .is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28);
-    if !stateless {
-        // Notifications arrive on the session's stream and wake `changed` (Relay).
-        let _ = peer.waiting().await;
-        return Ok(());
-    }
-    let filter = rmcp::model::SubscriptionFilter::builder()
-        .tools_list_changed()
-        .build();
-    let mut subscription = peer.listen(filter).await.map_err(|e| error_chain(&e))?;
-    if subscription.acknowledged().tools_list_changed != Some(true) {
-        let _ = peer.cancel().await;
-        return Err("the upstream does not send tools/list_changed".into());
-    }
-    loop {
-        match subscription.next().await {
-            Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => {
-                changed.notify_one();
-            }
-            Ok(Some(_)) => {}
-            Ok(None) => break,
-            Err(e) => {
-                // It was watching: the caller re-reads, as a change may have gone unheard.
-                tracing::debug!(error = %error_chain(&e), "the tool-list subscription ended");
-                break;
-            }
-        }
-    }
-    let _ = peer.cancel().await;
-    Ok(())
 }
