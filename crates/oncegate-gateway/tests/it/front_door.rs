@@ -63,7 +63,7 @@ async fn gateway(dir: &Path, gateway_table: &str, capabilities: &str) -> String 
     url
 }
 
-async fn start_sandbox() -> String {
+pub(crate) async fn start_sandbox() -> String {
     install_crypto();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -125,7 +125,7 @@ async fn mcp_client(
 }
 
 /// An agent's MCP client of the gateway's `/mcp`, handled by `handler`, in `era`.
-async fn mcp_client_as<H: ClientHandler>(
+pub(crate) async fn mcp_client_as<H: ClientHandler>(
     gw: &str,
     handler: H,
     era: ClientLifecycleMode,
@@ -136,7 +136,7 @@ async fn mcp_client_as<H: ClientHandler>(
     handler.serve_with_lifecycle(transport, era).await.unwrap()
 }
 
-async fn mcp_call<H: ClientHandler>(
+pub(crate) async fn mcp_call<H: ClientHandler>(
     client: &rmcp::service::RunningService<rmcp::service::RoleClient, H>,
     tool: &str,
     arguments: Value,
@@ -164,7 +164,7 @@ fn first_text(r: &CallToolResult) -> String {
         .unwrap_or_default()
 }
 
-async fn effects(sandbox: &str) -> Vec<Value> {
+pub(crate) async fn effects(sandbox: &str) -> Vec<Value> {
     let (_, body) = get_json(&format!("{sandbox}/v1/effects"), None).await;
     body["effects"].as_array().unwrap().clone()
 }

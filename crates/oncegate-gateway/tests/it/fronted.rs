@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use oncegate_core::config::is_tool_name;
 use oncegate_gateway::server::{AppState, http_client, install_crypto};
-use oncegate_sandbox::{self as sandbox, SandboxConfig};
 use rmcp::model::ProtocolVersion;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig};
+use rmcp::model::{CallToolResult, ClientConfig};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientLifecycleMode, ClientServiceExt};
 use serde_json::{Value, json};
 
+use crate::front_door::{mcp_call, mcp_client_as, start_sandbox};
 use crate::upstream::registry_in;
 
 type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ClientConfig>;
@@ -72,14 +72,6 @@ body = {{ order_id = "{{business_ref}}", amount_minor = 1250, currency = "USD" }
     )
 }
 
-async fn start_sandbox() -> String {
-    install_crypto();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(sandbox::serve(listener, SandboxConfig::default()));
-    base
-}
-
 /// The gateway as `oncegate serve` runs it (the list reader included).
 async fn gateway(dir: &Path, text: &str) -> String {
     install_crypto();
@@ -105,13 +97,7 @@ async fn gateway(dir: &Path, text: &str) -> String {
 }
 
 async fn agent(gw: &str, era: ClientLifecycleMode) -> Client {
-    let mut config = StreamableHttpClientTransportConfig::with_uri(format!("{gw}/mcp"));
-    config.auth_header = Some("tok".into());
-    let transport = StreamableHttpClientTransport::with_client(http_client(), config);
-    ClientConfig::default()
-        .serve_with_lifecycle(transport, era)
-        .await
-        .unwrap()
+    mcp_client_as(gw, ClientConfig::default(), era).await
 }
 
 /// An agent's client that is woken when the gateway says its tool list changed.
@@ -175,12 +161,7 @@ async fn try_call(
     tool: &str,
     arguments: Value,
 ) -> Result<CallToolResult, rmcp::service::ServiceError> {
-    let mut params = CallToolRequestParams::new(tool.to_owned());
-    params.arguments = Some(arguments.as_object().unwrap().clone());
-    match client.call_tool_once(params).await? {
-        CallToolResponse::Complete(r) => Ok(r),
-        _ => panic!("not a complete result"),
-    }
+    mcp_call(client, tool, arguments, Value::Null).await
 }
 
 fn outcome(r: &CallToolResult) -> Value {
@@ -200,16 +181,11 @@ fn text(r: &CallToolResult) -> String {
 }
 
 async fn effects(sandbox: &str, kind: &str) -> Vec<Value> {
-    let body: Value = reqwest::get(format!("{sandbox}/v1/effects?kind={kind}"))
+    crate::front_door::effects(sandbox)
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body["effects"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{body}"))
-        .clone()
+        .into_iter()
+        .filter(|e| e["kind"] == kind)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
