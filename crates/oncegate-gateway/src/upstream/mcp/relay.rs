@@ -6,7 +6,7 @@
 //! Split from the client (`super`) because it is the one part that decides who hears
 //! what: an agent must never read another intent's progress or log.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -143,16 +143,36 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Clone)]
 pub(super) struct Relay {
     routes: ProgressRoutes,
-    calls: Arc<Mutex<HashMap<ProgressToken, Running>>>,
+    calls: Arc<Mutex<Calls>>,
     /// Woken when the server says its tool list changed (a watching client only).
     pub(super) tools_changed: Option<Arc<tokio::sync::Notify>>,
 }
 
+/// A client's requests: those running and those ended within [`LOG_GRACE`], and the
+/// ended ones oldest first, so that pruning them costs only what has expired (a bind is
+/// on every call's path).
+#[derive(Default)]
+struct Calls {
+    by_token: HashMap<ProgressToken, Running>,
+    ended: VecDeque<(Instant, ProgressToken)>,
+}
+
+impl Calls {
+    fn prune(&mut self) {
+        while let Some((at, _)) = self.ended.front()
+            && at.elapsed() >= LOG_GRACE
+        {
+            if let Some((_, token)) = self.ended.pop_front() {
+                self.by_token.remove(&token);
+            }
+        }
+    }
+}
+
 /// One request on a client: the intent it is for (`None`: a read of the gateway's own,
-/// such as a reconciliation), and when it ended.
+/// such as a reconciliation).
 struct Running {
     intent: Option<String>,
-    ended: Option<Instant>,
 }
 
 /// How long an ended request still counts for log lines: rmcp hands each notification
@@ -160,7 +180,7 @@ struct Running {
 /// after the call ended. Within this time it is still that call's (or nobody's).
 const LOG_GRACE: Duration = Duration::from_secs(2);
 
-/// A running request's entry in its client's [`Relay`]; marked ended when it ends.
+/// A running request's entry in its client's [`Relay`]; queued to expire when it ends.
 pub(super) struct Bound<'a>(&'a Relay, ProgressToken);
 
 impl Relay {
@@ -174,14 +194,8 @@ impl Relay {
 
     pub(super) fn bind(&self, token: ProgressToken, intent: Option<String>) -> Bound<'_> {
         let mut calls = lock(&self.calls);
-        calls.retain(|_, r| r.ended.is_none_or(|at| at.elapsed() < LOG_GRACE));
-        calls.insert(
-            token.clone(),
-            Running {
-                intent,
-                ended: None,
-            },
-        );
+        calls.prune();
+        calls.by_token.insert(token.clone(), Running { intent });
         Bound(self, token)
     }
 
@@ -189,8 +203,8 @@ impl Relay {
     /// all for, if there is exactly one and no request of the gateway's own among them.
     fn sole_intent(&self) -> Option<String> {
         let mut calls = lock(&self.calls);
-        calls.retain(|_, r| r.ended.is_none_or(|at| at.elapsed() < LOG_GRACE));
-        let mut intents = calls.values().map(|r| r.intent.as_ref());
+        calls.prune();
+        let mut intents = calls.by_token.values().map(|r| r.intent.as_ref());
         let first = intents.next()??;
         intents.all(|i| i == Some(first)).then(|| first.clone())
     }
@@ -198,9 +212,9 @@ impl Relay {
 
 impl Drop for Bound<'_> {
     fn drop(&mut self) {
-        if let Some(r) = lock(&self.0.calls).get_mut(&self.1) {
-            r.ended = Some(Instant::now());
-        }
+        lock(&self.0.calls)
+            .ended
+            .push_back((Instant::now(), self.1.clone()));
     }
 }
 
@@ -215,6 +229,7 @@ impl ClientHandler for Relay {
         _context: rmcp::service::NotificationContext<RoleClient>,
     ) {
         let intent = lock(&self.calls)
+            .by_token
             .get(&params.progress_token)
             .and_then(|r| r.intent.clone());
         if let Some(intent) = intent {
