@@ -11,7 +11,10 @@
 #   - conformance (tests/conformance/run.sh): the official MCP conformance suite, the
 #     TypeScript SDK its upstream is written with, and the Node 22 the suite needs (npm
 #     package `node`), into tests/conformance/node_modules (`npm ci` from the lock file).
-# `setup.sh` does all three; `setup.sh mcp-clients` (or another part's name) one of them.
+#   - browser (crates/oncegate-cli/tests/it/console.rs): Debian's `chromium` and
+#     `chromium-driver` (/usr/bin/chromium, /usr/bin/chromedriver), with apt-get, for the
+#     console's WebDriver test. Needs root (or sudo without a password) the first time.
+# `setup.sh` does all four; `setup.sh mcp-clients` (or another part's name) one of them.
 # Idempotent and cached: per part, a stamp holding a hash of what it was built from (for
 # the Python client, its sources too) skips the work when nothing changed. Safe to run
 # concurrently (nextest runs tests in parallel processes, each of which may call it): one
@@ -33,11 +36,11 @@ client_reqs="$client_src/tests/requirements.txt"
 conformance_dir="$here/../conformance"
 
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance)
+[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser)
 for part in "${parts[@]}"; do
   case "$part" in
-    mcp-clients | python-client | conformance) ;;
-    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance)" >&2; exit 2 ;;
+    mcp-clients | python-client | conformance | browser) ;;
+    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser)" >&2; exit 2 ;;
   esac
 done
 
@@ -158,10 +161,36 @@ setup_conformance() {
   echo "conformance: ready (node $version)" >&2
 }
 
+setup_browser() {
+  # Both from Debian, so their versions match (chromedriver refuses another Chromium).
+  if [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]]; then
+    local browser driver
+    browser="$(/usr/bin/chromium --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+' | head -1)"
+    driver="$(/usr/bin/chromedriver --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+' | head -1)"
+    if [[ -n "$browser" && "$browser" == "$driver" ]]; then
+      return 0
+    fi
+    echo "browser: chromium $browser and chromedriver $driver differ; reinstalling both" >&2
+  fi
+  local apt=(apt-get)
+  if [[ "$(id -u)" != 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || { echo "browser: FATAL: installing chromium needs root (or sudo)" >&2; exit 1; }
+    apt=(sudo -n apt-get)
+  fi
+  echo "browser: apt-get install chromium chromium-driver" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  "${apt[@]}" update -qq >&2 || { echo "browser: FATAL: apt-get update failed" >&2; exit 1; }
+  "${apt[@]}" install -y -qq --no-install-recommends chromium chromium-driver >&2 \
+    || { echo "browser: FATAL: apt-get install chromium chromium-driver failed" >&2; exit 1; }
+  /usr/bin/chromedriver --version >&2 || { echo "browser: FATAL: chromedriver does not run" >&2; exit 1; }
+  echo "browser: ready ($(/usr/bin/chromium --version 2>/dev/null))" >&2
+}
+
 for part in "${parts[@]}"; do
   case "$part" in
     mcp-clients) setup_mcp_clients ;;
     python-client) setup_python_client ;;
     conformance) setup_conformance ;;
+    browser) setup_browser ;;
   esac
 done

@@ -15,6 +15,7 @@ use oncegate_core::Registry;
 mod bench;
 mod cmd;
 mod demo;
+mod telemetry;
 mod verify;
 
 /// oncegate: one intent, at most one effect.
@@ -124,26 +125,48 @@ async fn open_registry_store(
 }
 
 pub fn run() -> ExitCode {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ONCEGATE_LOG")
-                // The demo's alerts are the point of the scenarios: its table says so.
-                // rmcp reports agents that close their streams (routine for a gateway,
-                // and recorded by oncegate itself) as errors: off unless asked for with
-                // ONCEGATE_LOG=rmcp=debug.
-                .unwrap_or_else(|_| {
-                    if matches!(
-                        cli.command,
-                        Command::Demo(_) | Command::Verify(_) | Command::Bench(_)
-                    ) {
-                        "error,rmcp=off".into()
-                    } else {
-                        "warn,rmcp=off".into()
-                    }
-                }),
+    // `serve` reads its registry before the log is set up: `[telemetry]` decides whether
+    // an exporter is a layer of the one subscriber (and the exporter's blocking client
+    // must be built before the async runtime starts).
+    let (serving, exporter) = match &cli.command {
+        Command::Serve(args) => match load(args.config()).and_then(|registry| {
+            let exporter = telemetry::Exporter::start(&registry.telemetry)?;
+            Ok((Some(registry), exporter))
+        }) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => (None, None),
+    };
+    let log = tracing_subscriber::EnvFilter::try_from_env("ONCEGATE_LOG")
+        // The demo's alerts are the point of the scenarios: its table says so. rmcp
+        // reports agents that close their streams (routine for a gateway, and recorded by
+        // oncegate itself) as errors: off unless asked for with ONCEGATE_LOG=rmcp=debug.
+        .unwrap_or_else(|_| {
+            if matches!(
+                cli.command,
+                Command::Demo(_) | Command::Verify(_) | Command::Bench(_)
+            ) {
+                "error,rmcp=off".into()
+            } else {
+                "warn,rmcp=off".into()
+            }
+        });
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(log),
         )
-        .with_writer(std::io::stderr)
+        .with(exporter.as_ref().map(telemetry::Exporter::layer))
         .init();
     let result = match cli.command {
         Command::CheckConfig(args) => cmd::check_config::run(&args),
@@ -152,7 +175,10 @@ pub fn run() -> ExitCode {
         Command::Audit(c) => runtime().and_then(|rt| rt.block_on(cmd::audit::run(c))),
         Command::Demo(a) => runtime().and_then(|rt| rt.block_on(cmd::demo::run(a))),
         Command::Verify(a) => runtime().and_then(|rt| rt.block_on(cmd::verify::run(a))),
-        Command::Serve(a) => runtime().and_then(|rt| rt.block_on(cmd::serve::run(a))),
+        Command::Serve(a) => {
+            let registry = serving.expect("serve's registry is loaded above");
+            runtime().and_then(|rt| rt.block_on(cmd::serve::run(a, registry)))
+        }
         Command::Init(a) => runtime().and_then(|rt| rt.block_on(cmd::init::init(a))),
         Command::Migrate(a) => runtime().and_then(|rt| rt.block_on(cmd::migrate::migrate(a))),
         Command::Sandbox(a) => runtime().and_then(|rt| rt.block_on(cmd::sandbox::run(a))),
@@ -162,6 +188,10 @@ pub fn run() -> ExitCode {
         Command::Bench(a) => runtime().and_then(|rt| rt.block_on(cmd::bench::run(a))),
         Command::Connect(a) => runtime().and_then(|rt| rt.block_on(cmd::connect::run(a))),
     };
+    // After the runtime is gone: what is still queued is sent now.
+    if let Some(exporter) = exporter {
+        exporter.shutdown();
+    }
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use oncegate_core::codes::Code;
 use oncegate_core::config::Capability;
-use oncegate_core::decide::{self, Choice, Decision, Executes, decide_approval};
+use oncegate_core::decide::{self, Choice, Decision, Executes, decide_approval_noted};
 use oncegate_core::intent::{self, IntentRecord, Outcome, Reason, Status};
 
 use oncegate_store::{StoreError, StoreRead};
@@ -23,6 +23,20 @@ impl Gate {
         actor: impl Into<Who<'a>>,
         approval_id: &str,
         choice: Choice,
+        executor: Arc<E>,
+    ) -> Result<Outcome, GateError> {
+        self.decide_approval_noted(actor, approval_id, choice, None, executor)
+            .await
+    }
+
+    /// [`Gate::decide_approval`] with the human's note (why), kept in the audit record;
+    /// a deny's note is what the agent's next call is told.
+    pub async fn decide_approval_noted<'a, E: Executor>(
+        &self,
+        actor: impl Into<Who<'a>>,
+        approval_id: &str,
+        choice: Choice,
+        note: Option<&str>,
         executor: Arc<E>,
     ) -> Result<Outcome, GateError> {
         let who = actor.into();
@@ -64,12 +78,13 @@ impl Gate {
             } else {
                 Executes::OnNextClaim
             };
-            match decide_approval(
+            match decide_approval_noted(
                 &record,
                 &approval,
                 actor,
                 role,
                 choice,
+                note,
                 &cap,
                 executes,
                 self.clock.now(),

@@ -16,6 +16,7 @@ use oncegate_core::codes::Code;
 use oncegate_core::config::Capability;
 use oncegate_core::decide::{self, EffectResult};
 use oncegate_core::intent::{Outcome, Reason, Status};
+use tracing::Instrument;
 
 use crate::call::{Call, IntentHandle};
 use crate::claim::{Claim, Step};
@@ -126,14 +127,18 @@ impl Gate {
                     tracing::info!(key = %held.key, result = ?result, "an attempt's late answer arrived; recording it");
                     gate.record(&held, result, &cap, &actor).await;
                     drop(hold);
-                };
+                }
+                .in_current_span();
                 match &spawner {
                     Some(process) => drop(process.spawn(late)),
                     None => drop(tokio::spawn(late)),
                 }
             }
             outcome
-        };
+        }
+        // The caller's span (the gateway's decision) goes with the effect: the upstream
+        // call and the commits that record it are its children in a trace.
+        .in_current_span();
         let task = match &self.process {
             Some(process) => process.spawn(effect),
             None => tokio::spawn(effect),

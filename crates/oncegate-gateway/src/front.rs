@@ -19,9 +19,11 @@ use oncegate_core::config::Capability;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{Outcome, Status};
 use oncegate_engine::{Call, Claimed, Gate, GateError};
+use tracing::{Instrument, Span};
 
 use crate::error::ApiError;
 use crate::state::{AppState, Principal};
+use crate::trace::Parent;
 use crate::upstream::UpstreamExecutor;
 
 /// A capability looked up and its executor built, ready to take a call.
@@ -29,6 +31,8 @@ pub(crate) struct Door {
     state: AppState,
     capability: Arc<Capability>,
     executor: Arc<UpstreamExecutor>,
+    /// The trace context the call arrived with: the parent of its decision span.
+    parent: Parent,
 }
 
 impl Door {
@@ -49,6 +53,7 @@ impl Door {
             executor: executor(state, Arc::clone(&capability)),
             state: state.clone(),
             capability,
+            parent: Parent::default(),
         })
     }
 
@@ -63,7 +68,14 @@ impl Door {
             executor: executor(state, Arc::clone(&capability)),
             state: state.clone(),
             capability,
+            parent: Parent::default(),
         })
+    }
+
+    /// The door with the trace context its call arrived with (see [`crate::trace`]).
+    pub(crate) fn traced(mut self, parent: Parent) -> Self {
+        self.parent = parent;
+        self
     }
 
     /// The capability behind the door.
@@ -86,7 +98,8 @@ impl Door {
             ));
         }
         let who = principal.clone();
-        self.spawn(principal, "call", move |gate, executor| async move {
+        let span = self.span(principal, "call", Some(&call));
+        self.spawn_in(span, principal, "call", move |gate, executor| async move {
             gate.invoke_with(who.who(), call, executor).await
         })
         .await
@@ -101,7 +114,8 @@ impl Door {
         call: Call,
     ) -> Result<Claimed, ApiError> {
         let who = principal.clone();
-        self.spawn(principal, "claim", move |gate, executor| async move {
+        let span = self.span(principal, "claim", Some(&call));
+        self.spawn_in(span, principal, "claim", move |gate, executor| async move {
             gate.claim_with(who.who(), call, executor).await
         })
         .await
@@ -109,18 +123,26 @@ impl Door {
 
     /// Approves or denies a held call (approving executes it, once; for a claim-only
     /// capability it leaves the call for its caller's next claim).
+    /// `note` is the human's why, kept in the audit record (a deny's is what the agent
+    /// is told).
     pub(crate) async fn decide(
         self,
         principal: &Principal,
         approval_id: String,
         choice: Choice,
+        note: Option<String>,
     ) -> Result<Outcome, ApiError> {
         let who = principal.clone();
         self.spawn(principal, "approval", move |gate, executor| async move {
-            gate.decide_approval(who.who(), &approval_id, choice, executor)
+            gate.decide_approval_noted(who.who(), &approval_id, choice, note.as_deref(), executor)
                 .await
         })
         .await
+    }
+
+    /// The decision span of `what` through this door (see [`crate::trace`]).
+    fn span(&self, principal: &Principal, what: &'static str, call: Option<&Call>) -> Span {
+        crate::trace::decision_span(what, &self.capability, &principal.name, call, &self.parent)
     }
 
     /// Runs `work` in its own task, registered with the in-flight count; alerts and
@@ -136,32 +158,62 @@ impl Door {
         F: Future<Output = Result<T, GateError>> + Send + 'static,
         T: Decided + Send + 'static,
     {
+        let span = self.span(principal, what, None);
+        self.spawn_in(span, principal, what, work).await
+    }
+
+    /// [`Door::spawn`] inside the decision span `span`: the task carries it, so the
+    /// store commits, the upstream call and the reconciliation read are its children.
+    async fn spawn_in<W, F, T>(
+        self,
+        span: Span,
+        principal: &Principal,
+        what: &'static str,
+        work: W,
+    ) -> Result<T, ApiError>
+    where
+        W: FnOnce(Gate, Arc<UpstreamExecutor>) -> F + Send + 'static,
+        F: Future<Output = Result<T, GateError>> + Send + 'static,
+        T: Decided + Send + 'static,
+    {
         let guard = self.state.inflight().enter();
         let principal = principal.name.clone();
         let Door {
             state,
             capability,
             executor,
+            parent: _,
         } = self;
-        let task = tokio::spawn(async move {
-            let _guard = guard;
-            let decided = work(state.gate().clone(), executor).await;
-            match decided.as_ref().map(Decided::outcome) {
-                Ok(Some(o)) => {
-                    crate::alerts::send(
-                        &state.http(),
-                        state.gate().registry().gateway.alert_webhook.as_ref(),
-                        o,
-                        &capability.name,
-                        &principal,
-                    );
-                    record_decision(o.status.as_str(), o.status, &capability.name);
+        let task = tokio::spawn(
+            async move {
+                let _guard = guard;
+                let decided = work(state.gate().clone(), executor).await;
+                match decided.as_ref().map(Decided::outcome) {
+                    Ok(Some(o)) => {
+                        state
+                            .console_alerts()
+                            .record(o, &capability.name, &principal);
+                        crate::alerts::send(
+                            &state.http(),
+                            state.gate().registry().gateway.alert_webhook.as_ref(),
+                            o,
+                            &capability.name,
+                            &principal,
+                        );
+                        record_decision(o.status.as_str(), o.status, &capability.name);
+                    }
+                    Ok(None) => record_decision("claimed", Status::InFlight, &capability.name),
+                    Err(_) => {}
                 }
-                Ok(None) => record_decision("claimed", Status::InFlight, &capability.name),
-                Err(_) => {}
+                let current = Span::current();
+                match &decided {
+                    Ok(d) => crate::trace::record_decision(&current, d.status(), d.intent()),
+                    Err(_) => crate::trace::record_error(&current),
+                }
+                decided
             }
-            decided
-        });
+            .instrument(span),
+        );
         task.await
             .map_err(|e| ApiError::internal(format!("the {what} task failed"), &e))?
             .map_err(ApiError::Gate)
@@ -186,6 +238,17 @@ pub(crate) fn executor(state: &AppState, capability: Arc<Capability>) -> Arc<Ups
 pub(crate) trait Decided {
     /// The outcome decided, if the answer is one.
     fn outcome(&self) -> Option<&Outcome>;
+
+    /// The status its trace span carries (`claimed` for a claim handed over).
+    fn status(&self) -> &'static str {
+        self.outcome().map_or("claimed", |o| o.status.as_str())
+    }
+
+    /// The intent it names, for its trace span: key, generation, attempt.
+    fn intent(&self) -> Option<(&str, u32, u32)> {
+        let o = self.outcome()?;
+        Some((o.key.as_ref()?.as_str(), o.generation, o.attempt))
+    }
 }
 
 impl Decided for Outcome {
@@ -199,6 +262,22 @@ impl Decided for Claimed {
         match self {
             Claimed::Settled(o) => Some(o),
             Claimed::Execute(_) | Claimed::Read(_) => None,
+        }
+    }
+
+    fn intent(&self) -> Option<(&str, u32, u32)> {
+        match self {
+            Claimed::Settled(o) => Some((o.key.as_ref()?.as_str(), o.generation, o.attempt)),
+            Claimed::Execute(c) => Some((c.intent_key.as_str(), c.generation, c.attempt)),
+            Claimed::Read(_) => None,
+        }
+    }
+
+    fn status(&self) -> &'static str {
+        match self {
+            Claimed::Settled(o) => o.status.as_str(),
+            Claimed::Execute(_) => "claimed",
+            Claimed::Read(_) => "read",
         }
     }
 }

@@ -38,6 +38,8 @@ pub struct Verified {
     pub role: Role,
     /// The issuer that vouched.
     pub issuer: String,
+    /// When the token expires (`exp`, required): a console session it opens ends then.
+    pub expires: Option<jiff::Timestamp>,
 }
 
 /// The issuers and their key caches.
@@ -182,10 +184,15 @@ impl Identity {
         let role = issuer.role(&claims).ok_or_else(|| {
             invalid("the token's role claim names no oncegate role (agent, approver or admin)")
         })?;
+        let expires = claims
+            .get("exp")
+            .and_then(Value::as_i64)
+            .and_then(|t| jiff::Timestamp::from_second(t).ok());
         Ok(Verified {
             name,
             role,
             issuer: iss.to_owned(),
+            expires,
         })
     }
 }

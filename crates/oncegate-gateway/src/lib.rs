@@ -22,6 +22,8 @@
 //! state          AppState, Principal, tokens and authentication, MAX_BODY_BYTES
 //! identity       JWT access tokens: issuers, JWKS caches, claims to principal and role
 //! headers        bearer token and structural id headers
+//! trace          W3C trace context in (headers, MCP _meta) and out (upstream calls),
+//!                the decision span and what it records
 //! error          ApiError: the one error-to-wire table (HTTP and MCP forms)
 //! wire           Envelope: the one outcome wire type (JSON envelope, MCP _meta + line)
 //! upstream/      executors: HTTP, MCP (upstream::mcp), the shared reqwest client
@@ -34,6 +36,7 @@
 //! `oncegate demo` and `oncegate verify` live in the CLI.
 
 pub mod alerts;
+pub mod console;
 pub mod detection;
 pub mod error;
 mod front;
@@ -52,6 +55,7 @@ pub mod server;
 pub mod state;
 pub mod sweep;
 pub mod tool_result;
+mod trace;
 pub mod upstream;
 pub mod webhook;
 pub mod wire;

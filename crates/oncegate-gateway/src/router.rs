@@ -21,6 +21,7 @@ use crate::state::{AppState, MAX_BODY_BYTES};
 pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(crate::mcp::router(state.clone()))
+        .merge(crate::console::router())
         .route("/v1/openapi.json", get(openapi_json))
         .route("/v1/calls", post(calls::post_call))
         .route("/v1/intents", get(intents::list_intents))
@@ -104,6 +105,8 @@ async fn json_errors(response: Response) -> Response {
         .is_some_and(|v| {
             v.as_bytes().starts_with(b"application/json")
                 || v.as_bytes().starts_with(b"text/plain; version")
+                // The console's own pages say what went wrong in HTML.
+                || v.as_bytes().starts_with(b"text/html")
         });
     if !(status.is_client_error() || status.is_server_error()) || is_json {
         return response;

@@ -63,6 +63,10 @@ pub struct AppState {
     fronted: Fronted,
     /// Cancelled at shutdown: ends MCP sessions and their open streams.
     mcp_shutdown: tokio_util::sync::CancellationToken,
+    /// The console's signed-in browsers.
+    console: crate::console::Sessions,
+    /// The alerts this process raised lately, for the console's "needs attention".
+    console_alerts: crate::console::Alerts,
 }
 
 impl AppState {
@@ -125,6 +129,8 @@ impl AppState {
             mcp_upstreams: Sessions::default(),
             fronted,
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
+            console: crate::console::Sessions::default(),
+            console_alerts: crate::console::Alerts::default(),
         }
     }
 
@@ -173,6 +179,16 @@ impl AppState {
         &self.mcp_shutdown
     }
 
+    /// The console's sessions.
+    pub(crate) fn console(&self) -> &crate::console::Sessions {
+        &self.console
+    }
+
+    /// The alerts this process raised lately.
+    pub(crate) fn console_alerts(&self) -> &crate::console::Alerts {
+        &self.console_alerts
+    }
+
     /// The JWT verifier, when `[identity]` is configured.
     pub(crate) fn identity(&self) -> Option<&Identity> {
         self.identity.as_deref()
@@ -183,6 +199,15 @@ impl AppState {
     /// keys cannot be loaded).
     pub(crate) async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
         let token = bearer_token(headers)?;
+        Ok(self.authenticate_token(token).await?.0)
+    }
+
+    /// The principal `token` proves (as [`AppState::authenticate`]), and when the proof
+    /// expires (a JWT's `exp`; `None` for a static token).
+    pub(crate) async fn authenticate_token(
+        &self,
+        token: &str,
+    ) -> Result<(Principal, Option<jiff::Timestamp>), ApiError> {
         // Compare against every token in constant time; do not stop at the first match.
         let mut found = None;
         for (candidate, principal) in self.tokens.iter() {
@@ -191,16 +216,17 @@ impl AppState {
             }
         }
         if let Some(principal) = found {
-            return Ok(principal);
+            return Ok((principal, None));
         }
         match &self.identity {
             Some(identity) if Identity::looks_like_jwt(token) => {
                 let v = identity.verify(token).await?;
-                Ok(Principal {
+                let principal = Principal {
                     name: v.name,
                     role: v.role,
                     issuer: Some(v.issuer),
-                })
+                };
+                Ok((principal, v.expires))
             }
             _ => Err(ApiError::Unauthenticated),
         }

@@ -29,6 +29,7 @@ use oncegate_core::template::{Part, Source, Template};
 use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_engine::{Attempt, Executor, IntentHandle, LateAnswer};
 use serde_json::{Map, Value, json};
+use tracing::Instrument;
 
 use self::client::reqwest_error_text;
 use crate::inflight::InFlight;
@@ -354,6 +355,9 @@ impl UpstreamExecutor {
         for (name, value) in &up.headers {
             req = req.header(name, scope.text(value)?);
         }
+        for (name, value) in crate::trace::outgoing() {
+            req = req.header(name, value);
+        }
         let mut body = match &up.body {
             Some(b) => scope.body(b)?,
             None => intent.arguments.clone(),
@@ -418,6 +422,62 @@ impl Executor for UpstreamExecutor {
                 message: format!("capability {} has no upstream", self.cap.name),
             });
         };
+        let span = crate::trace::upstream_span(&self.cap, up.kind);
+        let attempt = self.attempt(up, intent).instrument(span.clone()).await;
+        crate::trace::record_effect(&span, &attempt.result);
+        attempt
+    }
+    fn admit(&self, intent: &IntentHandle) -> Result<(), String> {
+        let scope = Scope { intent };
+        let http_up = self
+            .cap
+            .upstream
+            .as_ref()
+            .filter(|u| u.kind == UpstreamKind::Http)
+            .map(|u| &u.url);
+        let http_rec = self
+            .cap
+            .reconcile
+            .as_ref()
+            .filter(|r| r.kind == UpstreamKind::Http)
+            .map(|r| &r.url);
+        for template in http_up.into_iter().chain(http_rec) {
+            // A template that cannot be rendered (an unset variable) is reported by the
+            // execution itself, as nothing sent.
+            if let Ok(url) = scope.url(template) {
+                check_path(&url).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn reconcile(&self, intent: IntentHandle) -> ReconcileResult {
+        let Some(rec) = self.cap.reconcile.as_ref() else {
+            return ReconcileResult::Undecidable {
+                message: "no reconciliation read is declared".into(),
+            };
+        };
+        let span = crate::trace::reconcile_span(&self.cap, rec.kind);
+        let read = async {
+            match rec.kind {
+                UpstreamKind::Http => self.reconcile_read(rec, &intent).await,
+                UpstreamKind::Mcp => self.reconcile_mcp(rec, &intent).await,
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        let answer = match read {
+            Ok(r) => r,
+            Err(message) => ReconcileResult::Undecidable { message },
+        };
+        crate::trace::record_reconcile(&span, &answer);
+        answer
+    }
+}
+
+impl UpstreamExecutor {
+    /// One upstream call (HTTP or MCP), inside its trace span.
+    async fn attempt(&self, up: &Upstream, intent: IntentHandle) -> Attempt {
         let started = std::time::Instant::now();
         if up.kind == UpstreamKind::Mcp {
             let attempt = self.execute_mcp(up, &intent).await;
@@ -480,48 +540,6 @@ impl Executor for UpstreamExecutor {
         Attempt::ended(result)
     }
 
-    fn admit(&self, intent: &IntentHandle) -> Result<(), String> {
-        let scope = Scope { intent };
-        let http_up = self
-            .cap
-            .upstream
-            .as_ref()
-            .filter(|u| u.kind == UpstreamKind::Http)
-            .map(|u| &u.url);
-        let http_rec = self
-            .cap
-            .reconcile
-            .as_ref()
-            .filter(|r| r.kind == UpstreamKind::Http)
-            .map(|r| &r.url);
-        for template in http_up.into_iter().chain(http_rec) {
-            // A template that cannot be rendered (an unset variable) is reported by the
-            // execution itself, as nothing sent.
-            if let Ok(url) = scope.url(template) {
-                check_path(&url).map_err(|e| e.to_string())?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn reconcile(&self, intent: IntentHandle) -> ReconcileResult {
-        let Some(rec) = self.cap.reconcile.as_ref() else {
-            return ReconcileResult::Undecidable {
-                message: "no reconciliation read is declared".into(),
-            };
-        };
-        let read = match rec.kind {
-            UpstreamKind::Http => self.reconcile_read(rec, &intent).await,
-            UpstreamKind::Mcp => self.reconcile_mcp(rec, &intent).await,
-        };
-        match read {
-            Ok(r) => r,
-            Err(message) => ReconcileResult::Undecidable { message },
-        }
-    }
-}
-
-impl UpstreamExecutor {
     async fn reconcile_read(
         &self,
         rec: &Reconcile,
@@ -546,6 +564,9 @@ impl UpstreamExecutor {
                     req = req.header(name, scope.text(value).map_err(|e| e.to_string())?);
                 }
             }
+        }
+        for (name, value) in crate::trace::outgoing() {
+            req = req.header(name, value);
         }
         let response = req.send().await.map_err(|e| {
             format!(
@@ -617,6 +638,10 @@ impl UpstreamExecutor {
             if let Some(v) = value {
                 meta.insert(name.into(), Value::String(v.clone()));
             }
+        }
+        // W3C trace context travels in `_meta` (MCP SEP-414).
+        for (name, value) in crate::trace::outgoing() {
+            meta.insert(name, Value::String(value));
         }
         // Percent-encoded like an HTTP upstream's URL: an argument cannot change the
         // endpoint's path or query.
@@ -843,7 +868,10 @@ impl UpstreamExecutor {
             headers: scope.headers(&headers).map_err(|e| e.to_string())?,
             tool: rec.tool.clone().unwrap_or_default(),
             arguments,
-            meta: Map::new(),
+            meta: crate::trace::outgoing()
+                .into_iter()
+                .map(|(name, value)| (name, Value::String(value)))
+                .collect(),
             timeout: rec.timeout.unsigned_abs(),
             poolable: same_for_every_call(&rec.url, headers.values()),
             progress: None,

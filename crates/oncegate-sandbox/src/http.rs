@@ -221,7 +221,9 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
     let request: Value = serde_json::from_slice(&body).map_err(|_| ApiError::MalformedJson)?;
-    let effect = NewEffect::parse(resource, request).map_err(|e| ApiError::InvalidBody(e.0))?;
+    let effect = NewEffect::parse(resource, request)
+        .map_err(|e| ApiError::InvalidBody(e.0))?
+        .traced(headers.get("traceparent").and_then(|v| v.to_str().ok()));
     let created = sandbox.create(effect, key, header_fault(&headers)?).await?;
 
     match created.after_commit {

@@ -25,6 +25,10 @@ pub(super) struct NewEffect {
     dedupe_ref: Option<String>,
     /// The resource's own fields, before the provider adds id, key and timestamp.
     fields: Map<String, Value>,
+    /// The W3C `traceparent` the request carried (HTTP header, MCP `_meta`), as a
+    /// provider's request log keeps it: what a test reads to see a trace reach the
+    /// provider.
+    traceparent: Option<String>,
 }
 
 /// Why a body cannot become an effect; the text is shown to the caller.
@@ -77,6 +81,7 @@ impl NewEffect {
                     dedupe_ref: None,
                     fields,
                     request,
+                    traceparent: None,
                 }
             }
             Resource::Emails => {
@@ -98,6 +103,7 @@ impl NewEffect {
                     dedupe_ref: body.dedupe_ref,
                     fields,
                     request,
+                    traceparent: None,
                 }
             }
             Resource::Ledger => {
@@ -125,6 +131,7 @@ impl NewEffect {
                     dedupe_ref: None,
                     fields,
                     request,
+                    traceparent: None,
                 }
             }
         };
@@ -134,6 +141,13 @@ impl NewEffect {
     /// What the effect creates.
     pub(super) fn resource(&self) -> Resource {
         self.resource
+    }
+
+    /// The effect as requested under the trace context `traceparent` (kept as sent, up
+    /// to 256 characters: the sandbox records it, it does not judge it).
+    pub(super) fn traced(mut self, traceparent: Option<&str>) -> Self {
+        self.traceparent = traceparent.filter(|t| t.len() <= 256).map(str::to_owned);
+        self
     }
 }
 
@@ -246,6 +260,7 @@ struct Entry {
     amount_minor: Option<i64>,
     currency: Option<String>,
     dedupe_ref: Option<String>,
+    traceparent: Option<String>,
     id: String,
     at: Timestamp,
 }
@@ -299,6 +314,7 @@ impl Ledger {
             amount_minor: effect.amount_minor,
             currency: effect.currency,
             dedupe_ref: effect.dedupe_ref,
+            traceparent: effect.traceparent,
             id,
             at: now,
         });
@@ -387,6 +403,7 @@ impl Ledger {
                     "idempotency_key": e.sent_key,
                     "at": e.at,
                     "request": e.request,
+                    "traceparent": e.traceparent,
                 })
             })
             .collect();

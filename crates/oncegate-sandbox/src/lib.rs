@@ -174,9 +174,11 @@ impl FromStr for Resource {
 /// - `GET /v1/orders/{order_id}` → `{"order_id","charges":[..],"refunds":[..]}`.
 /// - `GET /v1/effects[?kind=charge&order_id=O&idempotency_key=K&since=T&after=S&limit=N]`
 ///   → `{"effects":[{seq,kind,id,order_id,amount_minor,currency,idempotency_key,at,
-///   request}..],"next":S|null}`, the committed effects that match, in commit (`seq`)
-///   order, whichever surface committed them; `idempotency_key` there is the key as sent,
-///   whether or not the provider honoured it. `since` (RFC 3339, a `+` sent as `%2B`)
+///   request,traceparent}..],"next":S|null}`, the committed effects that match, in commit
+///   (`seq`) order, whichever surface committed them; `idempotency_key` there is the key
+///   as sent, whether or not the provider honoured it, and `traceparent` the W3C trace
+///   context the creating request carried (its `traceparent` header, or over MCP
+///   `_meta.traceparent`), `null` without one. `since` (RFC 3339, a `+` sent as `%2B`)
 ///   keeps effects with `at >= since`; `after` keeps those with `seq > after`; `limit`
 ///   (1 to 1000) caps the page. With neither `after` nor `limit` the answer is every
 ///   match and `next` is `null`; otherwise a page of `limit` (default 1000) whose `next`

@@ -179,6 +179,11 @@ impl ServerHandler for Tools {
             .get(IDEMPOTENCY_KEY_META)
             .or_else(|| request.meta.as_ref()?.get(IDEMPOTENCY_KEY_META))
             .cloned();
+        let traceparent = context
+            .meta
+            .get_traceparent()
+            .or_else(|| request.meta.as_ref()?.get_traceparent())
+            .map(str::to_owned);
         let arguments = request.arguments.unwrap_or_default();
         // A caller that asked for progress hears it: accepted, then committed (what a
         // long-running provider tool reports while it works).
@@ -212,7 +217,13 @@ impl ServerHandler for Tools {
                 let _ = context.peer.notify_logging_message(line).await;
                 report(1.0, "accepted").await;
                 let created = self
-                    .create(resource, arguments, meta_key, &context.ct)
+                    .create(
+                        resource,
+                        arguments,
+                        meta_key,
+                        traceparent.as_deref(),
+                        &context.ct,
+                    )
                     .await;
                 if created.is_ok() {
                     report(2.0, "committed").await;
@@ -236,6 +247,7 @@ impl Tools {
         resource: Resource,
         mut arguments: JsonObject,
         meta_key: Option<Value>,
+        traceparent: Option<&str>,
         cancelled: &CancellationToken,
     ) -> Result<CallToolResult, ToolError> {
         // The key is how the call is named, not part of what it asks for: stripped, the
@@ -243,7 +255,8 @@ impl Tools {
         let argument_key = arguments.remove(IDEMPOTENCY_KEY_ARGUMENT);
         let key = idempotency_key(argument_key, meta_key)?;
         let effect = NewEffect::parse(resource, Value::Object(arguments))
-            .map_err(|e| ToolError::InvalidArguments(e.0))?;
+            .map_err(|e| ToolError::InvalidArguments(e.0))?
+            .traced(traceparent);
         let created = self
             .sandbox
             .create(effect, key, None)

@@ -343,6 +343,49 @@ pub async fn audit_chain<S: Backend>(store: &S) {
     }
 }
 
+/// An intent's timeline: every record naming its key, in chain order, none of another
+/// intent's, at most `limit`.
+pub async fn audit_of_intent<S: Backend>(store: &S) {
+    for i in 0..30u32 {
+        // Three intents interleaved; the same shard for two of them.
+        let key = ["00aa01", "00aa02", "7f0003"][(i % 3) as usize];
+        store
+            .commit(Commit::new(None, None, sample_event(key, i)))
+            .await
+            .unwrap();
+    }
+    let mine = store
+        .audit_of_intent(&IntentKey::from_hex("00aa01".to_owned()), 100)
+        .await
+        .unwrap();
+    assert_eq!(mine.len(), 10);
+    assert!(
+        mine.iter()
+            .all(|r| r.event.key.as_ref().map(IntentKey::as_str) == Some("00aa01"))
+    );
+    let n = |records: &[oncegate_core::audit::AuditRecord]| -> Vec<u64> {
+        records
+            .iter()
+            .map(|r| r.event.detail["n"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        n(&mine),
+        (0..30).step_by(3).collect::<Vec<u64>>(),
+        "in chain order"
+    );
+    let first = store
+        .audit_of_intent(&IntentKey::from_hex("7f0003".to_owned()), 4)
+        .await
+        .unwrap();
+    assert_eq!(n(&first), [2, 5, 8, 11]);
+    let none = store
+        .audit_of_intent(&IntentKey::from_hex("00aa09".to_owned()), 100)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+}
+
 /// Many concurrent inserts of one (key, generation): exactly one wins.
 pub async fn one_insert_wins<S: Backend>(store: &S) {
     let mut tasks = Vec::new();
@@ -466,6 +509,7 @@ where
     generations_and_approvals(&fresh().await).await;
     listing_and_cross_run(&fresh().await).await;
     audit_chain(&fresh().await).await;
+    audit_of_intent(&fresh().await).await;
     one_insert_wins(&fresh().await).await;
     client_key_binding(&fresh().await).await;
     listing_order(&fresh().await).await;

@@ -394,6 +394,13 @@ pub trait StoreRead: Send + Sync {
     ) -> impl Future<Output = Result<Vec<AuditRecord>, StoreError>> + Send;
     /// The shards that have records.
     fn audit_shards(&self) -> impl Future<Output = Result<Vec<u32>, StoreError>> + Send;
+    /// Up to `limit` of the audit records naming intent `key` (every generation), in
+    /// the order they were chained: the intent's timeline.
+    fn audit_of_intent(
+        &self,
+        key: &IntentKey,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<AuditRecord>, StoreError>> + Send;
     /// Where the last clean `audit verify` ended (`audit_check::Checkpoint` as JSON).
     fn audit_checkpoint(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
     /// The kill switches that are on, by target.

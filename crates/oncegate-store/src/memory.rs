@@ -482,6 +482,22 @@ impl StoreRead for MemoryStore {
         Ok(self.reach().await?.audit_checkpoint.clone())
     }
 
+    async fn audit_of_intent(
+        &self,
+        key: &IntentKey,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        let data = self.reach().await?;
+        // `audit` is in chain order (by position).
+        Ok(data
+            .audit
+            .iter()
+            .map(|(_, r)| AuditRecord::from(r.clone()))
+            .filter(|r| r.event.key.as_ref() == Some(key))
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+            .collect())
+    }
+
     async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
         let data = self.reach().await?;
         Ok(data.heads.keys().copied().collect())

@@ -17,6 +17,7 @@ use oncegate_core::Registry;
 use oncegate_core::audit::{AuditRecord, ChainKey, StoredRow};
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
 use oncegate_core::key::IntentKey;
+use tracing::Instrument;
 
 use crate::memory::MemoryStore;
 use crate::options::{OpenMode, StoreOptions};
@@ -223,6 +224,15 @@ pub fn location(url: &str, base_dir: &Path) -> Result<Location, StoreError> {
 }
 
 impl Store {
+    /// The backend's name, as trace spans carry it.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgres",
+            Store::Memory(_) => "memory",
+        }
+    }
+
     /// The store's identity, written once when its schema was created (`memory` for
     /// the in-memory backend).
     pub fn store_id(&self) -> &str {
@@ -392,6 +402,18 @@ impl StoreRead for Store {
         }
     }
 
+    async fn audit_of_intent(
+        &self,
+        key: &IntentKey,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.audit_of_intent(key, limit).await,
+            Store::Postgres(s) => s.audit_of_intent(key, limit).await,
+            Store::Memory(s) => s.audit_of_intent(key, limit).await,
+        }
+    }
+
     async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
         match self {
             Store::Sqlite(s) => s.limit_used(scope, since).await,
@@ -446,12 +468,28 @@ impl StoreRead for Store {
 }
 
 impl StoreWrite for Store {
+    /// Every commit of every backend passes here: its trace span (a child of the
+    /// decision that made it) is opened once, for all of them.
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(s) => s.commit(commit).await,
-            Store::Postgres(s) => s.commit(commit).await,
-            Store::Memory(s) => s.commit(commit).await,
+        let span = tracing::info_span!(
+            "oncegate.store.commit",
+            oncegate.store = self.backend(),
+            oncegate.audit_kind = ?commit.event.kind,
+            otel.status_code = tracing::field::Empty,
+        );
+        let committed = async {
+            match self {
+                Store::Sqlite(s) => s.commit(commit).await,
+                Store::Postgres(s) => s.commit(commit).await,
+                Store::Memory(s) => s.commit(commit).await,
+            }
         }
+        .instrument(span.clone())
+        .await;
+        if committed.is_err() {
+            span.record("otel.status_code", "ERROR");
+        }
+        committed
     }
 
     async fn bind_client_key(

@@ -619,6 +619,23 @@ impl StoreRead for SqliteStore {
         )
     }
 
+    async fn audit_of_intent(
+        &self,
+        key: &IntentKey,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        // The expression must be spelled as the index (`audit_by_key`) spells it.
+        let rows = sqlx::query(
+            "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE json_extract(body, '$.key') = ? ORDER BY id LIMIT ?",
+        )
+        .bind(key.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(audit_row).collect()
+    }
+
     async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
         let rows = sqlx::query("SELECT DISTINCT shard FROM audit ORDER BY shard")
             .fetch_all(&self.inner.readers)

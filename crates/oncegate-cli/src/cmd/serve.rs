@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use oncegate_core::Registry;
 use oncegate_engine::{Gate, SystemClock};
 use oncegate_gateway::server::{AppState, http_client, serve};
 
@@ -27,8 +28,16 @@ pub struct ServeArgs {
     init: bool,
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let registry = crate::load(&args.config.config)?;
+impl ServeArgs {
+    /// The registry file.
+    pub fn config(&self) -> &std::path::Path {
+        &self.config.config
+    }
+}
+
+/// Serves `registry` (read from [`ServeArgs::config`] before the log was set up, see
+/// `crate::run`).
+pub async fn run(args: ServeArgs, registry: Registry) -> anyhow::Result<ExitCode> {
     let sweep_every: jiff::SignedDuration = args
         .sweep_every
         .parse()

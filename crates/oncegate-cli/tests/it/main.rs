@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 
 mod args;
 mod conformance;
+mod console;
 mod demo;
 mod detection;
 mod gateway;
@@ -14,6 +15,7 @@ mod python_client;
 mod single_server;
 mod store_faults;
 mod support;
+mod telemetry;
 
 fn oncegate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_oncegate"))

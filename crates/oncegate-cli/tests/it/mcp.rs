@@ -534,7 +534,7 @@ pub(crate) fn run_client(mut cmd: Command, limit: Duration) -> (bool, String) {
 }
 
 /// A 2026-07-28 `tools/call`: the protocol version rides in `_meta`, no session.
-fn tools_call(name: &str, arguments: Value) -> Value {
+pub(crate) fn tools_call(name: &str, arguments: Value) -> Value {
     json!({
         "jsonrpc": "2.0",
         "id": 7,
@@ -552,7 +552,7 @@ fn tools_call(name: &str, arguments: Value) -> Value {
 }
 
 /// A raw `POST /mcp` with the headers a 2026-07-28 client sends.
-fn post_mcp(
+pub(crate) fn post_mcp(
     gw: &Proc,
     token: Option<&str>,
     body: String,
@@ -579,7 +579,7 @@ fn post_mcp(
 }
 
 /// The JSON-RPC message in a response body, plain JSON or the last SSE `data:` event.
-fn jsonrpc(body: &str) -> Value {
+pub(crate) fn jsonrpc(body: &str) -> Value {
     if let Ok(value) = serde_json::from_str(body) {
         return value;
     }

@@ -32,6 +32,7 @@ mod identity;
 mod locate;
 mod raw;
 mod servers;
+mod telemetry;
 
 pub use build::FrontedAs;
 pub use detection::{
@@ -42,6 +43,7 @@ pub use identity::{
     RoleValues,
 };
 pub use servers::{MAX_TOOL_NAME, McpServer, Undeclared, fronted_name, is_tool_name};
+pub use telemetry::{DEFAULT_SERVICE_NAME, TelemetrySettings};
 
 /// The default store URL when `[store]` is absent.
 pub const DEFAULT_STORE_URL: &str = "sqlite://oncegate.db";
@@ -422,6 +424,9 @@ pub struct Capability {
     pub listing: Option<Listing>,
     /// Spend and action limits, reserved atomically with each claim.
     pub limits: Vec<Limit>,
+    /// `traced_arguments`: the arguments whose values the decision's trace span may
+    /// carry (none by default: arguments hold customers' data).
+    pub traced_arguments: Vec<ArgPath>,
 }
 
 impl Capability {
@@ -531,6 +536,8 @@ pub struct Registry {
     pub identity: Option<IdentitySettings>,
     /// `[[mcp_servers]]`: MCP servers fronted whole, in declaration order.
     pub mcp_servers: Vec<McpServer>,
+    /// `[telemetry]`: where traces are exported (none: nowhere).
+    pub telemetry: TelemetrySettings,
     capabilities: Vec<Arc<Capability>>,
     by_name: HashMap<String, usize>,
     /// Things `check-config` prints but that do not stop the gateway.

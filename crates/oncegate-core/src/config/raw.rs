@@ -26,6 +26,14 @@ pub(super) struct RawConfig {
     pub(super) identity: Option<RawIdentity>,
     #[serde(default)]
     pub(super) mcp_servers: Vec<RawMcpServer>,
+    pub(super) telemetry: Option<RawTelemetry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTelemetry {
+    pub(super) otlp_endpoint: Option<String>,
+    pub(super) service_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -144,6 +152,7 @@ pub(super) struct RawCapability {
     pub(super) listing: Option<RawListing>,
     #[serde(default)]
     pub(super) limits: Vec<RawLimit>,
+    pub(super) traced_arguments: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]

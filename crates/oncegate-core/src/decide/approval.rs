@@ -41,6 +41,46 @@ pub fn decide_approval(
     executes: Executes<'_>,
     now: Timestamp,
 ) -> ApprovalDecision {
+    decide_approval_noted(
+        record, approval, actor, role, choice, None, cap, executes, now,
+    )
+}
+
+/// The longest note a human may give with a decision (characters); longer is cut.
+pub const MAX_NOTE_CHARS: usize = 500;
+
+/// A human's note as it is kept: control characters become spaces, surrounding space is
+/// trimmed, at most [`MAX_NOTE_CHARS`]; `None` when nothing is left.
+pub fn clean_note(note: &str) -> Option<String> {
+    let cleaned: String = note
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .trim()
+        .chars()
+        .take(MAX_NOTE_CHARS)
+        .collect();
+    (!cleaned.is_empty()).then_some(cleaned)
+}
+
+/// Decides a human's approve or deny with the human's note (why), kept in the audit
+/// record; a deny's note is also what the agent's next call is told.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a pure function takes every input explicitly"
+)]
+pub fn decide_approval_noted(
+    record: &IntentRecord,
+    approval: &Approval,
+    actor: &str,
+    role: Role,
+    choice: Choice,
+    note: Option<&str>,
+    cap: &Capability,
+    executes: Executes<'_>,
+    now: Timestamp,
+) -> ApprovalDecision {
+    let note = note.and_then(clean_note);
     if role == Role::Agent {
         return ApprovalDecision::Rejected(Reason::new(
             Code::Forbidden,
@@ -57,7 +97,10 @@ pub fn decide_approval(
                    rec: Option<IntentRecord>,
                    ap: Option<Approval>,
                    outcome: Outcome,
-                   detail: Value| {
+                   mut detail: Value| {
+        if let (Some(n), Some(map)) = (&note, detail.as_object_mut()) {
+            map.insert("note".into(), Value::String(n.clone()));
+        }
         let event = event(
             AuditKind::Approval,
             now,
@@ -210,7 +253,10 @@ pub fn decide_approval(
             settle_refusal(&mut next, approval.reason, now);
             next.error = Some(Reason::new(
                 Code::ApprovalDenied,
-                format!("denied by {actor}"),
+                match &note {
+                    Some(n) => format!("denied by {actor}: {n}"),
+                    None => format!("denied by {actor}"),
+                },
             ));
             let outcome = outcome_of(&next, Status::Denied, None);
             decided(

@@ -30,7 +30,9 @@ mod complete;
 mod effect;
 mod reconcile;
 
-pub use approval::{Executes, decide_approval, reset_breaker};
+pub use approval::{
+    Executes, MAX_NOTE_CHARS, clean_note, decide_approval, decide_approval_noted, reset_breaker,
+};
 pub use call::decide;
 pub use complete::{Completion, complete_claim, heartbeat_claim, lease_nonce, stale_claim};
 pub use effect::{record_claim_effect, record_effect};

@@ -30,6 +30,7 @@ use crate::error::ApiError;
 use crate::front::Door;
 use crate::headers::{header_string, invalid_header};
 use crate::state::{AppState, Principal};
+use crate::trace::Parent;
 use crate::upstream::UpstreamExecutor;
 use crate::upstream::mcp::log_rank;
 use crate::wire::{Envelope, OUTCOME_META_KEY};
@@ -82,6 +83,18 @@ impl McpSurface {
             .lock()
             .unwrap_or_else(PoisonError::into_inner))
     }
+}
+
+/// The trace context of a `tools/call`: `_meta.traceparent` (the request's, or where
+/// rmcp moved it, the context's), else the HTTP request's `traceparent` header.
+fn trace_parent(request: &CallToolRequestParams, ctx: &RequestContext<RoleServer>) -> Parent {
+    request
+        .meta
+        .as_ref()
+        .and_then(|m| Parent::from_meta(m))
+        .or_else(|| Parent::from_meta(&ctx.meta))
+        .or_else(|| parts(ctx).map(|p| Parent::from_headers(&p.headers)))
+        .unwrap_or_default()
 }
 
 fn parts(ctx: &RequestContext<RoleServer>) -> Option<&axum::http::request::Parts> {
@@ -245,7 +258,7 @@ impl McpSurface {
     ) -> Result<(Outcome, Arc<Capability>), ApiError> {
         let principal = principal(&ctx)?;
         let name = request.name.to_string();
-        let door = Door::open(&self.state, &name)?;
+        let door = Door::open(&self.state, &name)?.traced(trace_parent(&request, &ctx));
         let call = Call {
             capability: name.clone(),
             arguments: Value::Object(request.arguments.clone().unwrap_or_default()),

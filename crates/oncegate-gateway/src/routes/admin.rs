@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::{json_body, require};
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, Principal};
 use crate::wire::Envelope;
 
 #[utoipa::path(post, path = "/v1/admin/breakers/{key}/reset", tag = "admin", params(("key" = String, Path)), responses((status = 200, body = Envelope)), security(("bearer" = [])))]
@@ -51,6 +51,22 @@ pub(crate) async fn kill_switch(
     let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let body: KillBody = json_body(&body)?;
+    set_kill_switch(&state, &p, target, body.killed, body.reason).await?;
+    // The switches every replica on the store now honours (read back from the store).
+    let switches = state.gate().kill_switches().await?;
+    Ok(Json(json!({"kill_switches": switches})).into_response())
+}
+
+/// Switches `target` (`NAME`, `capability:NAME` or `agent:NAME`) off or on again as
+/// admin `p` (404 when it names nothing this gateway knows): the JSON API's route and
+/// the console's form both end here.
+pub(crate) async fn set_kill_switch(
+    state: &AppState,
+    p: &Principal,
+    target: String,
+    killed: bool,
+    reason: Option<String>,
+) -> Result<(), ApiError> {
     let target = if target.contains(':') {
         target
     } else {
@@ -69,15 +85,11 @@ pub(crate) async fn kill_switch(
             "`{target}` names no capability or principal (use NAME, capability:NAME or agent:NAME)"
         )));
     }
-    let reason = body
-        .killed
-        .then(|| body.reason.unwrap_or_else(|| format!("by {}", p.name)));
-    tracing::warn!(target = %target, killed = body.killed, by = %p.name, "kill switch");
+    let reason = killed.then(|| reason.unwrap_or_else(|| format!("by {}", p.name)));
+    tracing::warn!(target = %target, killed, by = %p.name, "kill switch");
     state
         .gate()
         .set_kill_switch(&p.name, &target, reason)
         .await?;
-    // The switches every replica on the store now honours (read back from the store).
-    let switches = state.gate().kill_switches().await?;
-    Ok(Json(json!({"kill_switches": switches})).into_response())
+    Ok(())
 }

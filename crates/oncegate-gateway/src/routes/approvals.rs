@@ -15,11 +15,14 @@ use oncegate_store::StoreRead;
 use serde::Deserialize;
 use serde_json::json;
 
+use oncegate_core::config::Capability;
+use oncegate_core::intent::Outcome;
+
 use super::calls::envelope_response;
-use super::{parse_state, require};
+use super::{json_body, parse_state, require};
 use crate::error::ApiError;
 use crate::front::Door;
-use crate::state::AppState;
+use crate::state::{AppState, Principal};
 use crate::wire::Envelope;
 
 /// `GET /v1/approvals` filter.
@@ -45,15 +48,43 @@ pub(crate) async fn list_approvals(
     Ok(Json(json!({"approvals": list.items, "unreadable": list.unreadable})).into_response())
 }
 
+/// `POST /v1/approvals/{id}/{approve,deny}` body (optional: an empty body is none).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBody {
+    /// Why, kept in the audit record; a deny's reason is what the agent's next call is
+    /// told. At most 500 characters are kept.
+    reason: Option<String>,
+}
+
 /// Approves or denies through the front door: the decision runs in its own task.
 async fn decide_approval(
     state: AppState,
     headers: HeaderMap,
     id: String,
     choice: Choice,
+    body: &[u8],
 ) -> Result<Response, ApiError> {
     let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin, Role::Approver])?;
+    let body: DecisionBody = if body.iter().all(u8::is_ascii_whitespace) {
+        DecisionBody::default()
+    } else {
+        json_body(body)?
+    };
+    let (capability, outcome) = decide(&state, &p, id, choice, body.reason).await?;
+    Ok(envelope_response(&outcome, &capability))
+}
+
+/// Decides approval `id` as `principal` (an approver or admin), through the front door:
+/// the JSON API's routes and the console's buttons both end here.
+pub(crate) async fn decide(
+    state: &AppState,
+    principal: &Principal,
+    id: String,
+    choice: Choice,
+    note: Option<String>,
+) -> Result<(Arc<Capability>, Outcome), ApiError> {
     let approval = state
         .gate()
         .store()
@@ -63,28 +94,30 @@ async fn decide_approval(
     // A fronted tool its server stopped listing can still be denied (nothing runs);
     // approving it waits until the server lists it again.
     let door = match (choice, state.gate().find_capability(&approval.capability)) {
-        (Choice::Approve, None) | (_, Some(_)) => Door::open(&state, &approval.capability)?,
-        (Choice::Deny, None) => Door::settling(&state, &approval.capability)?,
+        (Choice::Approve, None) | (_, Some(_)) => Door::open(state, &approval.capability)?,
+        (Choice::Deny, None) => Door::settling(state, &approval.capability)?,
     };
     let capability = Arc::clone(door.capability());
-    let outcome = door.decide(&p, id, choice).await?;
-    Ok(envelope_response(&outcome, &capability))
+    let outcome = door.decide(principal, id, choice, note).await?;
+    Ok((capability, outcome))
 }
 
-#[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals", params(("id" = String, Path)), responses((status = 200, description = "executed once; a repeat returns the first result. For a claim-only capability: `approved`, executed by the caller's next claim of the intent", body = Envelope), (status = 403, description = "not an approver, or own call")), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals", params(("id" = String, Path)), request_body(content = Option<DecisionBody>, description = "optional: why"), responses((status = 200, description = "executed once; a repeat returns the first result. For a claim-only capability: `approved`, executed by the caller's next claim of the intent", body = Envelope), (status = 403, description = "not an approver, or own call")), security(("bearer" = [])))]
 pub(crate) async fn approve(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    decide_approval(state, headers, id, Choice::Approve).await
+    decide_approval(state, headers, id, Choice::Approve, &body).await
 }
 
-#[utoipa::path(post, path = "/v1/approvals/{id}/deny", tag = "approvals", params(("id" = String, Path)), responses((status = 403, description = "denied (final for this generation)", body = Envelope)), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/approvals/{id}/deny", tag = "approvals", params(("id" = String, Path)), request_body(content = Option<DecisionBody>, description = "optional: why (the agent is told)"), responses((status = 403, description = "denied (final for this generation)", body = Envelope)), security(("bearer" = [])))]
 pub(crate) async fn deny(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    decide_approval(state, headers, id, Choice::Deny).await
+    decide_approval(state, headers, id, Choice::Deny, &body).await
 }

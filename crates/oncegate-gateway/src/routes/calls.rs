@@ -19,6 +19,7 @@ use crate::error::ApiError;
 use crate::front::Door;
 use crate::headers::header_string;
 use crate::state::AppState;
+use crate::trace::Parent;
 use crate::wire::{Envelope, reason};
 
 /// `POST /v1/calls` body.
@@ -41,7 +42,7 @@ pub(crate) async fn post_call(
 ) -> Result<Response, ApiError> {
     let principal = state.authenticate(&headers).await?;
     let call = read_call(&headers, &body)?;
-    let door = Door::open(&state, &call.capability)?;
+    let door = Door::open(&state, &call.capability)?.traced(Parent::from_headers(&headers));
     let client_key = call.client_key.clone();
     let capability = Arc::clone(door.capability());
     let outcome = door.call(&principal, call).await?;

@@ -28,6 +28,7 @@ use super::{exact_numbers, json_body};
 use crate::error::ApiError;
 use crate::front::Door;
 use crate::state::AppState;
+use crate::trace::Parent;
 use crate::wire::{Envelope, http_status};
 
 /// A claim this caller holds: what to execute and what proves the claim.
@@ -110,7 +111,7 @@ pub(crate) async fn post_claim(
 ) -> Result<Response, ApiError> {
     let principal = state.authenticate(&headers).await?;
     let call = read_call(&headers, &body)?;
-    let door = Door::open(&state, &call.capability)?;
+    let door = Door::open(&state, &call.capability)?.traced(Parent::from_headers(&headers));
     let client_key = call.client_key.is_some();
     let capability = Arc::clone(door.capability());
     Ok(match door.claim(&principal, call).await? {

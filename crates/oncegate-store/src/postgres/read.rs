@@ -400,6 +400,23 @@ impl StoreRead for PgStore {
         )
     }
 
+    async fn audit_of_intent(
+        &self,
+        key: &IntentKey,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        // The expression must be spelled as the index (`audit_by_key`) spells it.
+        let rows = sqlx::query(
+            "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE ((body::jsonb) ->> 'key') = $1 ORDER BY id LIMIT $2",
+        )
+        .bind(key.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(audit_row).collect()
+    }
+
     async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
         let rows = sqlx::query("SELECT DISTINCT shard FROM audit ORDER BY shard")
             .fetch_all(&mut *self.conn().await?)

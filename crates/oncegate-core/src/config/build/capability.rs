@@ -208,6 +208,7 @@ impl Builder<'_> {
         if on_unknown == OnUnknown::Reconcile && reconcile.is_none() {
             self.warn(&at(&["on_unknown"]), "on_unknown = \"reconcile\" without a [capabilities.reconcile] read: every unknown outcome escalates to a human");
         }
+        let traced_arguments = self.traced_arguments(base, rc.traced_arguments);
         Capability {
             name: rc.name,
             description: rc.description,
@@ -243,10 +244,31 @@ impl Builder<'_> {
             duplicates,
             listing,
             limits,
+            traced_arguments,
             policy: None,
             policy_file: rc.policy,
             input_schema,
         }
+    }
+
+    /// `traced_arguments`: argument paths whose values the decision span may carry.
+    fn traced_arguments(&mut self, base: &[Seg], raw: Option<Vec<String>>) -> Vec<ArgPath> {
+        let mut paths = Vec::new();
+        for (i, text) in raw.unwrap_or_default().into_iter().enumerate() {
+            let at = [base, &[k("traced_arguments"), Seg::Index(i)]].concat();
+            match ArgPath::parse(&text) {
+                Ok(p) if paths.contains(&p) => {
+                    self.err(&at, format!("`{p}` is listed twice"), None);
+                }
+                Ok(p) => paths.push(p),
+                Err(msg) => self.err(
+                    &at,
+                    msg,
+                    Some("name arguments like \"order_id\" or \"customer.country\""),
+                ),
+            }
+        }
+        paths
     }
 
     /// An agent-facing JSON Schema written in TOML: a table whose `type` is "object".

@@ -29,6 +29,7 @@ mod capability;
 mod detection;
 mod identity;
 mod servers;
+mod telemetry;
 
 pub use servers::FrontedAs;
 mod upstream;
@@ -218,6 +219,7 @@ impl Builder<'_> {
         }
 
         let identity = self.identity(raw.identity, &principals);
+        let telemetry = self.telemetry(raw.telemetry);
         self.servers = self.mcp_servers(raw.mcp_servers);
 
         let mut capabilities = Vec::new();
@@ -307,6 +309,7 @@ impl Builder<'_> {
             principals,
             identity,
             mcp_servers: std::mem::take(&mut self.servers),
+            telemetry,
             capabilities: capabilities.into_iter().map(Arc::new).collect(),
             by_name,
             warnings: self.warnings,

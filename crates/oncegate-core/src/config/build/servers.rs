@@ -171,6 +171,7 @@ impl McpServer {
             duplicates: None,
             listing: None,
             limits: Vec::new(),
+            traced_arguments: Vec::new(),
         };
         if offered == FrontedAs::RequireApproval {
             let text = format!(

@@ -1,0 +1,245 @@
+//! "Needs attention": what a person must look at. Intents whose outcome is unknown
+//! (still reconciling, or escalated to a human because reconciliation could not
+//! confirm), tripped breakers (an admin resets them here), cross-run duplicates held for
+//! approval, and the alerts this gateway raised recently (cross-run, breaker tripped,
+//! replay storms).
+//!
+//! The recent alerts are kept in memory by the process that raised them ([`Alerts`]):
+//! the durable record of each is its audit record, the log line, the metric and the
+//! webhook; this list is a view for the person at the console.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum_extra::extract::CookieJar;
+use jiff::Timestamp;
+use maud::html;
+use oncegate_core::config::Role;
+use oncegate_core::intent::{Alert, ApprovalReason, ApprovalState, IntentState, Outcome};
+use oncegate_core::key::IntentKey;
+use oncegate_store::{IntentFilter, StoreRead};
+
+use super::approvals::state_badge;
+use super::page::{Section, key_link, notice, or_dash, page as frame, when};
+use super::{csrf_field, failure, html_page, posted, tz, viewer};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// How many recent alerts are kept.
+const KEPT: usize = 200;
+
+/// One alert as raised.
+#[derive(Clone, Debug)]
+struct Raised {
+    at: Timestamp,
+    capability: String,
+    principal: String,
+    key: Option<String>,
+    alert: Alert,
+}
+
+/// The alerts this process raised, newest last.
+#[derive(Clone, Default)]
+pub struct Alerts {
+    inner: Arc<Mutex<VecDeque<Raised>>>,
+}
+
+impl Alerts {
+    /// Keeps the alerts of `outcome`.
+    pub(crate) fn record(&self, outcome: &Outcome, capability: &str, principal: &str) {
+        if outcome.alerts.is_empty() {
+            return;
+        }
+        let mut kept = self.inner.lock().expect("console alerts");
+        for alert in &outcome.alerts {
+            if kept.len() >= KEPT {
+                kept.pop_front();
+            }
+            kept.push_back(Raised {
+                at: Timestamp::now(),
+                capability: capability.to_owned(),
+                principal: principal.to_owned(),
+                key: outcome.key.as_ref().map(|k| k.as_str().to_owned()),
+                alert: alert.clone(),
+            });
+        }
+    }
+
+    fn newest_first(&self) -> Vec<Raised> {
+        let kept = self.inner.lock().expect("console alerts");
+        kept.iter().rev().cloned().collect()
+    }
+}
+
+fn describe(alert: &Alert) -> String {
+    match alert {
+        Alert::CrossRun {
+            first_run,
+            this_run,
+        } => format!(
+            "Cross-run duplicate: run {} repeated an intent of run {}",
+            this_run.as_deref().unwrap_or("(none)"),
+            first_run.as_deref().unwrap_or("(none)")
+        ),
+        Alert::BreakerTripped { ceiling } => {
+            format!("Breaker tripped after {ceiling} attempts")
+        }
+        Alert::ReplayStorm {
+            replays,
+            window_seconds,
+        } => format!("Replay storm: {replays} repeats within {window_seconds} s"),
+    }
+}
+
+/// `GET /console/attention`.
+pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Response {
+    let session = match viewer(&state, &jar, Section::Attention) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let store = state.gate().store();
+    let listing = |state: Option<IntentState>, breaker_tripped: bool| IntentFilter {
+        state,
+        breaker_tripped,
+        limit: 200,
+        ..IntentFilter::default()
+    };
+    let (unknown, tripped) = (
+        listing(Some(IntentState::Unknown), false),
+        listing(None, true),
+    );
+    let unknown = store.list_intents(&unknown);
+    let tripped = store.list_intents(&tripped);
+    let approvals = store.list_approvals(None);
+    let (unknown, tripped, approvals) = match tokio::join!(unknown, tripped, approvals) {
+        (Ok(u), Ok(t), Ok(a)) => (u.items, t.items, a.items),
+        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
+            return failure(&session, &ApiError::from(e));
+        }
+    };
+    let escalated: Vec<_> = approvals
+        .iter()
+        .filter(|a| {
+            a.reason == ApprovalReason::UnknownFirstAttempt && a.state == ApprovalState::Pending
+        })
+        .collect();
+    let cross_run: Vec<_> = approvals
+        .iter()
+        .filter(|a| a.reason == ApprovalReason::CrossRun)
+        .collect();
+    let alerts = state.console_alerts().newest_first();
+    let admin = session.principal.role == Role::Admin;
+    let tz = tz(&state);
+    let body = html! {
+        h2 { "Escalated: unknown outcome, a human decides (" (escalated.len()) ")" }
+        @if escalated.is_empty() { p.muted { "None." } } @else {
+            ul { @for a in &escalated {
+                li { a href={ "/console/approvals/" (a.id) } { (a.capability) " for " (a.principal) } " · asked " (when(a.created_at, tz)) " · intent " (key_link(a.key.as_str())) }
+            } }
+        }
+        h2 { "Unknown, reconciling (" (unknown.len()) ")" }
+        @if unknown.is_empty() { p.muted { "None." } } @else {
+            div.table-wrap { table {
+                thead { tr { th { "Key" } th { "Capability" } th { "Agent" } th { "Attempts" } th { "Why" } th { "Since" } } }
+                tbody { @for r in &unknown {
+                    tr {
+                        td { (key_link(r.key.as_str())) }
+                        td { (r.capability) }
+                        td { (r.principal) }
+                        td { (r.attempts) }
+                        td { (or_dash(r.error.as_ref().map(|e| e.message.as_str()))) }
+                        td { (when(r.updated_at, tz)) }
+                    }
+                } }
+            } }
+        }
+        h2 { "Tripped breakers (" (tripped.len()) ")" }
+        @if tripped.is_empty() { p.muted { "None." } } @else {
+            div.table-wrap { table {
+                thead { tr { th { "Key" } th { "Capability" } th { "Agent" } th { "State" } th { "Attempts" } th { "Reset" } } }
+                tbody { @for r in &tripped {
+                    tr {
+                        td { (key_link(r.key.as_str())) }
+                        td { (r.capability) }
+                        td { (r.principal) }
+                        td { (state_badge(r.state.as_str())) }
+                        td { (r.attempts) }
+                        td {
+                            @if admin {
+                                form method="post" action={ "/console/breakers/" (r.key.as_str()) "/reset" } data-once {
+                                    (csrf_field(&session))
+                                    button type="submit" aria-label={ "Reset the breaker of " (r.key.as_str()) } { "Reset" }
+                                }
+                            } @else { span.muted { "admins reset" } }
+                        }
+                    }
+                } }
+            } }
+        }
+        h2 { "Cross-run duplicates held (" (cross_run.len()) ")" }
+        @if cross_run.is_empty() { p.muted { "None." } } @else {
+            ul { @for a in &cross_run {
+                li { a href={ "/console/approvals/" (a.id) } { (a.capability) " for " (a.principal) } " · " (state_badge(a.state.as_str())) " · " (when(a.created_at, tz)) }
+            } }
+        }
+        h2 { "Recent alerts on this gateway (" (alerts.len()) ")" }
+        p.muted { "Kept in memory since this process started; each is also in the audit chain, the log and the alert webhook." }
+        @if alerts.is_empty() { p.muted { "None." } } @else {
+            ul { @for a in &alerts {
+                li {
+                    (describe(&a.alert)) " · " (a.capability) " by " (a.principal) " · " (when(a.at, tz))
+                    @if let Some(k) = &a.key { " · " (key_link(k)) }
+                }
+            } }
+        }
+    };
+    html_page(
+        StatusCode::OK,
+        frame(
+            "Needs attention",
+            Some(&session),
+            Some(Section::Attention),
+            body,
+        ),
+    )
+}
+
+/// `POST /console/breakers/{key}/reset` (admins).
+pub(super) async fn reset_breaker(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (session, _) = match posted(&state, &jar, &headers, &body, &[Role::Admin]) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let reset = state
+        .gate()
+        .reset_breaker(
+            session.principal.who(),
+            &IntentKey::from_hex(key.to_lowercase()),
+        )
+        .await;
+    match reset {
+        Ok(_) => html_page(
+            StatusCode::OK,
+            frame(
+                "Breaker reset",
+                Some(&session),
+                Some(Section::Attention),
+                html! {
+                    (notice(true, "The breaker is reset: the attempt count starts again."))
+                    p { a href={ "/console/intents/" (key) } { "The intent" } " · " a href="/console/attention" { "Needs attention" } }
+                },
+            ),
+        ),
+        Err(e) => failure(&session, &ApiError::Gate(e)),
+    }
+}

@@ -1,0 +1,398 @@
+//! `/console`: the web console for the humans in the loop, served by `oncegate serve`.
+//!
+//! Approvers decide held calls by clicking instead of pasting `ap_...` ids; operators
+//! read intents and their audit timelines, see what needs attention, and (admins) flip
+//! kill switches and verify the audit chain. Every action goes through the same functions
+//! as the JSON API (the front door for approvals, the engine for the rest), so a click is
+//! exactly as idempotent as an API call: a second click, tab or approver gets the first
+//! result. Pages are server-rendered HTML that works without JavaScript ([`page`]);
+//! sign-in, sessions and CSRF are in [`session`].
+//!
+//! A page that needs a session redirects to the sign-in form; a POST without a session,
+//! from another site, or without the session's CSRF token is a 403 that changes nothing.
+
+mod approvals;
+mod attention;
+mod controls;
+mod detection;
+mod intents;
+mod page;
+mod session;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum_extra::extract::CookieJar;
+use jiff::{SignedDuration, Timestamp};
+use maud::{Markup, html};
+use oncegate_core::config::Role;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+pub use attention::Alerts;
+use page::{Section, notice, page};
+use session::{SESSION_COOKIE, SIGN_IN_COOKIE, Session};
+pub use session::{SESSION_TTL, Sessions};
+
+/// The console's routes (under `/console`).
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/console",
+            get(|| async { Redirect::to("/console/approvals") }),
+        )
+        .route(
+            "/console/",
+            get(|| async { Redirect::to("/console/approvals") }),
+        )
+        .route("/console/static/console.css", get(css))
+        .route("/console/static/console.js", get(js))
+        .route("/console/sign-in", get(sign_in_form).post(sign_in))
+        .route("/console/sign-out", post(sign_out))
+        .route("/console/approvals", get(approvals::queue))
+        .route("/console/approvals/{id}", get(approvals::detail))
+        .route("/console/approvals/{id}/decide", post(approvals::decide))
+        .route("/console/intents", get(intents::list))
+        .route("/console/intents/{key}", get(intents::detail))
+        .route("/console/attention", get(attention::page))
+        .route(
+            "/console/breakers/{key}/reset",
+            post(attention::reset_breaker),
+        )
+        .route("/console/findings", get(detection::findings))
+        .route("/console/holds", get(detection::holds))
+        .route("/console/holds/{id}/clear", post(detection::clear_hold))
+        .route("/console/controls", get(controls::page))
+        .route("/console/controls/kill-switch", post(controls::kill_switch))
+        .route("/console/controls/verify", post(controls::verify))
+        .layer(axum::middleware::map_response(guard_headers))
+}
+
+/// What every console response carries: no framing, no caching, no referrer to other
+/// sites, and a
+/// content policy that allows only the console's own files.
+async fn guard_headers(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+async fn css() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        page::CSS,
+    )
+        .into_response()
+}
+
+async fn js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        page::JS,
+    )
+        .into_response()
+}
+
+/// The registry's time zone (what every page shows times in).
+fn tz(state: &AppState) -> &jiff::tz::TimeZone {
+    &state.gate().registry().gateway.time_zone
+}
+
+/// A page with a status.
+fn html_page(status: StatusCode, markup: Markup) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markup.into_string(),
+    )
+        .into_response()
+}
+
+/// The refusal page (403 and the like): says why, changes nothing.
+fn refusal(status: StatusCode, session: Option<&Session>, why: &str) -> Response {
+    html_page(
+        status,
+        page(
+            status.canonical_reason().unwrap_or("Refused"),
+            session,
+            None,
+            html! {
+                (notice(false, why))
+                p { a href="/console" { "Back to the console" } }
+            },
+        ),
+    )
+}
+
+/// An error of the engine or the store, on a console page.
+fn failure(session: &Session, e: &ApiError) -> Response {
+    let (status, code, message) = e.parts();
+    refusal(
+        status,
+        Some(session),
+        &format!("{message} [{}]", code.as_str()),
+    )
+}
+
+/// The session of a page view, or the response to send instead: the sign-in form for a
+/// browser without one, a 403 for a role the section is not for.
+fn viewer(state: &AppState, jar: &CookieJar, section: Section) -> Result<Session, Response> {
+    let Some(session) = state.console().find(jar) else {
+        return Err(Redirect::to("/console/sign-in").into_response());
+    };
+    if !section.roles().contains(&session.principal.role) {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            Some(&session),
+            &format!(
+                "`{}` ({}) may not open this page",
+                session.principal.name,
+                session.principal.role.as_str()
+            ),
+        ));
+    }
+    Ok(session)
+}
+
+/// A submitted form's fields.
+pub(crate) struct Form(Vec<(String, String)>);
+
+impl Form {
+    fn parse(body: &[u8]) -> Self {
+        Self(url::form_urlencoded::parse(body).into_owned().collect())
+    }
+
+    /// The first value of `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `name`, trimmed, `None` when empty.
+    pub(crate) fn text(&self, name: &str) -> Option<String> {
+        self.get(name)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    }
+}
+
+/// The session and fields of a state-changing POST, or the 403 to send instead: it must
+/// come from a console page of this site (`Origin`), in a live session whose role may
+/// act, with that session's CSRF token. Nothing has been done when this refuses.
+fn posted(
+    state: &AppState,
+    jar: &CookieJar,
+    headers: &HeaderMap,
+    body: &[u8],
+    roles: &[Role],
+) -> Result<(Session, Form), Response> {
+    if session::foreign_origin(headers) {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            None,
+            "this form was sent from another site; nothing was changed",
+        ));
+    }
+    let Some(session) = state.console().find(jar) else {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            None,
+            "you are not signed in (or your session ended); nothing was changed",
+        ));
+    };
+    let form = Form::parse(body);
+    if !session::csrf_ok(&session, form.get("_csrf")) {
+        tracing::warn!(principal = %session.principal.name, "console: a POST without this session's CSRF token was refused");
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            Some(&session),
+            "this form is not one of this session's pages (its CSRF token is missing or wrong); nothing was changed",
+        ));
+    }
+    if !roles.contains(&session.principal.role) {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            Some(&session),
+            &format!(
+                "`{}` ({}) may not do this",
+                session.principal.name,
+                session.principal.role.as_str()
+            ),
+        ));
+    }
+    Ok((session, form))
+}
+
+/// The hidden CSRF field of a session's forms.
+fn csrf_field(session: &Session) -> Markup {
+    html! { input type="hidden" name="_csrf" value=(session.csrf); }
+}
+
+async fn sign_in_form(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    headers: HeaderMap,
+) -> Response {
+    if state.console().find(&jar).is_some() {
+        return Redirect::to("/console/approvals").into_response();
+    }
+    sign_in_page(jar, &headers, StatusCode::OK, None)
+}
+
+/// The sign-in form with a fresh double-submit value (in the form and in a cookie).
+fn sign_in_page(
+    jar: CookieJar,
+    headers: &HeaderMap,
+    status: StatusCode,
+    problem: Option<&str>,
+) -> Response {
+    let value = session::secret();
+    let jar = jar.add(session::cookie(
+        SIGN_IN_COOKIE,
+        value.clone(),
+        SignedDuration::from_mins(30),
+        session::over_tls(headers),
+    ));
+    let body = html! {
+        @if let Some(p) = problem { (notice(false, p)) }
+        form.card method="post" action="/console/sign-in" {
+            p { "Approvers and admins sign in with their oncegate token (the one the API takes as a bearer token). It is checked once and never stored; the browser keeps a session cookie for up to "
+                (SESSION_TTL.as_hours()) " hours." }
+            input type="hidden" name="_sign_in" value=(value);
+            label for="token" { "Token" }
+            input type="password" id="token" name="token" autocomplete="off" required;
+            div.actions { button type="submit" { "Sign in" } }
+        }
+    };
+    (jar, html_page(status, page("Sign in", None, None, body))).into_response()
+}
+
+async fn sign_in(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if session::foreign_origin(&headers) {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            None,
+            "this form was sent from another site",
+        );
+    }
+    let form = Form::parse(&body);
+    if !session::sign_in_ok(&jar, form.get("_sign_in")) {
+        return sign_in_page(
+            jar,
+            &headers,
+            StatusCode::FORBIDDEN,
+            Some("this sign-in form has expired or did not come from this console; try again"),
+        );
+    }
+    let token = form.get("token").map(str::trim).unwrap_or_default();
+    if token.is_empty() {
+        return sign_in_page(
+            jar,
+            &headers,
+            StatusCode::BAD_REQUEST,
+            Some("paste your token"),
+        );
+    }
+    let (principal, token_expires) = match state.authenticate_token(token).await {
+        Ok(found) => found,
+        Err(e @ ApiError::Coded(StatusCode::SERVICE_UNAVAILABLE, ..)) => {
+            let (_, code, message) = e.parts();
+            return sign_in_page(
+                jar,
+                &headers,
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(&format!("{message} [{}]", code.as_str())),
+            );
+        }
+        Err(_) => {
+            tracing::info!("console: a sign-in with a token that is not accepted");
+            return sign_in_page(
+                jar,
+                &headers,
+                StatusCode::UNAUTHORIZED,
+                Some("that token is not accepted"),
+            );
+        }
+    };
+    if principal.role == Role::Agent {
+        tracing::warn!(principal = %principal.name, "console: an agent's token cannot sign in");
+        return sign_in_page(
+            jar,
+            &headers,
+            StatusCode::FORBIDDEN,
+            Some("agents cannot sign in to the console; it is for approvers and admins"),
+        );
+    }
+    let now = Timestamp::now();
+    let expires = match token_expires {
+        Some(t) if t < now + SESSION_TTL => t,
+        _ => now + SESSION_TTL,
+    };
+    let lifetime = expires.duration_since(now);
+    tracing::info!(principal = %principal.name, role = principal.role.as_str(), "console: signed in");
+    let id = state.console().open(principal, expires);
+    let secure = session::over_tls(&headers);
+    let jar = jar
+        .remove(session::removal(SIGN_IN_COOKIE))
+        .add(session::cookie(SESSION_COOKIE, id, lifetime, secure));
+    (jar, Redirect::to("/console/approvals")).into_response()
+}
+
+async fn sign_out(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let roles = [Role::Admin, Role::Approver];
+    let session = match posted(&state, &jar, &headers, &body, &roles) {
+        Ok((session, _)) => session,
+        Err(refused) => return refused,
+    };
+    state.console().close(&jar);
+    tracing::info!(principal = %session.principal.name, "console: signed out");
+    let jar = jar.remove(session::removal(SESSION_COOKIE));
+    let body = html! {
+        (notice(true, "You are signed out."))
+        p { a href="/console/sign-in" { "Sign in again" } }
+    };
+    (
+        jar,
+        html_page(StatusCode::OK, page("Signed out", None, None, body)),
+    )
+        .into_response()
+}

@@ -1,0 +1,266 @@
+//! Console sign-in: who a browser is, and proof that a form came from a console page.
+//!
+//! A person pastes their token once into the sign-in form (a POST body, never a URL);
+//! it is checked exactly as a bearer token is ([`AppState::authenticate_token`]), and
+//! only approvers and admins get a session. The browser then holds a random session id in
+//! an HttpOnly, SameSite=Strict cookie scoped to `/console` (Secure when the request
+//! came over TLS through a proxy); the token itself is never stored, shown or logged.
+//! The gateway keeps only the SHA-256 of each id, so a heap dump does not hold usable
+//! cookies. A session ends at its expiry ([`SESSION_TTL`], or sooner when the JWT that
+//! opened it expires) or when its owner signs out.
+//!
+//! Every state-changing form carries the session's CSRF token (`_csrf`), compared in
+//! constant time; the sign-in form carries a one-time value that must match a cookie set
+//! with the form (a double submit), so another site cannot sign a browser in as someone
+//! else. A POST whose `Origin` is another site is refused as well.
+//!
+//! Sessions live in the process that signed them in: behind a load balancer, several
+//! replicas need sticky sessions (README, "Approving from the browser").
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, header};
+use axum_extra::extract::CookieJar;
+use cookie::{Cookie, SameSite};
+use jiff::{SignedDuration, Timestamp};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::state::Principal;
+
+/// The session cookie.
+pub(crate) const SESSION_COOKIE: &str = "oncegate_console";
+/// The sign-in form's double-submit cookie.
+pub(crate) const SIGN_IN_COOKIE: &str = "oncegate_sign_in";
+/// How long a session lasts from sign-in (a JWT's own expiry may end it sooner).
+pub const SESSION_TTL: SignedDuration = SignedDuration::from_hours(8);
+/// At most this many sessions at once; the oldest is dropped past it.
+const MAX_SESSIONS: usize = 10_000;
+
+/// A signed-in person.
+#[derive(Clone, Debug)]
+pub(crate) struct Session {
+    /// Who, and their role.
+    pub(crate) principal: Principal,
+    /// What every form of this session carries.
+    pub(crate) csrf: String,
+    /// When it ends.
+    pub(crate) expires: Timestamp,
+}
+
+/// The console's sessions, by the SHA-256 of their ids.
+#[derive(Clone, Default)]
+pub struct Sessions {
+    inner: Arc<Mutex<HashMap<[u8; 32], Session>>>,
+}
+
+/// 32 random bytes as hex.
+pub(crate) fn secret() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+fn digest(id: &str) -> [u8; 32] {
+    Sha256::digest(id.as_bytes()).into()
+}
+
+impl Sessions {
+    /// Opens a session for `principal` until `expires`: the new id (the cookie's value).
+    pub(crate) fn open(&self, principal: Principal, expires: Timestamp) -> String {
+        let id = secret();
+        let session = Session {
+            principal,
+            csrf: secret(),
+            expires,
+        };
+        let now = Timestamp::now();
+        let mut sessions = self.inner.lock().expect("console sessions");
+        sessions.retain(|_, s| s.expires > now);
+        if sessions.len() >= MAX_SESSIONS
+            && let Some(oldest) = sessions
+                .iter()
+                .min_by_key(|(_, s)| s.expires)
+                .map(|(k, _)| *k)
+        {
+            sessions.remove(&oldest);
+        }
+        sessions.insert(digest(&id), session);
+        id
+    }
+
+    /// The live session the browser's cookie names.
+    pub(crate) fn find(&self, jar: &CookieJar) -> Option<Session> {
+        let id = jar.get(SESSION_COOKIE)?.value();
+        let key = digest(id);
+        let mut sessions = self.inner.lock().expect("console sessions");
+        match sessions.get(&key) {
+            Some(s) if s.expires > Timestamp::now() => Some(s.clone()),
+            Some(_) => {
+                sessions.remove(&key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Ends the session the browser's cookie names.
+    pub(crate) fn close(&self, jar: &CookieJar) {
+        if let Some(c) = jar.get(SESSION_COOKIE) {
+            self.inner
+                .lock()
+                .expect("console sessions")
+                .remove(&digest(c.value()));
+        }
+    }
+}
+
+/// Whether `given` is the session's CSRF token (constant time).
+pub(crate) fn csrf_ok(session: &Session, given: Option<&str>) -> bool {
+    given.is_some_and(|g| bool::from(g.as_bytes().ct_eq(session.csrf.as_bytes())))
+}
+
+/// Whether the sign-in form's value matches the cookie set with the form.
+pub(crate) fn sign_in_ok(jar: &CookieJar, given: Option<&str>) -> bool {
+    match (jar.get(SIGN_IN_COOKIE), given) {
+        (Some(c), Some(g)) if !g.is_empty() => bool::from(g.as_bytes().ct_eq(c.value().as_bytes())),
+        _ => false,
+    }
+}
+
+/// Whether the request reached the gateway over TLS (through a proxy that says so): its
+/// cookies are then `Secure`.
+pub(crate) fn over_tls(headers: &HeaderMap) -> bool {
+    let forwarded_proto = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
+    let forwarded = headers
+        .get(header::FORWARDED)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split([';', ','])
+                .any(|part| part.trim().eq_ignore_ascii_case("proto=https"))
+        });
+    forwarded_proto || forwarded
+}
+
+/// A POST from another site (its `Origin` names another host than the one it was sent
+/// to): refused whatever it carries. No `Origin`, or the opaque `null` (headless
+/// Chromium sends it with the console's own form posts), falls back on the CSRF token
+/// and the SameSite=Strict cookie alone.
+pub(crate) fn foreign_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    if origin == "null" {
+        return false;
+    }
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    match (url::Url::parse(origin), host) {
+        (Ok(o), Some(host)) => {
+            let authority = match (o.host_str(), o.port()) {
+                (Some(h), Some(p)) => format!("{h}:{p}"),
+                (Some(h), None) => h.to_owned(),
+                _ => return true,
+            };
+            !authority.eq_ignore_ascii_case(host)
+        }
+        _ => true,
+    }
+}
+
+/// A cookie as the console sets it: HttpOnly, SameSite=Strict, on `/console`.
+pub(crate) fn cookie(
+    name: &'static str,
+    value: String,
+    max_age: SignedDuration,
+    secure: bool,
+) -> Cookie<'static> {
+    Cookie::build((name, value))
+        .path("/console")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(secure)
+        .max_age(cookie::time::Duration::seconds(max_age.as_secs()))
+        .build()
+}
+
+/// Removes a console cookie.
+pub(crate) fn removal(name: &'static str) -> Cookie<'static> {
+    Cookie::build((name, "")).path("/console").build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+    use oncegate_core::config::Role;
+
+    fn principal() -> Principal {
+        Principal {
+            name: "alice".into(),
+            role: Role::Approver,
+            issuer: None,
+        }
+    }
+
+    #[test]
+    fn a_session_is_found_by_its_cookie_until_it_ends() {
+        let sessions = Sessions::default();
+        let id = sessions.open(principal(), Timestamp::now() + SignedDuration::from_mins(5));
+        let jar = CookieJar::new().add(Cookie::new(SESSION_COOKIE, id.clone()));
+        let s = sessions.find(&jar).expect("open session");
+        assert_eq!(s.principal.name, "alice");
+        assert!(csrf_ok(&s, Some(&s.csrf)));
+        assert!(!csrf_ok(&s, Some("nope")));
+        assert!(!csrf_ok(&s, None));
+        let other = CookieJar::new().add(Cookie::new(SESSION_COOKIE, secret()));
+        assert!(sessions.find(&other).is_none());
+        sessions.close(&jar);
+        assert!(sessions.find(&jar).is_none(), "signed out");
+        let expired = sessions.open(principal(), Timestamp::now() - SignedDuration::from_secs(1));
+        let jar = CookieJar::new().add(Cookie::new(SESSION_COOKIE, expired));
+        assert!(sessions.find(&jar).is_none(), "expired");
+    }
+
+    #[test]
+    fn origins_of_other_sites_are_foreign() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:7878"));
+        assert!(!foreign_origin(&h), "no Origin: the CSRF token decides");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:7878"),
+        );
+        assert!(!foreign_origin(&h));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://evil.example"),
+        );
+        assert!(foreign_origin(&h));
+        h.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(!foreign_origin(&h), "opaque: the CSRF token decides");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:9999"),
+        );
+        assert!(foreign_origin(&h), "another port is another origin");
+    }
+
+    #[test]
+    fn tls_is_what_the_proxy_says() {
+        let mut h = HeaderMap::new();
+        assert!(!over_tls(&h));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        assert!(over_tls(&h));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::FORWARDED,
+            HeaderValue::from_static("for=1.2.3.4;proto=https"),
+        );
+        assert!(over_tls(&h));
+    }
+}
