@@ -1,6 +1,7 @@
 //! oncegate-gateway integration tests.
 
 mod claims;
+mod console;
 mod front_door;
 mod fronted;
 mod fuzz;
