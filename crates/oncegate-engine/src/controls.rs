@@ -30,6 +30,18 @@ impl Gate {
         target: &str,
         reason: Option<String>,
     ) -> Result<(), StoreError> {
+        self.switch(actor, target, reason, None).await
+    }
+
+    /// [`Gate::set_kill_switch`] with why a switch is cleared (`note`, kept in the
+    /// audit record; a switch set keeps its reason there as before).
+    pub async fn switch(
+        &self,
+        actor: &str,
+        target: &str,
+        reason: Option<String>,
+        note: Option<String>,
+    ) -> Result<(), StoreError> {
         let now = self.clock.now();
         let event = oncegate_core::audit::AuditEvent {
             at: now,
@@ -43,7 +55,14 @@ impl Gate {
             to: None,
             status: None,
             code: Some(Code::KillSwitch),
-            detail: serde_json::json!({"kill_switch": target, "on": reason.is_some(), "reason": reason}),
+            detail: match note.filter(|_| reason.is_none()) {
+                Some(n) => {
+                    serde_json::json!({"kill_switch": target, "on": false, "reason": null, "note": n})
+                }
+                None => {
+                    serde_json::json!({"kill_switch": target, "on": reason.is_some(), "reason": reason})
+                }
+            },
         };
         let mut commit = Commit::event(event);
         commit.kill_switch = Some(KillSwitchChange {

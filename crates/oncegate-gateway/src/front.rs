@@ -190,9 +190,12 @@ impl Door {
                 let decided = work(state.gate().clone(), executor).await;
                 match decided.as_ref().map(Decided::outcome) {
                     Ok(Some(o)) => {
-                        state
-                            .console_alerts()
-                            .record(o, &capability.name, &principal);
+                        state.console_alerts().record(
+                            o,
+                            &capability.name,
+                            &principal,
+                            state.gate().clock().now(),
+                        );
                         crate::alerts::send(
                             &state.http(),
                             state.gate().registry().gateway.alert_webhook.as_ref(),

@@ -63,6 +63,7 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             challenge,
         ))
+        .layer(axum::middleware::from_fn(crate::console::outer))
         .with_state(state)
 }
 

@@ -132,8 +132,10 @@ pub(crate) fn outgoing() -> Vec<(String, String)> {
     let cx = Span::current().context();
     let mut carrier: HashMap<String, String> = HashMap::new();
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut carrier));
-    let _ = FIELDS;
-    Vec::new()
+    FIELDS
+        .iter()
+        .filter_map(|&name| Some((name.to_owned(), carrier.remove(name)?)))
+        .collect()
 }
 
 /// The span of one upstream call (an effect, or a read passed through), a child of the

@@ -344,7 +344,7 @@ pub async fn audit_chain<S: Backend>(store: &S) {
 }
 
 /// An intent's timeline: every record naming its key, in chain order, none of another
-/// intent's, at most `limit`.
+/// intent's, the newest `limit`.
 pub async fn audit_of_intent<S: Backend>(store: &S) {
     for i in 0..30u32 {
         // Three intents interleaved; the same shard for two of them.
@@ -374,11 +374,11 @@ pub async fn audit_of_intent<S: Backend>(store: &S) {
         (0..30).step_by(3).collect::<Vec<u64>>(),
         "in chain order"
     );
-    let first = store
+    let newest = store
         .audit_of_intent(&IntentKey::from_hex("7f0003".to_owned()), 4)
         .await
         .unwrap();
-    assert_eq!(n(&first), [2, 5, 8, 11]);
+    assert_eq!(n(&newest), [20, 23, 26, 29], "the newest, in chain order");
     let none = store
         .audit_of_intent(&IntentKey::from_hex("00aa09".to_owned()), 100)
         .await

@@ -394,8 +394,8 @@ pub trait StoreRead: Send + Sync {
     ) -> impl Future<Output = Result<Vec<AuditRecord>, StoreError>> + Send;
     /// The shards that have records.
     fn audit_shards(&self) -> impl Future<Output = Result<Vec<u32>, StoreError>> + Send;
-    /// Up to `limit` of the audit records naming intent `key` (every generation), in
-    /// the order they were chained: the intent's timeline.
+    /// The newest `limit` audit records naming intent `key` (every generation), in the
+    /// order they were chained: the intent's timeline.
     fn audit_of_intent(
         &self,
         key: &IntentKey,

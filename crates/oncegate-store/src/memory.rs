@@ -488,14 +488,17 @@ impl StoreRead for MemoryStore {
         limit: u32,
     ) -> Result<Vec<AuditRecord>, StoreError> {
         let data = self.reach().await?;
-        // `audit` is in chain order (by position).
-        Ok(data
+        // `audit` is in chain order (by position): the newest `limit`, in that order.
+        let mut newest: Vec<AuditRecord> = data
             .audit
             .iter()
+            .rev()
             .map(|(_, r)| AuditRecord::from(r.clone()))
             .filter(|r| r.event.key.as_ref() == Some(key))
             .take(usize::try_from(limit).unwrap_or(usize::MAX))
-            .collect())
+            .collect();
+        newest.reverse();
+        Ok(newest)
     }
 
     async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {

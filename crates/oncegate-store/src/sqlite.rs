@@ -624,9 +624,13 @@ impl StoreRead for SqliteStore {
         key: &IntentKey,
         limit: u32,
     ) -> Result<Vec<AuditRecord>, StoreError> {
-        // The expression must be spelled as the index (`audit_by_key`) spells it.
+        // The newest `limit` through `audit_by_key` (the expression spelled as the index
+        // spells it), then in chain order.
         let rows = sqlx::query(
-            "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE json_extract(body, '$.key') = ? ORDER BY id LIMIT ?",
+            "SELECT shard, seq, prev_hash, hash, body FROM (
+                 SELECT id, shard, seq, prev_hash, hash, body FROM audit
+                  WHERE json_extract(body, '$.key') = ? ORDER BY id DESC LIMIT ?
+             ) ORDER BY id",
         )
         .bind(key.as_str())
         .bind(i64::from(limit))

@@ -53,17 +53,20 @@ fn driver() -> Driver {
         .local_addr()
         .unwrap()
         .port();
-    let child = Command::new("/usr/bin/chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let url = format!("http://127.0.0.1:{port}");
+    // Owned by a `Driver` at once, so it is killed and reaped however this ends.
+    let driver = Driver {
+        child: Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver"),
+        url: format!("http://127.0.0.1:{port}"),
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Driver { child, url };
+            return driver;
         }
         std::thread::sleep(Duration::from_millis(50));
     }

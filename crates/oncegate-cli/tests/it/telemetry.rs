@@ -5,8 +5,10 @@
 //!
 //! One call per surface, each under a trace of the caller's: the JSON API with a
 //! `traceparent` header (an HTTP upstream), MCP with `_meta.traceparent` (an MCP
-//! upstream). The batch delay is a minute, so the spans arrive only because a SIGTERM'd
-//! gateway flushes its exporter on the way out.
+//! upstream), and a repeat of an unknown outcome (its reconciliation read). The batch
+//! delay is a minute, so the spans arrive only because a SIGTERM'd gateway flushes its
+//! exporter on the way out. Without an endpoint nothing is forwarded; the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` alone turns export on.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -375,4 +377,52 @@ fn telemetry_puts_each_decision_under_the_callers_trace_and_carries_it_upstream(
             "`{secret}` in a span: {everything}"
         );
     }
+}
+
+#[test]
+fn telemetry_is_off_without_an_endpoint_and_the_standard_variable_turns_it_on() {
+    let receiver = Receiver::start();
+    let setup = Setup::example();
+    let refund = |gw: &crate::support::Proc, order: &str, trace: &str| {
+        let answer: Value = client()
+            .post(format!("{}/v1/calls", gw.url))
+            .bearer_auth("tok-planner")
+            .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+            .json(&json!({
+                "capability": "refund",
+                "arguments": {"order_id": order, "amount": "5.00", "currency": "USD"},
+            }))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(answer["status"], "applied", "{answer}");
+    };
+
+    // No `[telemetry]`, no variable: nothing is read, sent upstream or exported.
+    let mut off = setup.gateway();
+    refund(&off, "TE-1", "11111111111111111111111111111111");
+    assert_eq!(effect(&setup, "refund", "TE-1")["traceparent"], Value::Null);
+    terminate(&mut off.child);
+    drop(off);
+
+    // `OTEL_EXPORTER_OTLP_ENDPOINT` alone (the base URL; `/v1/traces` is appended).
+    let mut on = setup.gateway_with(&[
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "60000"),
+    ]);
+    let trace = "22222222222222222222222222222222";
+    refund(&on, "TE-2", trace);
+    let (sent, _) = ids(effect(&setup, "refund", "TE-2")["traceparent"]
+        .as_str()
+        .expect("a traceparent upstream"));
+    assert_eq!(sent, trace);
+    terminate(&mut on.child);
+    let spans = receiver.spans();
+    let decision = spans
+        .iter()
+        .find(|s| s.span.name == "oncegate.decision")
+        .expect("the decision was exported");
+    assert_eq!(hex::encode(&decision.span.trace_id), trace);
+    assert_eq!(decision.service, "oncegate", "the default service name");
 }

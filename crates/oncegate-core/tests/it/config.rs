@@ -610,3 +610,90 @@ fn fronted_server_mistakes_point_at_their_line() {
         "{errors}"
     );
 }
+
+#[test]
+fn telemetry_is_off_by_default_and_its_fields_are_checked() {
+    use oncegate_core::config::TelemetrySettings;
+
+    let r = payments();
+    assert_eq!(r.telemetry, TelemetrySettings::default());
+    assert_eq!(r.telemetry.service_name, "oncegate");
+    assert!(
+        r.capabilities()
+            .iter()
+            .all(|c| c.traced_arguments.is_empty())
+    );
+
+    let on = base().replace(
+        "name = \"refund\"\n",
+        "name = \"refund\"\ntraced_arguments = [\"order_id\"]\n",
+    ) + "\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318/\"\nservice_name = \"payments-eu\"\n";
+    let r = parse(&on).unwrap();
+    assert_eq!(
+        r.telemetry.otlp_endpoint.as_deref(),
+        Some("http://127.0.0.1:4318/")
+    );
+    assert_eq!(r.telemetry.service_name, "payments-eu");
+    let traced: Vec<&str> = r
+        .capability("refund")
+        .unwrap()
+        .traced_arguments
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    assert_eq!(traced, ["order_id"]);
+    assert_eq!(
+        TelemetrySettings::traces_url("http://127.0.0.1:4318/"),
+        "http://127.0.0.1:4318/v1/traces"
+    );
+
+    for (table, needle, field, says) in [
+        (
+            "otlp_endpoint = \"grpc://collector:4317\"",
+            "grpc://",
+            "telemetry.otlp_endpoint",
+            "http:// or https://",
+        ),
+        (
+            "otlp_endpoint = \"collector:4318\"",
+            "collector:4318",
+            "telemetry.otlp_endpoint",
+            "http:// or https://",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4318/?k=v\"",
+            "?k=v",
+            "telemetry.otlp_endpoint",
+            "query",
+        ),
+        (
+            "service_name = \" \"",
+            "service_name",
+            "telemetry.service_name",
+            "empty",
+        ),
+        (
+            "endpoint = \"http://c:4318\"",
+            "endpoint",
+            "telemetry",
+            "endpoint",
+        ),
+    ] {
+        let text = format!("{}\n[telemetry]\n{table}\n", base());
+        let e = error_for(&text);
+        assert_eq!(e.line, line_of(&text, needle), "{e}");
+        assert!(e.field.starts_with(field), "{e}");
+        assert!(e.message.contains(says), "{e}");
+    }
+
+    let twice = base().replace(
+        "name = \"refund\"\n",
+        "name = \"refund\"\ntraced_arguments = [\"order_id\", \"order_id\", \"a..b\"]\n",
+    );
+    let errors = parse(&twice).expect_err("refused").0;
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_eq!(errors[0].field, "capabilities[1].traced_arguments[1]");
+    assert!(errors[0].message.contains("listed twice"), "{}", errors[0]);
+    assert_eq!(errors[1].field, "capabilities[1].traced_arguments[2]");
+    assert!(errors[0].line == line_of(&twice, "traced_arguments"));
+}

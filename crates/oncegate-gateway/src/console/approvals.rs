@@ -30,7 +30,7 @@ const RECENT: usize = 20;
 pub(super) async fn queue(State(state): State<AppState>, jar: CookieJar) -> Response {
     let session = match viewer(&state, &jar, Section::Approvals) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let store = state.gate().store();
     let pending = match store.list_approvals(Some(ApprovalState::Pending)).await {
@@ -144,7 +144,7 @@ pub(super) async fn detail(
 ) -> Response {
     let session = match viewer(&state, &jar, Section::Approvals) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match approval_view(&state, &session, &id, None).await {
         Ok(body) => html_page(
@@ -171,7 +171,7 @@ pub(super) async fn decide(
         &[Role::Admin, Role::Approver],
     ) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let choice = match form.get("choice") {
         Some("approve") => Choice::Approve,
@@ -190,6 +190,7 @@ pub(super) async fn decide(
         id.clone(),
         choice,
         form.text("reason"),
+        crate::trace::Parent::from_headers(&headers),
     )
     .await;
     let outcome = match decided {
@@ -228,7 +229,7 @@ fn outcome_line(o: &Outcome) -> (bool, String) {
         Status::Failed => (
             false,
             format!(
-                "The provider refused it: {}",
+                "It failed (definite: nothing took effect): {}",
                 reason.unwrap_or_else(|| "no reason given".into())
             ),
         ),

@@ -50,7 +50,13 @@ pub struct Alerts {
 
 impl Alerts {
     /// Keeps the alerts of `outcome`.
-    pub(crate) fn record(&self, outcome: &Outcome, capability: &str, principal: &str) {
+    pub(crate) fn record(
+        &self,
+        outcome: &Outcome,
+        capability: &str,
+        principal: &str,
+        at: Timestamp,
+    ) {
         if outcome.alerts.is_empty() {
             return;
         }
@@ -60,7 +66,7 @@ impl Alerts {
                 kept.pop_front();
             }
             kept.push_back(Raised {
-                at: Timestamp::now(),
+                at,
                 capability: capability.to_owned(),
                 principal: principal.to_owned(),
                 key: outcome.key.as_ref().map(|k| k.as_str().to_owned()),
@@ -99,7 +105,7 @@ fn describe(alert: &Alert) -> String {
 pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Response {
     let session = match viewer(&state, &jar, Section::Attention) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let store = state.gate().store();
     let listing = |state: Option<IntentState>, breaker_tripped: bool| IntentFilter {
@@ -218,7 +224,7 @@ pub(super) async fn reset_breaker(
 ) -> Response {
     let (session, _) = match posted(&state, &jar, &headers, &body, &[Role::Admin]) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let reset = state
         .gate()

@@ -23,7 +23,7 @@ use crate::state::AppState;
 pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Response {
     let session = match viewer(&state, &jar, Section::Controls) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     render(&state, &session, None).await
 }
@@ -127,7 +127,7 @@ pub(super) async fn kill_switch(
 ) -> Response {
     let (session, form) = match posted(&state, &jar, &headers, &body, &[Role::Admin]) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Some(target) = form.text("target") else {
         return render(
@@ -177,7 +177,7 @@ pub(super) async fn verify(
 ) -> Response {
     let (session, _) = match posted(&state, &jar, &headers, &body, &[Role::Admin]) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let store = state.gate().store();
     let report = oncegate_store::audit_check::verify_audit(
@@ -196,20 +196,28 @@ pub(super) async fn verify(
                 r.records, r.shards, r.rows
             ),
         ),
-        Ok(r) => notice(
-            false,
-            &format!(
-                "The audit chain does NOT verify: {} broken links, {} broken rows. First: {}",
-                r.broken.len(),
-                r.row_problems.len(),
-                r.broken
-                    .first()
-                    .map(|b| format!("{b:?}"))
-                    .or_else(|| r.row_problems.first().map(|p| format!("{p:?}")))
-                    .unwrap_or_default()
-            ),
-        ),
-        Err(e) => notice(false, &format!("The chain could not be read: {e}")),
+        Ok(r) => {
+            tracing::error!(broken_links = r.broken.len(), broken_rows = r.row_problems.len(), by = %session.principal.name, "console: the audit chain does not verify");
+            let first = r
+                .broken
+                .first()
+                .map(|b| format!("shard {} record {}: {}", b.shard, b.seq, b.problem))
+                .or_else(|| {
+                    r.row_problems.first().map(|p| {
+                        format!("row {} generation {}: {}", p.key, p.generation, p.problem)
+                    })
+                })
+                .unwrap_or_default();
+            notice(
+                false,
+                &format!(
+                    "The audit chain does NOT verify: {} broken links, {} rows that do not match it. First: {first}. Run `oncegate audit verify` for the whole report.",
+                    r.broken.len(),
+                    r.row_problems.len(),
+                ),
+            )
+        }
+        Err(e) => return failure(&session, &ApiError::from(e)),
     };
     render(&state, &session, Some(said)).await
 }

@@ -21,12 +21,13 @@ use crate::state::AppState;
 pub(super) async fn findings(State(state): State<AppState>, jar: CookieJar) -> Response {
     let session = match viewer(&state, &jar, Section::Findings) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let findings = match state.gate().findings(100).await {
         Ok(f) => f,
         Err(e) => return failure(&session, &ApiError::from(e)),
     };
+    let tz = tz(&state);
     let text = |f: &Value, name: &str| {
         f.get(name)
             .and_then(Value::as_str)
@@ -41,7 +42,12 @@ pub(super) async fn findings(State(state): State<AppState>, jar: CookieJar) -> R
                 h2 { (text(f, "rule")) " " span.muted { (text(f, "capability")) } }
                 dl.facts {
                     dt { "Finding" } dd { code { (text(f, "id")) } }
-                    dt { "Raised" } dd { (text(f, "raised_at")) }
+                    dt { "Raised" } dd {
+                        @match text(f, "raised_at").parse::<jiff::Timestamp>() {
+                            Ok(at) => { (when(at, tz)) }
+                            Err(_) => { (text(f, "raised_at")) }
+                        }
+                    }
                     @if let Some(s) = f.get("summary").and_then(Value::as_str) { dt { "What" } dd { (s) } }
                 }
                 details { summary { "The whole finding" } (json(f)) }
@@ -58,7 +64,7 @@ pub(super) async fn findings(State(state): State<AppState>, jar: CookieJar) -> R
 pub(super) async fn holds(State(state): State<AppState>, jar: CookieJar) -> Response {
     let session = match viewer(&state, &jar, Section::Holds) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     holds_page(&state, &session, None).await
 }
@@ -111,7 +117,7 @@ pub(super) async fn clear_hold(
 ) -> Response {
     let (session, form) = match posted(&state, &jar, &headers, &body, &[Role::Admin]) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let reason = form
         .text("reason")

@@ -64,7 +64,7 @@ pub(super) async fn list(
 ) -> Response {
     let session = match viewer(&state, &jar, Section::Intents) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let f = query.map(|Query(f)| f).unwrap_or_default();
     let wanted_state = IntentState::parse(f.state.trim());
@@ -186,7 +186,7 @@ pub(super) async fn detail(
 ) -> Response {
     let session = match viewer(&state, &jar, Section::Intents) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match intent_view(&state, &key).await {
         Ok(body) => html_page(

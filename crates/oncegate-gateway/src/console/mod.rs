@@ -21,8 +21,9 @@ mod session;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum_extra::extract::CookieJar;
@@ -68,13 +69,31 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/console/controls", get(controls::page))
         .route("/console/controls/kill-switch", post(controls::kill_switch))
         .route("/console/controls/verify", post(controls::verify))
-        .layer(axum::middleware::map_response(guard_headers))
 }
 
-/// What every console response carries: no framing, no caching, no referrer to other
-/// sites, and a
-/// content policy that allows only the console's own files.
-async fn guard_headers(mut response: Response) -> Response {
+/// The outermost layer of the whole router (see `router.rs`), for `/console` paths only:
+/// what every console response carries (no framing, no caching, no referrer to other
+/// sites, a content policy that allows only the console's own files), and the
+/// framework's own refusals (405, 413, 408, a path that does not decode) as a console
+/// page instead of the API's JSON error.
+pub(crate) async fn outer(request: Request, next: Next) -> Response {
+    if !request.uri().path().starts_with("/console") {
+        return next.run(request).await;
+    }
+    let mut response = next.run(request).await;
+    let status = response.status();
+    let html = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/html"));
+    if (status.is_client_error() || status.is_server_error()) && !html {
+        response = refusal(status, None, status.canonical_reason().unwrap_or("refused"));
+    }
+    guard_headers(&mut response);
+    response
+}
+
+fn guard_headers(response: &mut Response) {
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -83,9 +102,11 @@ async fn guard_headers(mut response: Response) -> Response {
         ),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // Not `no-referrer`: under it a browser sends `Origin: null` with the console's own
+    // form posts, and the origin check could not tell them from another site's.
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
@@ -94,7 +115,6 @@ async fn guard_headers(mut response: Response) -> Response {
     if !h.contains_key(header::CACHE_CONTROL) {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    response
 }
 
 async fn css() -> Response {
@@ -117,6 +137,11 @@ async fn js() -> Response {
         page::JS,
     )
         .into_response()
+}
+
+/// The gate's clock.
+fn now(state: &AppState) -> Timestamp {
+    state.gate().clock().now()
 }
 
 /// The registry's time zone (what every page shows times in).
@@ -160,14 +185,21 @@ fn failure(session: &Session, e: &ApiError) -> Response {
     )
 }
 
+/// The response a handler sends instead of doing its work (boxed: a `Response` is large).
+type Refused = Box<Response>;
+
+fn refused(status: StatusCode, session: Option<&Session>, why: &str) -> Refused {
+    Box::new(refusal(status, session, why))
+}
+
 /// The session of a page view, or the response to send instead: the sign-in form for a
 /// browser without one, a 403 for a role the section is not for.
-fn viewer(state: &AppState, jar: &CookieJar, section: Section) -> Result<Session, Response> {
-    let Some(session) = state.console().find(jar) else {
-        return Err(Redirect::to("/console/sign-in").into_response());
+fn viewer(state: &AppState, jar: &CookieJar, section: Section) -> Result<Session, Refused> {
+    let Some(session) = state.console().find(jar, now(state)) else {
+        return Err(Box::new(Redirect::to("/console/sign-in").into_response()));
     };
     if !section.roles().contains(&session.principal.role) {
-        return Err(refusal(
+        return Err(refused(
             StatusCode::FORBIDDEN,
             Some(&session),
             &format!(
@@ -214,16 +246,16 @@ fn posted(
     headers: &HeaderMap,
     body: &[u8],
     roles: &[Role],
-) -> Result<(Session, Form), Response> {
+) -> Result<(Session, Form), Refused> {
     if session::foreign_origin(headers) {
-        return Err(refusal(
+        return Err(refused(
             StatusCode::FORBIDDEN,
             None,
             "this form was sent from another site; nothing was changed",
         ));
     }
-    let Some(session) = state.console().find(jar) else {
-        return Err(refusal(
+    let Some(session) = state.console().find(jar, now(state)) else {
+        return Err(refused(
             StatusCode::FORBIDDEN,
             None,
             "you are not signed in (or your session ended); nothing was changed",
@@ -232,14 +264,14 @@ fn posted(
     let form = Form::parse(body);
     if !session::csrf_ok(&session, form.get("_csrf")) {
         tracing::warn!(principal = %session.principal.name, "console: a POST without this session's CSRF token was refused");
-        return Err(refusal(
+        return Err(refused(
             StatusCode::FORBIDDEN,
             Some(&session),
             "this form is not one of this session's pages (its CSRF token is missing or wrong); nothing was changed",
         ));
     }
     if !roles.contains(&session.principal.role) {
-        return Err(refusal(
+        return Err(refused(
             StatusCode::FORBIDDEN,
             Some(&session),
             &format!(
@@ -262,7 +294,7 @@ async fn sign_in_form(
     jar: CookieJar,
     headers: HeaderMap,
 ) -> Response {
-    if state.console().find(&jar).is_some() {
+    if state.console().find(&jar, now(&state)).is_some() {
         return Redirect::to("/console/approvals").into_response();
     }
     sign_in_page(jar, &headers, StatusCode::OK, None)
@@ -357,14 +389,16 @@ async fn sign_in(
             Some("agents cannot sign in to the console; it is for approvers and admins"),
         );
     }
-    let now = Timestamp::now();
+    let now = now(&state);
     let expires = match token_expires {
         Some(t) if t < now + SESSION_TTL => t,
         _ => now + SESSION_TTL,
     };
     let lifetime = expires.duration_since(now);
     tracing::info!(principal = %principal.name, role = principal.role.as_str(), "console: signed in");
-    let id = state.console().open(principal, expires);
+    // A browser signing in anew (another person at the same desk) ends its old session.
+    state.console().close(&jar);
+    let id = state.console().open(principal, expires, now);
     let secure = session::over_tls(&headers);
     let jar = jar
         .remove(session::removal(SIGN_IN_COOKIE))
@@ -381,7 +415,7 @@ async fn sign_out(
     let roles = [Role::Admin, Role::Approver];
     let session = match posted(&state, &jar, &headers, &body, &roles) {
         Ok((session, _)) => session,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     state.console().close(&jar);
     tracing::info!(principal = %session.principal.name, "console: signed out");

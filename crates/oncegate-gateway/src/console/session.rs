@@ -38,6 +38,9 @@ pub(crate) const SIGN_IN_COOKIE: &str = "oncegate_sign_in";
 pub const SESSION_TTL: SignedDuration = SignedDuration::from_hours(8);
 /// At most this many sessions at once; the oldest is dropped past it.
 const MAX_SESSIONS: usize = 10_000;
+/// At most this many sessions per principal (browsers, tabs signed in anew); the oldest
+/// of that principal's is dropped past it, so nobody can push others out.
+const MAX_PER_PRINCIPAL: usize = 16;
 
 /// A signed-in person.
 #[derive(Clone, Debug)]
@@ -68,36 +71,49 @@ fn digest(id: &str) -> [u8; 32] {
 }
 
 impl Sessions {
-    /// Opens a session for `principal` until `expires`: the new id (the cookie's value).
-    pub(crate) fn open(&self, principal: Principal, expires: Timestamp) -> String {
+    /// Opens a session for `principal` until `expires` (it is `now`): the new id (the
+    /// cookie's value).
+    pub(crate) fn open(&self, principal: Principal, expires: Timestamp, now: Timestamp) -> String {
         let id = secret();
+        let mut sessions = self.inner.lock().expect("console sessions");
+        sessions.retain(|_, s| s.expires > now);
+        let oldest = |sessions: &HashMap<[u8; 32], Session>, name: Option<&str>| {
+            sessions
+                .iter()
+                .filter(|(_, s)| name.is_none_or(|n| s.principal.name == n))
+                .min_by_key(|(_, s)| s.expires)
+                .map(|(k, _)| *k)
+        };
+        let theirs = sessions
+            .values()
+            .filter(|s| s.principal.name == principal.name)
+            .count();
+        if theirs >= MAX_PER_PRINCIPAL
+            && let Some(k) = oldest(&sessions, Some(&principal.name))
+        {
+            sessions.remove(&k);
+        }
+        if sessions.len() >= MAX_SESSIONS
+            && let Some(k) = oldest(&sessions, None)
+        {
+            sessions.remove(&k);
+        }
         let session = Session {
             principal,
             csrf: secret(),
             expires,
         };
-        let now = Timestamp::now();
-        let mut sessions = self.inner.lock().expect("console sessions");
-        sessions.retain(|_, s| s.expires > now);
-        if sessions.len() >= MAX_SESSIONS
-            && let Some(oldest) = sessions
-                .iter()
-                .min_by_key(|(_, s)| s.expires)
-                .map(|(k, _)| *k)
-        {
-            sessions.remove(&oldest);
-        }
         sessions.insert(digest(&id), session);
         id
     }
 
-    /// The live session the browser's cookie names.
-    pub(crate) fn find(&self, jar: &CookieJar) -> Option<Session> {
+    /// The session the browser's cookie names, if it is live at `now`.
+    pub(crate) fn find(&self, jar: &CookieJar, now: Timestamp) -> Option<Session> {
         let id = jar.get(SESSION_COOKIE)?.value();
         let key = digest(id);
         let mut sessions = self.inner.lock().expect("console sessions");
         match sessions.get(&key) {
-            Some(s) if s.expires > Timestamp::now() => Some(s.clone()),
+            Some(s) if s.expires > now => Some(s.clone()),
             Some(_) => {
                 sessions.remove(&key);
                 None
@@ -148,9 +164,10 @@ pub(crate) fn over_tls(headers: &HeaderMap) -> bool {
 }
 
 /// A POST from another site (its `Origin` names another host than the one it was sent
-/// to): refused whatever it carries. No `Origin`, or the opaque `null` (headless
-/// Chromium sends it with the console's own form posts), falls back on the CSRF token
-/// and the SameSite=Strict cookie alone.
+/// to, or than the `X-Forwarded-Host` a proxy that rewrites `Host` names): refused
+/// whatever it carries. No `Origin`, or the opaque `null` (a browser whose privacy
+/// settings strip referrers sends it with same-site form posts too), falls back on the
+/// CSRF token and the SameSite=Strict cookie alone.
 pub(crate) fn foreign_origin(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
         return false;
@@ -158,18 +175,21 @@ pub(crate) fn foreign_origin(headers: &HeaderMap) -> bool {
     if origin == "null" {
         return false;
     }
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-    match (url::Url::parse(origin), host) {
-        (Ok(o), Some(host)) => {
-            let authority = match (o.host_str(), o.port()) {
-                (Some(h), Some(p)) => format!("{h}:{p}"),
-                (Some(h), None) => h.to_owned(),
-                _ => return true,
-            };
-            !authority.eq_ignore_ascii_case(host)
-        }
-        _ => true,
-    }
+    let Ok(o) = url::Url::parse(origin) else {
+        return true;
+    };
+    let authority = match (o.host_str(), o.port()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_owned(),
+        _ => return true,
+    };
+    let named = |name: header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|host| authority.eq_ignore_ascii_case(host.trim()))
+    };
+    !(named(header::HOST) || named(header::HeaderName::from_static("x-forwarded-host")))
 }
 
 /// A cookie as the console sets it: HttpOnly, SameSite=Strict, on `/console`.
@@ -210,20 +230,42 @@ mod tests {
     #[test]
     fn a_session_is_found_by_its_cookie_until_it_ends() {
         let sessions = Sessions::default();
-        let id = sessions.open(principal(), Timestamp::now() + SignedDuration::from_mins(5));
+        let now = Timestamp::now();
+        let id = sessions.open(principal(), now + SignedDuration::from_mins(5), now);
         let jar = CookieJar::new().add(Cookie::new(SESSION_COOKIE, id.clone()));
-        let s = sessions.find(&jar).expect("open session");
+        let s = sessions.find(&jar, now).expect("open session");
         assert_eq!(s.principal.name, "alice");
         assert!(csrf_ok(&s, Some(&s.csrf)));
         assert!(!csrf_ok(&s, Some("nope")));
         assert!(!csrf_ok(&s, None));
         let other = CookieJar::new().add(Cookie::new(SESSION_COOKIE, secret()));
-        assert!(sessions.find(&other).is_none());
+        assert!(sessions.find(&other, now).is_none());
+        let later = now + SignedDuration::from_mins(6);
+        assert!(sessions.find(&jar, later).is_none(), "expired");
+        let id = sessions.open(principal(), later, now);
+        let jar = CookieJar::new().add(Cookie::new(SESSION_COOKIE, id));
         sessions.close(&jar);
-        assert!(sessions.find(&jar).is_none(), "signed out");
-        let expired = sessions.open(principal(), Timestamp::now() - SignedDuration::from_secs(1));
-        let jar = CookieJar::new().add(Cookie::new(SESSION_COOKIE, expired));
-        assert!(sessions.find(&jar).is_none(), "expired");
+        assert!(sessions.find(&jar, now).is_none(), "signed out");
+    }
+
+    #[test]
+    fn nobody_pushes_out_another_principals_sessions() {
+        let sessions = Sessions::default();
+        let now = Timestamp::now();
+        let until = now + SignedDuration::from_hours(1);
+        let mut bob = principal();
+        bob.name = "bob".into();
+        let bobs = sessions.open(bob, until, now);
+        let first = sessions.open(principal(), until, now);
+        for i in 0..40 {
+            sessions.open(principal(), until + SignedDuration::from_secs(i), now);
+        }
+        let jar = |id: &str| CookieJar::new().add(Cookie::new(SESSION_COOKIE, id.to_owned()));
+        assert!(
+            sessions.find(&jar(&first), now).is_none(),
+            "alice's oldest went"
+        );
+        assert!(sessions.find(&jar(&bobs), now).is_some(), "bob's stays");
     }
 
     #[test]
@@ -248,6 +290,16 @@ mod tests {
             HeaderValue::from_static("http://127.0.0.1:9999"),
         );
         assert!(foreign_origin(&h), "another port is another origin");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://console.example"),
+        );
+        assert!(foreign_origin(&h));
+        h.insert(
+            "x-forwarded-host",
+            HeaderValue::from_static("console.example"),
+        );
+        assert!(!foreign_origin(&h), "the host a rewriting proxy names");
     }
 
     #[test]

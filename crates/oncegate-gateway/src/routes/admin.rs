@@ -37,7 +37,8 @@ pub(crate) async fn reset_breaker(
 pub struct KillBody {
     /// `true` switches the capability off.
     killed: bool,
-    /// Why (default: who switched it).
+    /// Why (default: who switched it); when switching on again, why it is cleared (kept
+    /// in the audit record).
     reason: Option<String>,
 }
 
@@ -85,11 +86,16 @@ pub(crate) async fn set_kill_switch(
             "`{target}` names no capability or principal (use NAME, capability:NAME or agent:NAME)"
         )));
     }
-    let reason = killed.then(|| reason.unwrap_or_else(|| format!("by {}", p.name)));
+    // Switched on again, the reason is why (kept in the audit record).
+    let (reason, note) = if killed {
+        (
+            Some(reason.unwrap_or_else(|| format!("by {}", p.name))),
+            None,
+        )
+    } else {
+        (None, reason)
+    };
     tracing::warn!(target = %target, killed, by = %p.name, "kill switch");
-    state
-        .gate()
-        .set_kill_switch(&p.name, &target, reason)
-        .await?;
+    state.gate().switch(&p.name, &target, reason, note).await?;
     Ok(())
 }

@@ -8,21 +8,19 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use oncegate_core::config::Role;
+use oncegate_core::config::{Capability, Role};
 use oncegate_core::decide::Choice;
-use oncegate_core::intent::ApprovalState;
+use oncegate_core::intent::{ApprovalState, Outcome};
 use oncegate_store::StoreRead;
 use serde::Deserialize;
 use serde_json::json;
-
-use oncegate_core::config::Capability;
-use oncegate_core::intent::Outcome;
 
 use super::calls::envelope_response;
 use super::{json_body, parse_state, require};
 use crate::error::ApiError;
 use crate::front::Door;
 use crate::state::{AppState, Principal};
+use crate::trace::Parent;
 use crate::wire::Envelope;
 
 /// `GET /v1/approvals` filter.
@@ -72,7 +70,8 @@ async fn decide_approval(
     } else {
         json_body(body)?
     };
-    let (capability, outcome) = decide(&state, &p, id, choice, body.reason).await?;
+    let parent = Parent::from_headers(&headers);
+    let (capability, outcome) = decide(&state, &p, id, choice, body.reason, parent).await?;
     Ok(envelope_response(&outcome, &capability))
 }
 
@@ -84,6 +83,7 @@ pub(crate) async fn decide(
     id: String,
     choice: Choice,
     note: Option<String>,
+    parent: Parent,
 ) -> Result<(Arc<Capability>, Outcome), ApiError> {
     let approval = state
         .gate()
@@ -97,6 +97,7 @@ pub(crate) async fn decide(
         (Choice::Approve, None) | (_, Some(_)) => Door::open(state, &approval.capability)?,
         (Choice::Deny, None) => Door::settling(state, &approval.capability)?,
     };
+    let door = door.traced(parent);
     let capability = Arc::clone(door.capability());
     let outcome = door.decide(principal, id, choice, note).await?;
     Ok((capability, outcome))

@@ -333,8 +333,8 @@ async fn append(conn: &mut PgConnection, sealed: &AuditRecord) -> Result<(), Sto
         oncegate_core::audit::row_seal(&sealed.event, oncegate_core::audit::ROW_APPROVAL);
     let row = AuditRowV1::from(sealed.clone());
     sqlx::query(
-        "INSERT INTO audit (shard, seq, prev_hash, hash, body, row_intent_key, row_intent_generation, row_approval_key)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO audit (shard, seq, prev_hash, hash, body, row_intent_key, row_intent_generation, row_approval_key, intent_key)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(i64::from(row.shard))
     .bind(row.seq as i64)
@@ -344,6 +344,7 @@ async fn append(conn: &mut PgConnection, sealed: &AuditRecord) -> Result<(), Sto
     .bind(intent.as_ref().map(|s| s.key.clone()))
     .bind(intent.as_ref().map(|s| i64::from(s.generation)))
     .bind(approval.as_ref().map(|s| s.key.clone()))
+    .bind(sealed.event.key.as_ref().map(|k| k.as_str().to_owned()))
     .execute(&mut *conn)
     .await
     .map_err(db_error)?;

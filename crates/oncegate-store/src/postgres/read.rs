@@ -405,9 +405,12 @@ impl StoreRead for PgStore {
         key: &IntentKey,
         limit: u32,
     ) -> Result<Vec<AuditRecord>, StoreError> {
-        // The expression must be spelled as the index (`audit_by_key`) spells it.
+        // The newest `limit` through `audit_by_key`, then in chain order.
         let rows = sqlx::query(
-            "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE ((body::jsonb) ->> 'key') = $1 ORDER BY id LIMIT $2",
+            "SELECT shard, seq, prev_hash, hash, body FROM (
+                 SELECT id, shard, seq, prev_hash, hash, body FROM audit
+                  WHERE intent_key = $1 ORDER BY id DESC LIMIT $2
+             ) newest ORDER BY id",
         )
         .bind(key.as_str())
         .bind(i64::from(limit))
