@@ -82,6 +82,7 @@ impl Gate {
                 limit: LEDGER_READ,
                 oldest_first: false,
                 updated_since: Some(from),
+                ..IntentFilter::default()
             })
             .await?;
         let mut effects: Vec<Effect> = listing

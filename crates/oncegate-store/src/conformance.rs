@@ -343,6 +343,49 @@ pub async fn audit_chain<S: Backend>(store: &S) {
     }
 }
 
+/// Listing by run and by business reference: only those intents, newest first, with
+/// the other terms.
+pub async fn listing_by_run_and_reference<S: Backend>(store: &S) {
+    for (i, (key, run, reference)) in [
+        ("a1", "run-1", "A-1"),
+        ("a2", "run-2", "A-1"),
+        ("a3", "run-2", "B-7"),
+        ("a4", "run-3", "B-7"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut rec = sample_record(key, 1);
+        rec.run_id = Some(run.into());
+        rec.business_ref = Some(reference.into());
+        rec.updated_at = at(10 + i as i64);
+        store
+            .commit(Commit::new(Some(rec), None, sample_event(key, i as u32)))
+            .await
+            .unwrap();
+    }
+    let keys = |run: Option<&str>, reference: Option<&str>| {
+        let filter = IntentFilter {
+            run_id: run.map(str::to_owned),
+            business_ref: reference.map(str::to_owned),
+            state: Some(IntentState::InFlight),
+            ..IntentFilter::default()
+        };
+        async move {
+            let l = store.list_intents(&filter).await.unwrap();
+            l.items
+                .iter()
+                .map(|r| r.key.as_str().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(keys(Some("run-2"), None).await, ["a3", "a2"]);
+    assert_eq!(keys(None, Some("B-7")).await, ["a4", "a3"]);
+    assert_eq!(keys(Some("run-2"), Some("A-1")).await, ["a2"]);
+    assert!(keys(Some("run-9"), None).await.is_empty());
+    assert!(keys(None, Some("b-7")).await.is_empty(), "exact, as stored");
+}
+
 /// An intent's timeline: every record naming its key, in chain order, none of another
 /// intent's, the newest `limit`.
 pub async fn audit_of_intent<S: Backend>(store: &S) {
@@ -510,6 +553,7 @@ where
     listing_and_cross_run(&fresh().await).await;
     audit_chain(&fresh().await).await;
     audit_of_intent(&fresh().await).await;
+    listing_by_run_and_reference(&fresh().await).await;
     one_insert_wins(&fresh().await).await;
     client_key_binding(&fresh().await).await;
     listing_order(&fresh().await).await;

@@ -161,6 +161,10 @@ pub struct IntentFilter {
     pub oldest_first: bool,
     /// Only intents last written at or after this time (the detection ledger's span).
     pub updated_since: Option<jiff::Timestamp>,
+    /// Only this run's intents.
+    pub run_id: Option<String>,
+    /// Only intents with this (normalised) business reference.
+    pub business_ref: Option<String>,
 }
 
 /// One atomic write: the intent, an approval, a kill switch, and the audit event that

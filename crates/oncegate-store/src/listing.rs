@@ -29,8 +29,8 @@ impl Dialect {
 }
 
 /// `SELECT ... FROM intents WHERE ... ORDER BY updated_at ... LIMIT ...` for `filter`.
-/// Parameters, in order: the state (if filtered), the capability (if filtered), the
-/// time (if filtered), then the limit.
+/// Parameters, in order: the state, the capability, the time, the run and the business
+/// reference (each if filtered), then the limit.
 pub(crate) fn intents_sql(dialect: Dialect, filter: &IntentFilter) -> String {
     let mut terms = Vec::new();
     let mut n = 0;
@@ -58,6 +58,12 @@ pub(crate) fn intents_sql(dialect: Dialect, filter: &IntentFilter) -> String {
             Dialect::Sqlite => format!("updated_at >= {}", next()),
             Dialect::Postgres => format!("updated_at >= {}::timestamptz", next()),
         });
+    }
+    if filter.run_id.is_some() {
+        terms.push(format!("run_id = {}", next()));
+    }
+    if filter.business_ref.is_some() {
+        terms.push(format!("business_ref = {}", next()));
     }
     let limit = next();
     let filter_sql = if terms.is_empty() {
@@ -112,6 +118,12 @@ where
             Dialect::Postgres => query.bind(since.to_string().as_str()),
         };
     }
+    if let Some(run) = filter.run_id.as_deref() {
+        query = query.bind(run);
+    }
+    if let Some(reference) = filter.business_ref.as_deref() {
+        query = query.bind(reference);
+    }
     let limit = if filter.limit == 0 { 100 } else { filter.limit };
     query.bind(i64::from(limit))
 }
@@ -134,6 +146,7 @@ pub(crate) fn every_shape() -> Vec<IntentFilter> {
                             limit: 100,
                             oldest_first,
                             updated_since,
+                            ..IntentFilter::default()
                         });
                     }
                 }

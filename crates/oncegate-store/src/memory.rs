@@ -372,6 +372,18 @@ impl StoreRead for MemoryStore {
             })
             .filter(|r| !filter.breaker_tripped || r.breaker_tripped)
             .filter(|r| filter.updated_since.is_none_or(|t| r.updated_at >= t))
+            .filter(|r| {
+                filter
+                    .run_id
+                    .as_deref()
+                    .is_none_or(|run| r.run_id.as_deref() == Some(run))
+            })
+            .filter(|r| {
+                filter
+                    .business_ref
+                    .as_deref()
+                    .is_none_or(|b| r.business_ref.as_deref() == Some(b))
+            })
             .collect();
         // A stable sort over the key order makes ties deterministic (SQLite leaves them
         // unspecified).

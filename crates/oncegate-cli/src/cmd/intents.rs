@@ -62,6 +62,7 @@ pub async fn run(command: IntentsCommand) -> anyhow::Result<ExitCode> {
                 limit,
                 oldest_first: false,
                 updated_since: None,
+                ..IntentFilter::default()
             };
             let listing = store.list_intents(&filter).await?;
             let intents = &listing.items;

@@ -1,5 +1,6 @@
-//! The intents pages: a filtered list (state and capability in the store's query; agent,
-//! run and a search by business reference or key over the newest matching intents), and
+//! The intents pages: a filtered list (state, capability, run and a whole business
+//! reference in the store's query, at any age; an agent, a part of a reference or the
+//! start of a key over the newest matching intents; a whole key by a direct load), and
 //! an intent's page with its timeline from the audit chain: every claim, attempt,
 //! reconciliation, approval and admin action recorded for its key, in chain order, beside
 //! the stored result and effect reference. Replays are not on it: a replay answers from
@@ -14,6 +15,7 @@ use maud::{Markup, html};
 use oncegate_core::audit::{AuditKind, AuditRecord};
 use oncegate_core::intent::{IntentRecord, IntentState};
 use oncegate_core::key::IntentKey;
+use oncegate_core::normalise::{Folding, clean_text};
 use oncegate_store::{IntentFilter, StoreRead};
 use serde::Deserialize;
 
@@ -70,32 +72,58 @@ pub(super) async fn list(
     let wanted_state = IntentState::parse(f.state.trim());
     let capability = Some(f.capability.trim()).filter(|c| !c.is_empty());
     let store = state.gate().store();
-    let listed = store
-        .list_intents(&IntentFilter {
-            state: wanted_state,
-            capability: capability.map(str::to_owned),
-            limit: WINDOW,
-            ..IntentFilter::default()
-        })
-        .await;
-    let listed = match listed {
-        Ok(l) => l,
-        Err(e) => return failure(&session, &ApiError::from(e)),
+    let run = Some(f.run.trim())
+        .filter(|r| !r.is_empty())
+        .map(str::to_owned);
+    let agent = f.agent.trim();
+    let q = f.q.trim();
+    let filter = |business_ref: Option<String>| IntentFilter {
+        state: wanted_state,
+        capability: capability.map(str::to_owned),
+        run_id: run.clone(),
+        business_ref,
+        limit: WINDOW,
+        ..IntentFilter::default()
+    };
+    // The search term as a business reference is normalised as the key's (NFC, trimmed),
+    // and tried as typed and lowercased (a capability may fold case); the store finds
+    // it at any age. Failing that, it is a part of a reference or the start of a key,
+    // looked for among the newest intents the other filters give.
+    let mut searched = None;
+    if !q.is_empty() {
+        let cleaned = clean_text(q, Folding::default(), &mut Vec::new());
+        for term in [cleaned.trim().to_owned(), cleaned.trim().to_lowercase()] {
+            match store.list_intents(&filter(Some(term))).await {
+                Ok(l) if !l.items.is_empty() => {
+                    searched = Some(l);
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => return failure(&session, &ApiError::from(e)),
+            }
+        }
+    }
+    let by_reference = searched.is_some();
+    let listed = match searched {
+        Some(l) => l,
+        None => match store.list_intents(&filter(None)).await {
+            Ok(l) => l,
+            Err(e) => return failure(&session, &ApiError::from(e)),
+        },
     };
     let window_full = listed.items.len() >= WINDOW as usize;
-    let q = f.q.trim().to_lowercase();
+    let needle = q.to_lowercase();
     let mut rows: Vec<IntentRecord> = listed
         .items
         .into_iter()
-        .filter(|r| f.agent.trim().is_empty() || r.principal == f.agent.trim())
-        .filter(|r| f.run.trim().is_empty() || r.run_id.as_deref() == Some(f.run.trim()))
-        .filter(|r| q.is_empty() || matches_search(r, &q))
+        .filter(|r| agent.is_empty() || r.principal == agent)
+        .filter(|r| by_reference || needle.is_empty() || matches_search(r, &needle))
         .collect();
     // A whole key finds its intent however old it is.
     if rows.is_empty()
-        && q.len() == 64
-        && q.bytes().all(|b| b.is_ascii_hexdigit())
-        && let Ok(Some(r)) = store.load(&IntentKey::from_hex(q.clone())).await
+        && needle.len() == 64
+        && needle.bytes().all(|b| b.is_ascii_hexdigit())
+        && let Ok(Some(r)) = store.load(&IntentKey::from_hex(needle.clone())).await
     {
         rows.push(r);
     }
@@ -134,7 +162,7 @@ pub(super) async fn list(
             div.actions { button type="submit" { "Filter" } }
         }
         @if window_full {
-            p.muted { "Searched the newest " (WINDOW) " intents matching the state and capability; a whole intent key finds any intent." }
+            p.muted { "Searched the newest " (WINDOW) " intents matching the state, capability and run. A whole business reference or intent key finds an intent of any age; a part of one, or an agent, is looked for among those " (WINDOW) "." }
         }
         @if rows.is_empty() {
             p.muted { "No intent matches." }

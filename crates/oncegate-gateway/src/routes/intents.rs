@@ -62,6 +62,7 @@ pub(crate) async fn list_intents(
             limit: q.limit.unwrap_or(100),
             oldest_first: false,
             updated_since: None,
+            ..IntentFilter::default()
         })
         .await?;
     // An unreadable row is reported by key; it never fails the whole listing.
