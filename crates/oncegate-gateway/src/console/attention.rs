@@ -120,7 +120,8 @@ pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Respo
     );
     let unknown = store.list_intents(&unknown);
     let tripped = store.list_intents(&tripped);
-    let approvals = store.list_approvals(None);
+    // Pending only: what is held needs a person; decided ones are on the approvals page.
+    let approvals = store.list_approvals(Some(ApprovalState::Pending));
     let (unknown, tripped, approvals) = match tokio::join!(unknown, tripped, approvals) {
         (Ok(u), Ok(t), Ok(a)) => (u.items, t.items, a.items),
         (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
