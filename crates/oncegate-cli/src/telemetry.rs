@@ -10,7 +10,9 @@
 //! reqwest client (the workspace's: rustls on ring). That client is built before the
 //! async runtime starts and the exporter is shut down after it stops (a blocking client
 //! must not be built or dropped inside a runtime); shutting it down sends what is still
-//! queued, so a gateway stopped by SIGTERM loses no decision's span.
+//! queued. A collector that answers can lose no decision's span at a SIGTERM; one that
+//! is down or hangs adds at most the export timeout (5 s) to the exit, and what was
+//! queued is dropped then.
 
 use std::time::Duration;
 
@@ -20,7 +22,7 @@ use opentelemetry::trace::TracerProvider;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing::Level;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::filter_fn;
@@ -75,7 +77,14 @@ impl Exporter {
         let exporter = exporter
             .build()
             .context("cannot start the trace exporter ([telemetry] otlp_endpoint)")?;
+        // Every decision is exported, whatever the caller's `traceparent` says: its
+        // sampled flag is the agent's to set, and an agent must not be able to hide its
+        // own decisions (or the upstream calls under them) from the operator's trace.
+        let sampler = Sampler::parent_based(Sampler::AlwaysOn)
+            .with_remote_parent_not_sampled(Sampler::AlwaysOn)
+            .with_local_parent_not_sampled(Sampler::AlwaysOn);
         let provider = SdkTracerProvider::builder()
+            .with_sampler(sampler)
             .with_batch_exporter(exporter)
             .with_resource(
                 Resource::builder()

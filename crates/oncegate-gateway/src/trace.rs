@@ -102,12 +102,17 @@ pub(crate) fn decision_span(
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
+                // An agent chooses the value: a bounded one reaches the trace.
+                let text: String = text.chars().take(TRACED_CHARS).collect();
                 span.set_attribute(format!("oncegate.argument.{path}"), text);
             }
         }
     }
     span
 }
+
+/// The longest traced argument value (characters); longer is cut.
+const TRACED_CHARS: usize = 256;
 
 /// What a decision came to, on its span: the status (or `claimed`), and the intent it
 /// named where there is one.

@@ -371,7 +371,13 @@ fn telemetry_puts_each_decision_under_the_callers_trace_and_carries_it_upstream(
         .iter()
         .map(Received::attribute_text)
         .collect::<String>();
-    for secret in ["private note", "TM-1", "tok-planner", "5.00"] {
+    for secret in [
+        "private note",
+        "TM-1",
+        "tok-planner",
+        "5.00",
+        "sk_test_gateway",
+    ] {
         assert!(
             !everything.contains(secret),
             "`{secret}` in a span: {everything}"
@@ -383,11 +389,14 @@ fn telemetry_puts_each_decision_under_the_callers_trace_and_carries_it_upstream(
 fn telemetry_is_off_without_an_endpoint_and_the_standard_variable_turns_it_on() {
     let receiver = Receiver::start();
     let setup = Setup::example();
-    let refund = |gw: &crate::support::Proc, order: &str, trace: &str| {
+    let refund = |gw: &crate::support::Proc, order: &str, trace: &str, flags: &str| {
         let answer: Value = client()
             .post(format!("{}/v1/calls", gw.url))
             .bearer_auth("tok-planner")
-            .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+            .header(
+                "traceparent",
+                format!("00-{trace}-00f067aa0ba902b7-{flags}"),
+            )
             .json(&json!({
                 "capability": "refund",
                 "arguments": {"order_id": order, "amount": "5.00", "currency": "USD"},
@@ -401,7 +410,7 @@ fn telemetry_is_off_without_an_endpoint_and_the_standard_variable_turns_it_on() 
 
     // No `[telemetry]`, no variable: nothing is read, sent upstream or exported.
     let mut off = setup.gateway();
-    refund(&off, "TE-1", "11111111111111111111111111111111");
+    refund(&off, "TE-1", "11111111111111111111111111111111", "01");
     assert_eq!(effect(&setup, "refund", "TE-1")["traceparent"], Value::Null);
     terminate(&mut off.child);
     drop(off);
@@ -411,12 +420,17 @@ fn telemetry_is_off_without_an_endpoint_and_the_standard_variable_turns_it_on() 
         ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
         ("OTEL_BSP_SCHEDULE_DELAY", "60000"),
     ]);
+    // The caller says "not sampled": the decision is exported all the same (an agent
+    // cannot hide its decisions), and the upstream hears a sampled trace.
     let trace = "22222222222222222222222222222222";
-    refund(&on, "TE-2", trace);
-    let (sent, _) = ids(effect(&setup, "refund", "TE-2")["traceparent"]
+    refund(&on, "TE-2", trace, "00");
+    let upstream = effect(&setup, "refund", "TE-2")["traceparent"]
         .as_str()
-        .expect("a traceparent upstream"));
+        .expect("a traceparent upstream")
+        .to_owned();
+    let (sent, _) = ids(&upstream);
     assert_eq!(sent, trace);
+    assert!(upstream.ends_with("-01"), "{upstream}");
     terminate(&mut on.child);
     let spans = receiver.spans();
     let decision = spans
