@@ -111,6 +111,33 @@ pub(crate) fn decision_span(
     span
 }
 
+/// The span of a two-phase completion or heartbeat (`what`) of intent `key`, parented by
+/// the caller's trace context: the commit that records what the caller's execution did
+/// is its child. The capability is the intent's, known once it is loaded, so it is not
+/// on this span; the outcome fields are recorded by [`record_decision`].
+pub(crate) fn completion_span(
+    what: &'static str,
+    principal: &str,
+    key: &str,
+    parent: &Parent,
+) -> Span {
+    let span = tracing::info_span!(
+        "oncegate.decision",
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        oncegate.decision = what,
+        oncegate.principal = principal,
+        oncegate.outcome = tracing::field::Empty,
+        oncegate.intent_key = key,
+        oncegate.generation = tracing::field::Empty,
+        oncegate.attempt = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let _ = span.set_parent(parent.0.clone());
+    }
+    span
+}
+
 /// The longest traced argument value (characters); longer is cut.
 const TRACED_CHARS: usize = 256;
 

@@ -266,8 +266,10 @@ fn approvers_decide_in_a_real_browser_and_each_intent_has_one_effect() {
         alice.goto(&format!("{}/console/approvals", gw.url)).await.unwrap();
         alice.switch_to_window(first).await.unwrap();
 
-        // A double click, with the page's once-only script taken away: both clicks reach
-        // the gateway, and the second answers with the first one's result.
+        // A double click, with the page's once-only script taken away: whatever the
+        // browser sends for it (Chromium cancels the first submission's navigation, so
+        // the gateway may see one request or two), one refund. The stale tab below is
+        // the second request for certain.
         alice
             .execute(
                 "document.querySelectorAll('form[data-once]').forEach(f => f.removeAttribute('data-once'))",

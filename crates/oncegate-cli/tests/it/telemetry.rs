@@ -440,3 +440,133 @@ fn telemetry_is_off_without_an_endpoint_and_the_standard_variable_turns_it_on() 
     assert_eq!(hex::encode(&decision.span.trace_id), trace);
     assert_eq!(decision.service, "oncegate", "the default service name");
 }
+
+/// POSTs `body` to `path` as `token` with a `traceparent` of trace `trace`.
+fn traced_post(
+    gw: &crate::support::Proc,
+    path: &str,
+    token: &str,
+    trace: &str,
+    body: Value,
+) -> Value {
+    client()
+        .post(format!("{}{path}", gw.url))
+        .bearer_auth(token)
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+        .json(&body)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
+#[test]
+fn claims_completions_and_approvals_are_decisions_under_their_callers_traces() {
+    let receiver = Receiver::start();
+    // A capability its callers execute themselves (no upstream): the two-phase API.
+    let setup = Setup::with_registry(&[], |text| {
+        text + &format!(
+            "\n[[capabilities]]\nname = \"ship\"\ncategory = \"keyed\"\nkey = {{ business_ref = \"order_id\" }}\n\n[telemetry]\notlp_endpoint = \"{}\"\n",
+            receiver.url
+        )
+    });
+    let mut gw = setup.gateway_with(&[("OTEL_BSP_SCHEDULE_DELAY", "60000")]);
+    let (claim_trace, complete_trace, approve_trace) = (
+        "c1a1c1a1c1a1c1a1c1a1c1a1c1a1c1a1",
+        "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0",
+        "a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9",
+    );
+    let claim = traced_post(
+        &gw,
+        "/v1/intents/claim",
+        "tok-planner",
+        claim_trace,
+        json!({"capability": "ship", "arguments": {"order_id": "S-1"}}),
+    );
+    assert_eq!(claim["status"], "execute", "{claim}");
+    let key = claim["intent_key"].as_str().unwrap().to_owned();
+    let done = traced_post(
+        &gw,
+        &format!("/v1/intents/{key}/complete"),
+        "tok-planner",
+        complete_trace,
+        json!({"fencing_token": claim["fencing_token"], "outcome": "applied", "effect_ref": "sh_1"}),
+    );
+    assert_eq!(done["status"], "applied", "{done}");
+    // A refund over 100.00 is held; an approver's approval executes it.
+    let held = traced_post(
+        &gw,
+        "/v1/calls",
+        "tok-planner",
+        "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0",
+        json!({"capability": "refund", "arguments": {"order_id": "TA-1", "amount": "150.00"}}),
+    );
+    assert_eq!(held["status"], "pending_approval", "{held}");
+    let id = held["approval_id"].as_str().unwrap();
+    let approved = traced_post(
+        &gw,
+        &format!("/v1/approvals/{id}/approve"),
+        "tok-alice",
+        approve_trace,
+        json!({}),
+    );
+    assert_eq!(approved["status"], "applied", "{approved}");
+    terminate(&mut gw.child);
+
+    let spans = receiver.spans();
+    let in_trace = |trace: &str| -> Vec<Received> {
+        spans
+            .iter()
+            .filter(|s| hex::encode(&s.span.trace_id) == trace)
+            .cloned()
+            .collect()
+    };
+    let decision = |trace: &str, what: &str| -> Received {
+        in_trace(trace)
+            .into_iter()
+            .find(|s| {
+                s.span.name == "oncegate.decision"
+                    && s.attribute("oncegate.decision").as_deref() == Some(what)
+            })
+            .unwrap_or_else(|| panic!("no {what} decision in trace {trace}: {spans:?}"))
+    };
+    let children = |trace: &str, parent: &Received, name: &str| {
+        in_trace(trace)
+            .iter()
+            .filter(|s| s.span.name == name && s.span.parent_span_id == parent.span.span_id)
+            .count()
+    };
+    let claimed = decision(claim_trace, "claim");
+    assert_eq!(
+        claimed.attribute("oncegate.outcome").as_deref(),
+        Some("claimed")
+    );
+    let completed = decision(complete_trace, "complete");
+    assert_eq!(
+        completed.attribute("oncegate.outcome").as_deref(),
+        Some("applied")
+    );
+    assert_eq!(
+        completed.attribute("oncegate.intent_key").as_deref(),
+        Some(key.as_str())
+    );
+    assert!(children(complete_trace, &completed, "oncegate.store.commit") >= 1);
+    let approval = decision(approve_trace, "approval");
+    assert_eq!(
+        approval.attribute("oncegate.principal").as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        approval.attribute("oncegate.outcome").as_deref(),
+        Some("applied")
+    );
+    assert_eq!(
+        children(approve_trace, &approval, "oncegate.upstream.call"),
+        1
+    );
+    // The provider heard the approval's trace.
+    let (trace, _) = ids(effect(&setup, "refund", "TA-1")["traceparent"]
+        .as_str()
+        .unwrap());
+    assert_eq!(trace, approve_trace);
+}

@@ -22,6 +22,7 @@ use oncegate_core::limits::bound_answer;
 use oncegate_engine::{Claim, Claimed, Fence};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::calls::{CallBody, call_response, read_call};
 use super::{exact_numbers, json_body};
@@ -207,13 +208,30 @@ pub(crate) async fn complete(
     let fence = fence(&key, &parsed.fencing_token)?;
     let gate = state.gate().clone();
     let result = parsed.effect(&gate.registry().gateway.limits);
+    let span = crate::trace::completion_span(
+        "complete",
+        &principal.name,
+        &key.to_ascii_lowercase(),
+        &Parent::from_headers(&headers),
+    );
     // In a task of its own: a caller that hangs up mid-way never leaves a completion
     // half-retried.
-    let outcome =
-        tokio::spawn(async move { gate.complete_fenced(principal.who(), &fence, result).await })
-            .await
-            .map_err(|e| ApiError::internal("the completion task failed".into(), &e))?
-            .map_err(ApiError::Gate)?;
+    let task = async move { gate.complete_fenced(principal.who(), &fence, result).await };
+    let outcome = tokio::spawn(task.instrument(span.clone()))
+        .await
+        .map_err(|e| ApiError::internal("the completion task failed".into(), &e))?
+        .map_err(|e| {
+            crate::trace::record_error(&span);
+            ApiError::Gate(e)
+        })?;
+    crate::trace::record_decision(
+        &span,
+        outcome.status.as_str(),
+        outcome
+            .key
+            .as_ref()
+            .map(|k| (k.as_str(), outcome.generation, outcome.attempt)),
+    );
     Ok((http_status(&outcome), Json(Envelope::from(&outcome))).into_response())
 }
 
@@ -236,10 +254,21 @@ pub(crate) async fn heartbeat(
     let parsed: HeartbeatBody = json_body(&body)?;
     let fence = fence(&key, &parsed.fencing_token)?;
     let gate = state.gate().clone();
-    let claim = tokio::spawn(async move { gate.heartbeat_fenced(principal.who(), &fence).await })
+    let span = crate::trace::completion_span(
+        "heartbeat",
+        &principal.name,
+        &key.to_ascii_lowercase(),
+        &Parent::from_headers(&headers),
+    );
+    let task = async move { gate.heartbeat_fenced(principal.who(), &fence).await };
+    let claim = tokio::spawn(task.instrument(span.clone()))
         .await
         .map_err(|e| ApiError::internal("the heartbeat task failed".into(), &e))?
-        .map_err(ApiError::Gate)?;
+        .map_err(|e| {
+            crate::trace::record_error(&span);
+            ApiError::Gate(e)
+        })?;
+    span.record("oncegate.outcome", "in_flight");
     Ok(Json(ClaimAnswer::of(&claim, "in_flight")).into_response())
 }
 
