@@ -56,6 +56,19 @@ pub enum AuditKind {
     Admin,
 }
 
+impl AuditKind {
+    /// The audit's spelling (`call`, `effect`, `reconcile`, `approval`, `admin`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::Call => "call",
+            AuditKind::Effect => "effect",
+            AuditKind::Reconcile => "reconcile",
+            AuditKind::Approval => "approval",
+            AuditKind::Admin => "admin",
+        }
+    }
+}
+
 /// One decision, before it is chained. A domain type, free to change: the chain hashes
 /// (and stores keep) its frozen form [`EventV1`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -631,6 +644,19 @@ pub fn verify_rows_through(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_is_spelled_as_the_audit_spells_it() {
+        for kind in [
+            AuditKind::Call,
+            AuditKind::Effect,
+            AuditKind::Reconcile,
+            AuditKind::Approval,
+            AuditKind::Admin,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+    }
 
     fn event(n: i64) -> AuditEvent {
         AuditEvent {

@@ -124,19 +124,34 @@ impl Door {
     /// Approves or denies a held call (approving executes it, once; for a claim-only
     /// capability it leaves the call for its caller's next claim).
     /// `note` is the human's why, kept in the audit record (a deny's is what the agent
-    /// is told).
+    /// is told); `run` and `step` are the held call's, for the decision span.
     pub(crate) async fn decide(
         self,
         principal: &Principal,
         approval_id: String,
         choice: Choice,
         note: Option<String>,
+        (run, step): (Option<&str>, Option<&str>),
     ) -> Result<Outcome, ApiError> {
         let who = principal.clone();
-        self.spawn(principal, "approval", move |gate, executor| async move {
-            gate.decide_approval_noted(who.who(), &approval_id, choice, note.as_deref(), executor)
+        let span = self.span(principal, "approval", None);
+        span.record("oncegate.run_id", run);
+        span.record("oncegate.step_id", step);
+        self.spawn_in(
+            span,
+            principal,
+            "approval",
+            move |gate, executor| async move {
+                gate.decide_approval_noted(
+                    who.who(),
+                    &approval_id,
+                    choice,
+                    note.as_deref(),
+                    executor,
+                )
                 .await
-        })
+            },
+        )
         .await
     }
 
@@ -145,25 +160,10 @@ impl Door {
         crate::trace::decision_span(what, &self.capability, &principal.name, call, &self.parent)
     }
 
-    /// Runs `work` in its own task, registered with the in-flight count; alerts and
-    /// metrics are recorded in the task, so a caller that hangs up does not lose them.
-    async fn spawn<W, F, T>(
-        self,
-        principal: &Principal,
-        what: &'static str,
-        work: W,
-    ) -> Result<T, ApiError>
-    where
-        W: FnOnce(Gate, Arc<UpstreamExecutor>) -> F + Send + 'static,
-        F: Future<Output = Result<T, GateError>> + Send + 'static,
-        T: Decided + Send + 'static,
-    {
-        let span = self.span(principal, what, None);
-        self.spawn_in(span, principal, what, work).await
-    }
-
-    /// [`Door::spawn`] inside the decision span `span`: the task carries it, so the
-    /// store commits, the upstream call and the reconciliation read are its children.
+    /// Runs `work` in its own task, registered with the in-flight count, inside the
+    /// decision span `span`: the task carries it, so the store commits, the upstream call
+    /// and the reconciliation read are its children. Alerts and metrics are recorded in
+    /// the task, so a caller that hangs up does not lose them.
     async fn spawn_in<W, F, T>(
         self,
         span: Span,

@@ -21,6 +21,7 @@ use oncegate_core::config::{Capability, UpstreamKind};
 use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_engine::Call;
 use opentelemetry::Context;
+use opentelemetry::trace::TraceContextExt;
 use serde_json::{Map, Value};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -46,15 +47,15 @@ impl Parent {
     }
 
     /// The context in an MCP request's `_meta` (`traceparent`, `tracestate`); `None`
-    /// when the `_meta` has no `traceparent`, so the caller may look elsewhere.
+    /// when the `_meta` has no valid `traceparent`, so the caller may look elsewhere (a
+    /// malformed one never hides a valid HTTP header).
     pub(crate) fn from_meta(meta: &Map<String, Value>) -> Option<Self> {
         let carrier: HashMap<String, String> = FIELDS
             .iter()
             .filter_map(|&name| Some((name.to_owned(), meta.get(name)?.as_str()?.to_owned())))
             .collect();
-        carrier
-            .contains_key("traceparent")
-            .then(|| Self::extract(&carrier))
+        let parent = Self::extract(&carrier);
+        parent.0.span().span_context().is_valid().then_some(parent)
     }
 
     fn extract(carrier: &HashMap<String, String>) -> Self {

@@ -474,7 +474,7 @@ impl StoreWrite for Store {
         let span = tracing::info_span!(
             "oncegate.store.commit",
             oncegate.store = self.backend(),
-            oncegate.audit_kind = ?commit.event.kind,
+            oncegate.audit_kind = commit.event.kind.as_str(),
             otel.status_code = tracing::field::Empty,
         );
         let committed = async {

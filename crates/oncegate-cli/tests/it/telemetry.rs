@@ -494,13 +494,18 @@ fn claims_completions_and_approvals_are_decisions_under_their_callers_traces() {
     );
     assert_eq!(done["status"], "applied", "{done}");
     // A refund over 100.00 is held; an approver's approval executes it.
-    let held = traced_post(
-        &gw,
-        "/v1/calls",
-        "tok-planner",
-        "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0",
-        json!({"capability": "refund", "arguments": {"order_id": "TA-1", "amount": "150.00"}}),
-    );
+    let held: Value = client()
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth("tok-planner")
+        .header("Oncegate-Run-Id", "run-held")
+        .header("Oncegate-Step-Id", "step-3")
+        .json(
+            &json!({"capability": "refund", "arguments": {"order_id": "TA-1", "amount": "150.00"}}),
+        )
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
     assert_eq!(held["status"], "pending_approval", "{held}");
     let id = held["approval_id"].as_str().unwrap();
     let approved = traced_post(
@@ -555,6 +560,14 @@ fn claims_completions_and_approvals_are_decisions_under_their_callers_traces() {
     assert_eq!(
         approval.attribute("oncegate.principal").as_deref(),
         Some("alice")
+    );
+    assert_eq!(
+        approval.attribute("oncegate.run_id").as_deref(),
+        Some("run-held")
+    );
+    assert_eq!(
+        approval.attribute("oncegate.step_id").as_deref(),
+        Some("step-3")
     );
     assert_eq!(
         approval.attribute("oncegate.outcome").as_deref(),

@@ -99,7 +99,17 @@ pub(crate) async fn decide(
     };
     let door = door.traced(parent);
     let capability = Arc::clone(door.capability());
-    let outcome = door.decide(principal, id, choice, note).await?;
+    // The held call's run and step, for the decision's span (the engine reads the record
+    // again under its own rules).
+    let held = state
+        .gate()
+        .store()
+        .load_generation(&approval.key, approval.generation)
+        .await?;
+    let ids = held.as_ref().map_or((None, None), |r| {
+        (r.run_id.as_deref(), r.step_id.as_deref())
+    });
+    let outcome = door.decide(principal, id, choice, note, ids).await?;
     Ok((capability, outcome))
 }
 
