@@ -341,8 +341,11 @@ url = "http://127.0.0.1:9/v1/charges"
             issuer: None,
         };
         let door = Door::open(&state, "charge").unwrap();
+        let span = door.span(&principal, "call", None);
         let error = door
-            .spawn::<_, _, Outcome>(&principal, "call", |_, _| async { panic!("secret detail") })
+            .spawn_in::<_, _, Outcome>(span, &principal, "call", |_, _| async {
+                panic!("secret detail")
+            })
             .await
             .unwrap_err();
         let (status, code, message) = error.parts();
