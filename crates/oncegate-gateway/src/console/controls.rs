@@ -15,7 +15,7 @@ use oncegate_store::StoreRead;
 
 use super::page::{Section, notice, page as frame, when};
 use super::session::Session;
-use super::{csrf_field, failure, html_page, posted, tz, viewer};
+use super::{capability_names, csrf_field, failure, html_page, posted, tz, viewer};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -35,14 +35,7 @@ async fn render(state: &AppState, session: &Session, said: Option<Markup>) -> Re
         Err(e) => return failure(session, &ApiError::from(e)),
     };
     let checkpoint = store.audit_checkpoint().await.ok().flatten();
-    let mut capabilities: Vec<String> = state
-        .gate()
-        .registry()
-        .capabilities()
-        .iter()
-        .map(|c| c.name.clone())
-        .collect();
-    capabilities.sort();
+    let capabilities = capability_names(state);
     let agents: Vec<&str> = state
         .gate()
         .registry()
@@ -179,15 +172,7 @@ pub(super) async fn verify(
         Ok(x) => x,
         Err(r) => return *r,
     };
-    let store = state.gate().store();
-    let report = oncegate_store::audit_check::verify_audit(
-        store,
-        store.chain_key(),
-        store.store_id(),
-        &[],
-        oncegate_store::audit_check::Walk::Full,
-    )
-    .await;
+    let report = crate::routes::audit::verify_whole(&state).await;
     let said = match report {
         Ok(r) if r.ok() => notice(
             true,

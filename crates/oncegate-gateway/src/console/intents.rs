@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use super::approvals::state_badge;
 use super::page::{Section, json, key_link, notice, or_dash, page, when};
-use super::{failure, html_page, tz, viewer};
+use super::{capability_names, failure, html_page, tz, viewer};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -127,14 +127,7 @@ pub(super) async fn list(
     {
         rows.push(r);
     }
-    let mut capabilities: Vec<String> = state
-        .gate()
-        .registry()
-        .capabilities()
-        .iter()
-        .map(|c| c.name.clone())
-        .collect();
-    capabilities.sort();
+    let capabilities = capability_names(&state);
     let tz = tz(&state);
     let body = html! {
         form.card.filters method="get" action="/console/intents" role="search" {

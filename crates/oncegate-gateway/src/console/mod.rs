@@ -144,6 +144,19 @@ fn now(state: &AppState) -> Timestamp {
     state.gate().clock().now()
 }
 
+/// The registry's capability names, sorted (the pages' pickers).
+fn capability_names(state: &AppState) -> Vec<String> {
+    let mut names: Vec<String> = state
+        .gate()
+        .registry()
+        .capabilities()
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
 /// The registry's time zone (what every page shows times in).
 fn tz(state: &AppState) -> &jiff::tz::TimeZone {
     &state.gate().registry().gateway.time_zone

@@ -21,15 +21,7 @@ pub(crate) async fn audit_verify(
 ) -> Result<Response, ApiError> {
     let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
-    let store = state.gate().store();
-    let report = oncegate_store::audit_check::verify_audit(
-        store,
-        store.chain_key(),
-        store.store_id(),
-        &[],
-        oncegate_store::audit_check::Walk::Full,
-    )
-    .await?;
+    let report = verify_whole(&state).await?;
     if !report.ok() {
         return Ok((
             StatusCode::CONFLICT,
@@ -44,6 +36,22 @@ pub(crate) async fn audit_verify(
             .into_response());
     }
     Ok(Json(json!({"ok": true, "records": report.records, "shards": report.shards, "rows": report.rows})).into_response())
+}
+
+/// The whole chain verified end to end, every shard and row (this route and the
+/// console's Verify button).
+pub(crate) async fn verify_whole(
+    state: &AppState,
+) -> Result<oncegate_store::audit_check::AuditReport, oncegate_store::StoreError> {
+    let store = state.gate().store();
+    oncegate_store::audit_check::verify_audit(
+        store,
+        store.chain_key(),
+        store.store_id(),
+        &[],
+        oncegate_store::audit_check::Walk::Full,
+    )
+    .await
 }
 
 /// `GET /v1/audit` page.
