@@ -16,6 +16,12 @@
 //!   [`check_anchor`] proves the chain still extends each anchored head (truncation).
 //! - **A chain key.** With a secret, each record's hash is an HMAC-SHA256 (spelled
 //!   `hmac-sha256:HEX`), so someone who edits a shard cannot recompute it.
+//!
+//! Why one file (beside `audit/encoding.rs`, the frozen wire form): the record's hash,
+//! the shard walk that checks it, the anchors and the row seals are one definition of
+//! what the chain proves, and share its private hashing (`hash_of`, `mac_hex`) and the
+//! seal fields each event carries. The row seals (`row_hash` to `verify_rows_through`)
+//! are the part that could stand in a module of their own, next time this file grows.
 
 use std::collections::{BTreeMap, HashMap};
 
