@@ -10,14 +10,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use oncegate_engine::{Gate, SystemClock};
+use oncegate_engine::Gate;
 use oncegate_gateway::server::{AppState, http_client, serve as serve_gateway};
 use oncegate_sandbox::{SandboxConfig, serve as serve_sandbox};
 use oncegate_store::{OpenMode, StoreOptions};
@@ -899,7 +898,7 @@ async fn start_embedded(dir: &Path, http: reqwest::Client) -> std::io::Result<St
     )
     .await
     .map_err(std::io::Error::other)?;
-    let gate = Gate::with_store(registry, store, Arc::new(SystemClock));
+    let gate = Gate::on_store(registry, store);
     let tokens = TOKENS
         .iter()
         .map(|(p, t)| ((*p).to_owned(), (*t).to_owned()))

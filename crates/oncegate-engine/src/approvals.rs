@@ -7,12 +7,13 @@ use std::sync::Arc;
 use oncegate_core::codes::Code;
 use oncegate_core::config::Capability;
 use oncegate_core::decide::{self, Choice, Decision, Executes, decide_approval_noted};
-use oncegate_core::intent::{self, IntentRecord, Outcome, Reason, Status};
+use oncegate_core::intent::{self, ApprovalState, IntentRecord, Outcome, Reason, Status};
 
 use oncegate_store::{StoreError, StoreRead};
 
 use crate::error::GateError;
 use crate::executor::Executor;
+use crate::claim::Rejudge;
 use crate::gate::{Gate, MAX_RACES, store_down};
 use crate::who::Who;
 
@@ -105,6 +106,15 @@ impl Gate {
                     outcome,
                     event,
                 } => {
+                    // Approving relied on the approval not having expired: the store
+                    // judges that again by its own clock.
+                    let rejudge = Rejudge {
+                        takes_over: false,
+                        valid_until: approval
+                            .as_ref()
+                            .filter(|a| a.state == ApprovalState::Approved)
+                            .map(|a| a.expires_at),
+                    };
                     let d = Decision {
                         action,
                         record: next,
@@ -113,7 +123,7 @@ impl Gate {
                         event,
                     };
                     match self
-                        .apply(d, false, &cap, who, executor.clone(), None)
+                        .apply(d, rejudge, &cap, who, executor.clone(), None)
                         .await
                     {
                         Ok(step) => {

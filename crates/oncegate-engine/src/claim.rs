@@ -178,6 +178,16 @@ pub enum Claimed {
     Read(IntentHandle),
 }
 
+/// What a decision relied on about time, which the store judges again by its own clock
+/// before it writes the decision (see `oncegate_store::Commit`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Rejudge {
+    /// The decision replaces an in-flight attempt whose lease this gate judged expired.
+    pub(crate) takes_over: bool,
+    /// The decision holds only before this instant (an approval's expiry or time to live).
+    pub(crate) valid_until: Option<jiff::Timestamp>,
+}
+
 /// Where a call stands once it is decided and committed.
 #[expect(
     clippy::large_enum_variant,
@@ -382,13 +392,26 @@ impl Gate {
                 new_approval_id: &approval_id,
             };
             let decision = decide::decide(existing.as_ref(), &req, &cap, &verdict, now);
-            // The decision replaces an attempt whose lease this gate's clock says has
-            // expired: a store with its own clock (PostgreSQL) re-judges that.
-            let takes_over = decision.record.is_some()
-                && existing.as_ref().is_some_and(|r| {
-                    r.state == IntentState::InFlight
-                        && r.lease.as_ref().is_some_and(|l| now >= l.expires_at)
-                });
+            // What the decision relied on about time, which the store judges again by its
+            // own clock: an attempt's lease expired (a takeover), an approved claim-only
+            // call still within its time to live.
+            let rejudge = Rejudge {
+                takes_over: decision.record.is_some()
+                    && existing.as_ref().is_some_and(|r| {
+                        r.state == IntentState::InFlight
+                            && r.lease.as_ref().is_some_and(|l| now >= l.expires_at)
+                    }),
+                valid_until: approval
+                    .as_ref()
+                    .filter(|a| {
+                        decision.action == Action::Execute
+                            && a.state == oncegate_core::intent::ApprovalState::Approved
+                            && existing
+                                .as_ref()
+                                .is_some_and(|r| r.state == IntentState::PendingApproval)
+                    })
+                    .map(|a| decide::approved_claim_deadline(a, &cap)),
+            };
             if decision.action == Action::PassThrough {
                 // Reads claim nothing; their audit entry is best effort.
                 let mut event = decision.event;
@@ -421,7 +444,7 @@ impl Gate {
             match self
                 .apply(
                     decision,
-                    takes_over,
+                    rejudge,
                     &cap,
                     who,
                     executor.clone(),
@@ -472,7 +495,7 @@ impl Gate {
     pub(crate) async fn apply<E: Executor>(
         &self,
         decision: Decision,
-        takes_over: bool,
+        rejudge: Rejudge,
         cap: &Arc<Capability>,
         actor: Who<'_>,
         executor: Arc<E>,
@@ -581,7 +604,9 @@ impl Gate {
             }
         }
         if action != Action::Replay {
-            let mut commit = Commit::new(record.clone(), approval, event).taking_over(takes_over);
+            let mut commit = Commit::new(record.clone(), approval, event)
+                .taking_over(rejudge.takes_over)
+                .valid_until(rejudge.valid_until);
             commit.reservations = reservations;
             if let Err(e) = self.store.commit(commit).await {
                 if let Some(work) = work {
@@ -652,7 +677,7 @@ impl Gate {
         // Sampled before the read (see `sweep_one`).
         let running = executor.attempt_running(&handle);
         // Judged at the moment the read was asked (see `sweep_one`).
-        let asked_at = self.clock.now();
+        let asked_at = self.clock.earliest();
         let answer = executor.reconcile(handle).await;
         // Apply the one answer; a lost race re-reads this generation and applies
         // it again (after_reconcile answers with the standing outcome once someone
@@ -681,7 +706,9 @@ impl Gate {
             {
                 record.arguments = args.clone();
             }
-            match Box::pin(self.apply(next, false, cap, actor, executor.clone(), arguments)).await {
+            let rejudge = Rejudge::default();
+            match Box::pin(self.apply(next, rejudge, cap, actor, executor.clone(), arguments)).await
+            {
                 Err(StoreError::Conflict) => match self
                     .store
                     .load_generation(&current.key, current.generation)

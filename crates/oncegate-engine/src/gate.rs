@@ -35,7 +35,7 @@ use rand::Rng;
 use oncegate_store::{OpenMode, Store, StoreError, StoreRead};
 
 use crate::call::Call;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::GateError;
 use crate::kill_switches::KillSwitchCache;
 use crate::process::Process;
@@ -113,10 +113,19 @@ impl Gate {
     /// stores), with the audit chain key from `[audit] chain_key_env`.
     pub async fn open_with(registry: Registry, mode: OpenMode) -> Result<Self, GateError> {
         let store = oncegate_store::open_registry_store(&registry, mode).await?;
-        Ok(Self::with_store(registry, store, Arc::new(SystemClock)))
+        Ok(Self::on_store(registry, store))
     }
 
-    /// A gate over any store, with an injected clock.
+    /// A gate over any store, deciding by the store's clock (`Store::clock`): the one
+    /// time authority, whatever this host's clock says. What serving uses.
+    pub fn on_store(registry: Registry, store: impl Into<Store>) -> Self {
+        let store = store.into();
+        let clock = store.clock();
+        Self::with_store(registry, store, clock)
+    }
+
+    /// A gate over any store, with an injected clock (tests and simulations that move
+    /// time themselves; serving uses [`Gate::on_store`]).
     pub fn with_store(registry: Registry, store: impl Into<Store>, clock: Arc<dyn Clock>) -> Self {
         let owner = format!("pid{}-{}", std::process::id(), random_hex(4));
         Self {
@@ -167,7 +176,8 @@ impl Gate {
         )?)
     }
 
-    /// The gate's clock (everything it decides is timed by it).
+    /// The gate's clock (everything it decides is timed by it): the store's, unless a
+    /// test injected another.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }

@@ -70,7 +70,7 @@ mod who;
 
 pub use call::{Call, IntentHandle};
 pub use claim::{Claim, Claimed, Fence};
-pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use clock::{Clock, ManualClock, StoreClock, SystemClock, Ticks, TokioClock};
 pub use detect::{DetectRun, UpstreamEffect};
 pub use error::GateError;
 pub use executor::{Attempt, Executor, LateAnswer};

@@ -96,7 +96,8 @@ impl Gate {
         let running = executor.attempt_running(&handle);
         // The horizon is judged at the moment the read was asked: a read that reached the
         // provider before the horizon ended proves nothing about a commit just after it.
-        let asked_at = self.clock.now();
+        // The earliest that moment can be by the store's clock: a horizon never ends early.
+        let asked_at = self.clock.earliest();
         let answer = executor.reconcile(handle).await;
         let Some(d) = decide::after_sweep(record, answer, cap, running, asked_at) else {
             return Ok(None);

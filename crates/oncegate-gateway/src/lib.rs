@@ -36,6 +36,7 @@
 //! `oncegate demo` and `oncegate verify` live in the CLI.
 
 pub mod alerts;
+pub mod clock;
 pub mod console;
 pub mod detection;
 pub mod error;

@@ -34,6 +34,7 @@ pub async fn serve(
         Duration::from_millis(500),
     ));
     let fronting = tokio::spawn(crate::fronting::front_servers(state.clone()));
+    let skew = tokio::spawn(crate::clock::watch(state.clone()));
     let inflight = state.inflight().clone();
     let state_shutdown = state.mcp_shutdown().clone();
     let router = app(state);
@@ -84,5 +85,6 @@ pub async fn serve(
     detector.abort();
     deliverer.abort();
     fronting.abort();
+    skew.abort();
     Ok(())
 }

@@ -27,6 +27,7 @@ use oncegate_core::intent::{Approval, ApprovalState, IntentRecord, IntentState};
 use oncegate_core::key::IntentKey;
 
 pub mod audit_check;
+pub mod clock;
 pub mod conformance;
 mod listing;
 pub mod memory;
@@ -202,15 +203,24 @@ pub struct Commit {
     /// A finding to record. One with the same id already stored is
     /// [`StoreError::Conflict`] and nothing is written: each finding is raised once.
     pub finding: Option<FindingRow>,
+    /// The decision holds only before this instant (an approval's expiry or TTL, which
+    /// the decision relied on): a store judges it by its own clock (the database's
+    /// `now()` on PostgreSQL) and answers [`StoreError::Conflict`], writing nothing,
+    /// once it has passed, so the engine decides again.
+    pub valid_until: Option<jiff::Timestamp>,
 }
 
 /// Whether writing `record` releases its reservations: its effect definitely did not
-/// happen (failed, not applied, denied) or waits for a human.
+/// happen (failed, not applied, denied), or it waits for a human before its first
+/// execution. A call held for a human after an execution whose outcome is unknown (an
+/// escalated unknown first attempt) keeps its budget: that effect may have happened,
+/// until a reconciliation says otherwise or the call is denied.
 pub fn releases(record: &IntentRecord) -> bool {
-    !matches!(
-        record.state,
-        IntentState::InFlight | IntentState::Unknown | IntentState::Applied
-    )
+    match record.state {
+        IntentState::InFlight | IntentState::Unknown | IntentState::Applied => false,
+        IntentState::PendingApproval => record.executions == 0,
+        IntentState::Failed | IntentState::NotApplied | IntentState::Denied => true,
+    }
 }
 
 /// A claim's reservation against one limit's budget (see [`Commit::reservations`]).
@@ -263,6 +273,7 @@ impl Commit {
             kill_switch: None,
             reservations: Vec::new(),
             finding: None,
+            valid_until: None,
         }
     }
 
@@ -274,6 +285,13 @@ impl Commit {
     /// Marks the commit as replacing a lease judged expired (see [`Commit::takes_over`]).
     pub fn taking_over(mut self, takes_over: bool) -> Self {
         self.takes_over = takes_over;
+        self
+    }
+
+    /// Makes the commit hold only before `until` by the store's clock (see
+    /// [`Commit::valid_until`]).
+    pub fn valid_until(mut self, until: Option<jiff::Timestamp>) -> Self {
+        self.valid_until = until;
         self
     }
 }

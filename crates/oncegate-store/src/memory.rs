@@ -35,6 +35,7 @@ use oncegate_core::key::IntentKey;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::clock::Clock;
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 use crate::{
     ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
@@ -50,6 +51,9 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Inner {
     data: Mutex<Data>,
+    /// The store's own clock, when it keeps one (the PostgreSQL model: see
+    /// [`MemoryStore::with_clock`]).
+    clock: Mutex<Option<Arc<dyn Clock>>>,
     down: AtomicBool,
     /// Seeded per-operation latency: (rng, maximum). `None`: operations take no time.
     latency: Mutex<Option<(StdRng, Duration)>>,
@@ -99,6 +103,36 @@ impl MemoryStore {
         store
     }
 
+    /// The store keeps its own time by `clock`, as a shared database does: every commit
+    /// writes and judges leases (a takeover of one still live by it is
+    /// [`StoreError::LeaseLive`]), attempt ends, limit windows and a decision's
+    /// `valid_until` by it, and background work claims expire by it, whatever the
+    /// deciding gate's clock says (what `postgres/commit.rs` does with `now()`). Without
+    /// one the store is the single process's (SQLite's model): it takes the engine's
+    /// times as they come.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        *lock(&self.inner.clock) = Some(clock);
+        self
+    }
+
+    /// The store's own clock, if it keeps one.
+    pub fn clock(&self) -> Option<Arc<dyn Clock>> {
+        lock(&self.inner.clock).clone()
+    }
+
+    /// The store's time as a query reads it (its clock, else `None`), after the store's
+    /// latency: a gate samples it to run its estimate of the store's clock.
+    pub async fn store_now(&self) -> Result<Option<jiff::Timestamp>, StoreError> {
+        drop(self.reach().await?);
+        let now = self.clock().map(|c| c.now());
+        self.pause().await;
+        Ok(now)
+    }
+
+    fn time(&self) -> Option<jiff::Timestamp> {
+        lock(&self.inner.clock).as_ref().map(|c| c.now())
+    }
+
     /// Makes the store unreachable (`true`) or reachable again (`false`). While it is
     /// down every read, write and ping fails with [`StoreError::Unavailable`].
     pub fn set_unavailable(&self, down: bool) {
@@ -146,7 +180,15 @@ fn id_key(key: &IntentKey, generation: u32) -> (String, u32) {
 impl Data {
     /// The whole commit, or nothing: every compare-and-set is checked before anything
     /// is written (SQLite gets the same from its transaction).
-    fn apply(&mut self, commit: Commit) -> Result<(), StoreError> {
+    ///
+    /// `store_now`: the store's own time, when it keeps one (see
+    /// [`MemoryStore::with_clock`]); the commit is then written and judged by it.
+    fn apply(&mut self, commit: Commit, store_now: Option<jiff::Timestamp>) -> Result<(), StoreError> {
+        let judged_at = store_now.unwrap_or(commit.event.at);
+        if commit.valid_until.is_some_and(|until| judged_at >= until) {
+            return Err(StoreError::Conflict);
+        }
+        let mut current = None;
         if let Some(record) = &commit.record {
             let stored = self.intents.get(&id_key(&record.key, record.generation));
             let fits = match stored {
@@ -156,7 +198,26 @@ impl Data {
             if !fits {
                 return Err(StoreError::Conflict);
             }
+            current = stored.cloned();
         }
+        if let (Some(now), true, Some(lease)) = (
+            store_now,
+            commit.takes_over,
+            current.as_ref().and_then(|c| c.lease.as_ref()),
+        ) && lease.expires_at > now
+        {
+            return Err(StoreError::LeaseLive(format!(
+                "intent {} generation {}: the lease runs {:#} more by the store's clock",
+                lease.owner,
+                current.as_ref().map_or(0, |c| c.generation),
+                lease.expires_at.duration_since(now)
+            )));
+        }
+        let mut commit = commit;
+        if let Some(now) = store_now {
+            retime(&mut commit, current.as_ref(), now);
+        }
+        let commit = commit;
         if let Some(approval) = &commit.approval {
             let fits = match self.approvals.get(&approval.id) {
                 None => approval.version == 0,
@@ -216,9 +277,9 @@ impl Data {
                 let slot = self
                     .reservations
                     .entry((r.scope.clone(), key.clone(), record.generation))
-                    .or_insert((r.amount, commit.event.at, false));
+                    .or_insert((r.amount, judged_at, false));
                 if !slot.2 {
-                    *slot = (r.amount, commit.event.at, true);
+                    *slot = (r.amount, judged_at, true);
                 }
             }
         }
@@ -294,6 +355,37 @@ impl Data {
             }
         }
         Ok(())
+    }
+}
+
+/// Re-times what a commit measured from its decision's `now` (`event.at`) to the store's
+/// own time `now`, as `postgres/commit.rs` does with the database's `now()`: a new or
+/// renewed lease, an attempt ended by this decision, and the reservations' window and
+/// time. The event keeps its `at` (the audit says when the gate decided).
+fn retime(commit: &mut Commit, current: Option<&IntentRowV1>, now: jiff::Timestamp) {
+    let at = commit.event.at;
+    let heartbeat = commit.event.detail.get("heartbeat").is_some();
+    if let Some(record) = commit.record.as_mut() {
+        let current_lease = current.and_then(|c| c.lease.as_ref());
+        if let Some(lease) = record.lease.as_mut() {
+            let unchanged = current_lease
+                .is_some_and(|c| c.owner == lease.owner && c.expires_at == lease.expires_at);
+            if heartbeat || !unchanged {
+                let mut expires_at = crate::rows::retime(lease.expires_at, at, now);
+                if heartbeat && let Some(c) = current_lease.filter(|c| c.owner == lease.owner) {
+                    expires_at = expires_at.max(c.expires_at);
+                }
+                lease.expires_at = expires_at;
+            }
+        }
+        if record.attempt_ended_at == Some(at)
+            && record.attempt_ended_at != current.and_then(|c| c.attempt_ended_at)
+        {
+            record.attempt_ended_at = Some(now);
+        }
+    }
+    for r in &mut commit.reservations {
+        r.since = crate::rows::retime(r.since, at, now);
     }
 }
 
@@ -574,7 +666,8 @@ impl StoreRead for MemoryStore {
 
 impl StoreWrite for MemoryStore {
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        let applied = self.reach().await?.apply(commit);
+        let store_now = self.time();
+        let applied = self.reach().await?.apply(commit, store_now);
         // The caller hears about the commit only after a second wait: a process killed
         // here has committed without knowing it.
         self.pause().await;
@@ -657,6 +750,8 @@ impl StoreWrite for MemoryStore {
         now: jiff::Timestamp,
         ttl: jiff::SignedDuration,
     ) -> Result<bool, StoreError> {
+        // A store with its own clock judges a claim's expiry by it.
+        let now = self.time().unwrap_or(now);
         let taken = {
             let mut data = self.reach().await?;
             let free = data

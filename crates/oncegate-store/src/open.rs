@@ -12,6 +12,7 @@
 //! config file and take the database (and its password) from their environment.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use oncegate_core::Registry;
 use oncegate_core::audit::{AuditRecord, ChainKey, StoredRow};
@@ -19,6 +20,7 @@ use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
 use oncegate_core::key::IntentKey;
 use tracing::Instrument;
 
+use crate::clock::{Clock, SystemClock};
 use crate::memory::MemoryStore;
 use crate::options::{OpenMode, StoreOptions};
 use crate::postgres::{PgStore, redact};
@@ -224,6 +226,27 @@ pub fn location(url: &str, base_dir: &Path) -> Result<Location, StoreError> {
 }
 
 impl Store {
+    /// The store's clock: the one time authority of every decision on this store (the
+    /// database's `now()` as this process reads it, the embedded store's boot-clock
+    /// timeline; a memory store's own clock, else the system's). See [`crate::clock`].
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        match self {
+            Store::Sqlite(s) => s.clock(),
+            Store::Postgres(s) => s.clock(),
+            Store::Memory(s) => s.clock().unwrap_or_else(|| Arc::new(SystemClock)),
+        }
+    }
+
+    /// Who keeps the store's time, for people (`/readyz`, logs).
+    pub fn clock_authority(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => crate::sqlite::clock::AUTHORITY,
+            Store::Postgres(_) => crate::postgres::CLOCK_AUTHORITY,
+            Store::Memory(s) if s.clock().is_some() => "the memory store's own clock",
+            Store::Memory(_) => "this host's clock (a memory store without a clock)",
+        }
+    }
+
     /// The backend's name, as trace spans carry it.
     pub fn backend(&self) -> &'static str {
         match self {

@@ -204,3 +204,16 @@ pub(crate) fn listed<R: serde::de::DeserializeOwned + Into<T>, T>(
         .map(Into::into)
         .map_err(|e| format!("the stored body does not decode: {e}"))
 }
+
+/// An instant the engine measured from its decision's `now` (`event_at`: a lease's
+/// expiry, a window's start), re-timed to a store's own clock: the same distance from
+/// `store_now`. A store with a clock of its own (PostgreSQL) writes and judges by it.
+pub(crate) fn retime(
+    t: jiff::Timestamp,
+    event_at: jiff::Timestamp,
+    store_now: jiff::Timestamp,
+) -> jiff::Timestamp {
+    store_now
+        .saturating_add(t.duration_since(event_at))
+        .unwrap_or(t)
+}

@@ -49,6 +49,7 @@ use crate::{
 };
 
 mod adopt;
+pub mod clock;
 mod read;
 mod writer;
 
@@ -80,6 +81,10 @@ struct Inner {
     path: PathBuf,
     store_id: String,
     chain_key: Option<ChainKey>,
+    /// The store's clock: every instant a decision on this store takes or judges.
+    clock: Arc<crate::clock::StoreClock>,
+    /// How the clock's timeline was found at open.
+    continuity: clock::Continuity,
     /// Listings, audit reads and pings.
     readers: SqlitePool,
     /// Loads and approvals, whole on a blocking connection.
@@ -185,6 +190,10 @@ impl SqliteStore {
             .await
             .map_err(unavailable)?
             .get(0);
+        let (clock, continuity) = clock::open(&mut migrator).await?;
+        if let clock::Continuity::Resumed { at, wall, newest } = &continuity {
+            tracing::info!(store = %path.display(), resumes_at = %at, wall_clock = %wall, newest = ?newest, "the store's clock starts a timeline for this boot (its time never runs back from the newest instant it holds)");
+        }
         migrator.close().await.map_err(unavailable)?;
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
@@ -215,6 +224,8 @@ impl SqliteStore {
                 path: path.to_owned(),
                 store_id,
                 chain_key: options.chain_key,
+                clock: Arc::new(clock),
+                continuity,
                 readers,
                 blocking,
                 verified,
@@ -231,6 +242,16 @@ impl SqliteStore {
     /// The store's identity, written once when its schema was created.
     pub fn store_id(&self) -> &str {
         &self.inner.store_id
+    }
+
+    /// The store's clock (see [`clock`]).
+    pub fn clock(&self) -> Arc<crate::clock::StoreClock> {
+        self.inner.clock.clone()
+    }
+
+    /// How the store's clock found its timeline when this process opened the store.
+    pub fn clock_continuity(&self) -> &clock::Continuity {
+        &self.inner.continuity
     }
 
     /// The chain key this store seals with, if any.

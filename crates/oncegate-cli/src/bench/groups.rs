@@ -1,11 +1,10 @@
 //! The bench's groups: what each one stands up, drives and pairs.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::Context;
 use indicatif::ProgressBar;
-use oncegate_engine::{Gate, SystemClock};
+use oncegate_engine::Gate;
 use oncegate_store::postgres::ScratchDatabase;
 use oncegate_store::{OpenMode, SqliteStore, StoreOptions};
 
@@ -158,7 +157,7 @@ pub(super) async fn gate_group(world: &World, dir: &Path) -> anyhow::Result<Grou
 async fn sqlite_gate(world: &World, db: &Path) -> anyhow::Result<Gate> {
     let registry = crate::load(&world.config)?;
     let store = SqliteStore::scratch(db).await?;
-    Ok(Gate::with_store(registry, store, Arc::new(SystemClock)))
+    Ok(Gate::on_store(registry, store))
 }
 
 /// The peer's rows: at concurrency 1 and 32 only (CTRLRun's gateway already resets
@@ -323,7 +322,7 @@ pub(super) async fn pg_group(
     )
     .await
     .context("cannot open a PostgreSQL store in the scratch database")?;
-    let gate = Gate::with_store(registry, store, Arc::new(SystemClock));
+    let gate = Gate::on_store(registry, store);
     Ok(Group {
         name: "PostgreSQL",
         targets: vec![

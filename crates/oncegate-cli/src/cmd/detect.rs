@@ -8,11 +8,10 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use jiff::{SignedDuration, Timestamp};
-use oncegate_engine::{Gate, SystemClock};
+use oncegate_engine::Gate;
 use serde_json::{Value, json};
 
 use crate::ConfigArg;
@@ -49,7 +48,7 @@ pub async fn run(args: DetectArgs) -> anyhow::Result<ExitCode> {
     oncegate_gateway::server::install_crypto();
     let registry = crate::load(&args.config.config)?;
     let store = crate::open_store(&registry).await?;
-    let gate = Gate::with_store(registry, store, Arc::new(SystemClock));
+    let gate = Gate::on_store(registry, store);
     let http = reqwest::Client::new();
     let now = gate.clock().now();
     let rules: Vec<_> = gate

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use oncegate_core::Registry;
-use oncegate_engine::{Gate, SystemClock};
+use oncegate_engine::Gate;
 use oncegate_gateway::server::{AppState, http_client, serve};
 
 use crate::ConfigArg;
@@ -70,7 +70,7 @@ pub async fn run(args: ServeArgs, registry: Registry) -> anyhow::Result<ExitCode
             }
         }
     });
-    let gate = Gate::with_store(registry, store, std::sync::Arc::new(SystemClock));
+    let gate = Gate::on_store(registry, store);
     let (state, missing) = AppState::new(gate, http_client());
     for m in &missing {
         eprintln!("warning: principal {m}: token variable not set, this principal cannot log in");

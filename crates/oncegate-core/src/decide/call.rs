@@ -252,6 +252,13 @@ pub fn decide(
     }
 }
 
+/// Until when an approved claim-only call may be claimed: the capability's approval TTL
+/// from the decision. The claim that executes it is written only before this instant by
+/// the store's clock (the engine's `Commit::valid_until`).
+pub fn approved_claim_deadline(ap: &Approval, cap: &Capability) -> Timestamp {
+    ap.decided_at.unwrap_or(ap.created_at) + cap.approval_ttl
+}
+
 /// The first claim after a human approved a claim-only capability's held call: it
 /// executes, with the claim's own arguments (as a re-execution after `not_applied`
 /// does), unless the approval no longer covers it. An approval decided under another
@@ -296,7 +303,6 @@ fn approved_claim(
         }
         PolicyVerdict::Allow | PolicyVerdict::RequireApproval { .. } => {}
     }
-    let decided_at = ap.decided_at.unwrap_or(ap.created_at);
     let void = if ap.policy_hash != cap.policy_hash() {
         Some((
             ApprovalState::Void,
@@ -305,7 +311,7 @@ fn approved_claim(
                 "the policy changed since the call was approved; the call must be asked again",
             ),
         ))
-    } else if now >= decided_at + cap.approval_ttl {
+    } else if now >= approved_claim_deadline(ap, cap) {
         Some((
             ApprovalState::Expired,
             Reason::new(

@@ -33,7 +33,7 @@ mod reconcile;
 pub use approval::{
     Executes, MAX_NOTE_CHARS, clean_note, decide_approval, decide_approval_noted, reset_breaker,
 };
-pub use call::decide;
+pub use call::{approved_claim_deadline, decide};
 pub use complete::{Completion, complete_claim, heartbeat_claim, lease_nonce, stale_claim};
 pub use effect::{record_claim_effect, record_effect};
 pub use reconcile::{absence_unproven, after_reconcile, after_sweep, dedupe_is_proof};

@@ -18,11 +18,20 @@ pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
-#[utoipa::path(get, path = "/readyz", tag = "ops", responses((status = 200, description = "the store answers and can take a write now"), (status = 503, description = "the store is unreachable, or cannot be written (e.g. another process holds its write lock)")))]
+#[utoipa::path(get, path = "/readyz", tag = "ops", responses((status = 200, description = "the store answers and can take a write now; a second line says which clock decides and how far this host's clock is from it"), (status = 503, description = "the store is unreachable, or cannot be written (e.g. another process holds its write lock)")))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
+    let clock = format!(
+        "clock: {}; skew {}",
+        state.gate().store().clock_authority(),
+        crate::clock::describe(crate::clock::skew(state.gate()))
+    );
     match state.gate().store().ping().await {
-        Ok(()) => (StatusCode::OK, "ready").into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")).into_response(),
+        Ok(()) => (StatusCode::OK, format!("ready\n{clock}\n")).into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {e}\n{clock}\n"),
+        )
+            .into_response(),
     }
 }
 
@@ -40,6 +49,7 @@ pub(crate) async fn metrics_route(State(state): State<AppState>) -> Response {
     {
         metrics::gauge!("oncegate_unknown_intents_open").set(open.items.len() as f64);
     }
+    crate::clock::skew(state.gate());
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics().render(),

@@ -188,21 +188,37 @@ impl PgStore {
     async fn apply(&self, conn: &mut PgConnection, commit: &Commit) -> Result<(), StoreError> {
         let key = self.chain_key();
         let shards = self.inner.audit_shards;
-        // The transaction's timestamp: the clock every lease is judged by.
-        let db_now = from_micros(
-            sqlx::query("SELECT (extract(epoch from now()) * 1000000)::int8")
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(db_error)?
-                .get(0),
-        )?;
+        // The transaction's timestamp: the clock every instant of this commit is written
+        // and judged by. Its `clock_timestamp()` is one more sample of the database's
+        // clock for this replica's estimate, free.
+        let clock = &self.inner.clock;
+        let before = clock.ticks();
+        let row = sqlx::query(
+            "SELECT (extract(epoch from now()) * 1000000)::int8, (extract(epoch from clock_timestamp()) * 1000000)::int8",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db_error)?;
+        let after = clock.ticks();
+        let db_now = from_micros(row.get(0))?;
+        super::clock::observe(clock, before, from_micros(row.get(1))?, after);
+        if let Some(until) = commit.valid_until
+            && db_now >= until
+        {
+            // The decision relied on an instant (an approval's expiry) that has passed by
+            // the database's clock: nothing is written, the engine decides again.
+            return Err(StoreError::Conflict);
+        }
+        let retime = |t: jiff::Timestamp| rows::retime(t, commit.event.at, db_now);
         let mut event = commit.event.clone();
         let mut intent_row = None;
         if let Some(record) = &commit.record {
             let (id, generation) = (record.key.as_str(), record.generation);
             let what = format!("intent {id} generation {generation}");
-            // The lease the row holds now, if the commit replaces a checked row.
+            // The lease and attempt end the row holds now, if the commit replaces a
+            // checked row.
             let mut current_lease = None;
+            let mut current_ended = None;
             if record.version == 0 {
                 if newest_intent_seal(conn, id, generation).await?.is_some()
                     && fetch_intent(conn, id, generation, false).await?.is_none()
@@ -215,7 +231,10 @@ impl PgStore {
                 // Locked (FOR UPDATE): no other commit can replace it before ours ends,
                 // so the seal read next is the one that wrote this version.
                 let value = check_row(conn, RowKind::Intent, &current, key).await?;
-                current_lease = IntentRowV1::from_body(value).ok().and_then(|r| r.lease);
+                if let Ok(row) = IntentRowV1::from_body(value) {
+                    current_lease = row.lease;
+                    current_ended = row.attempt_ended_at;
+                }
             }
             let prepared = rows::prepare_intent(record, |stored| {
                 // A new or renewed lease runs for the length the engine meant, from the
@@ -229,9 +248,7 @@ impl PgStore {
                 if let Some(lease) = &mut stored.lease
                     && (heartbeat || current_lease.as_ref() != Some(&*lease))
                 {
-                    let mut expires_at = db_now
-                        .saturating_add(lease.expires_at.duration_since(commit.event.at))
-                        .unwrap_or(lease.expires_at);
+                    let mut expires_at = retime(lease.expires_at);
                     if heartbeat
                         && let Some(current) = &current_lease
                         && current.owner == lease.owner
@@ -239,6 +256,15 @@ impl PgStore {
                         expires_at = expires_at.max(current.expires_at);
                     }
                     lease.expires_at = expires_at;
+                }
+                // An attempt that ended with this decision (its execution came back
+                // unknown) ended by the database's clock: the settle horizon counts from
+                // there on every replica. An end taken from a lease's expiry is already
+                // the database's.
+                if stored.attempt_ended_at == Some(commit.event.at)
+                    && stored.attempt_ended_at != current_ended
+                {
+                    stored.attempt_ended_at = Some(db_now);
                 }
             });
             intent_row = Some(prepared);
@@ -286,14 +312,13 @@ impl PgStore {
                 release(conn, record.key.as_str(), record.generation).await?;
             }
             for r in &commit.reservations {
-                reserve(
-                    conn,
-                    record.key.as_str(),
-                    record.generation,
-                    r,
-                    commit.event.at,
-                )
-                .await?;
+                // The window is the database's: it starts the limit's length before
+                // `now()`, and the reservation is made at `now()`.
+                let r = Reservation {
+                    since: retime(r.since),
+                    ..r.clone()
+                };
+                reserve(conn, record.key.as_str(), record.generation, &r, db_now).await?;
             }
         }
         if let Some(finding) = &commit.finding {

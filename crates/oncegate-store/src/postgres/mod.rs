@@ -24,7 +24,10 @@
 //! while migrating). TLS comes from the URL: `sslmode=require|verify-ca|verify-full`
 //! and `sslrootcert=PATH` (rustls on ring; no OpenSSL).
 
+mod clock;
 mod commit;
+
+pub use clock::AUTHORITY as CLOCK_AUTHORITY;
 mod read;
 
 use std::str::FromStr;
@@ -51,6 +54,8 @@ struct Inner {
     store_id: String,
     chain_key: Option<ChainKey>,
     audit_shards: u32,
+    /// The database's clock as this replica reads it (see clock.rs).
+    clock: Arc<crate::clock::StoreClock>,
 }
 
 /// The URL with its password replaced by `***` (for logs and errors).
@@ -173,15 +178,17 @@ impl PgStore {
             .await
             .map_err(unavailable)?
             .get(0);
-        Ok(Self {
-            inner: Arc::new(Inner {
-                pool,
-                shown,
-                store_id,
-                chain_key: options.chain_key,
-                audit_shards: options.audit_shards,
-            }),
-        })
+        let clock = Arc::new(clock::first(&pool).await?);
+        let inner = Arc::new(Inner {
+            pool,
+            shown,
+            store_id,
+            chain_key: options.chain_key,
+            audit_shards: options.audit_shards,
+            clock,
+        });
+        clock::keep_sampling(Arc::downgrade(&inner));
+        Ok(Self { inner })
     }
 
     /// The migrations of this build that the database has not applied yet (version and
@@ -203,6 +210,12 @@ impl PgStore {
     /// The chain key this store seals with, if any.
     pub fn chain_key(&self) -> Option<&ChainKey> {
         self.inner.chain_key.as_ref()
+    }
+
+    /// The database's clock as this replica reads it: the time every decision on this
+    /// store is taken and judged by (see `clock.rs` beside this file).
+    pub fn clock(&self) -> Arc<crate::clock::StoreClock> {
+        self.inner.clock.clone()
     }
 
     /// The connection pool (diagnostics and tests; the store's writes go through its

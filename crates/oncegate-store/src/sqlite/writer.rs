@@ -539,6 +539,11 @@ fn apply_one(
         approval,
         event,
     } = prepared;
+    // The engine's clock is this store's clock (one process): a decision whose deadline
+    // has passed by it is not written.
+    if commit.valid_until.is_some_and(|until| commit.event.at >= until) {
+        return Err(StoreError::Conflict);
+    }
     let mut intent_row = None;
     if let (Some(record), Some(PreparedIntent { stored, body, seal })) = (&commit.record, intent) {
         // The row about to be replaced must be the one the chain wrote (or, for an
