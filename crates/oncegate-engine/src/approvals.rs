@@ -11,9 +11,9 @@ use oncegate_core::intent::{self, ApprovalState, IntentRecord, Outcome, Reason, 
 
 use oncegate_store::{StoreError, StoreRead};
 
+use crate::claim::Rejudge;
 use crate::error::GateError;
 use crate::executor::Executor;
-use crate::claim::Rejudge;
 use crate::gate::{Gate, MAX_RACES, store_down};
 use crate::who::Who;
 

@@ -186,6 +186,9 @@ pub struct StoreClock {
     authority: &'static str,
     ticks: Ticks,
     sample: Mutex<Sample>,
+    /// The ticks are the store's own clock (SQLite's timeline): nothing drifts between
+    /// them. A sampled clock's estimate drifts from the store's between samples.
+    exact: bool,
     /// The latest `now` answered, in nanoseconds since the epoch: answers never go back.
     newest: AtomicI64,
 }
@@ -202,6 +205,7 @@ impl StoreClock {
                 tick,
                 half_width: Duration::ZERO,
             }),
+            exact: true,
             newest: AtomicI64::new(i64::MIN),
         }
     }
@@ -224,6 +228,7 @@ impl StoreClock {
                 tick,
                 half_width,
             }),
+            exact: false,
             newest: AtomicI64::new(i64::MIN),
         }
     }
@@ -241,8 +246,15 @@ impl StoreClock {
 
     /// How far [`Clock::now`] may be from the store's time now.
     pub fn uncertainty(&self) -> Duration {
-        let s = *self.lock();
-        s.half_width + drift(self.ticks.read().saturating_sub(s.tick))
+        self.estimate().1
+    }
+
+    fn drift(&self, over: Duration) -> Duration {
+        if self.exact {
+            Duration::ZERO
+        } else {
+            drift(over)
+        }
     }
 
     /// Takes a reading of the store's time, `at`, asked between the ticks `before` and
@@ -254,7 +266,7 @@ impl StoreClock {
         let mut s = self.lock();
         let age = tick.saturating_sub(s.tick);
         let estimate = add(s.at, age);
-        let held = s.half_width + drift(age);
+        let held = s.half_width + self.drift(age);
         let off = at.duration_since(estimate);
         let tolerance = SignedDuration::try_from(held + half_width + Duration::from_millis(1))
             .unwrap_or(SignedDuration::MAX);
@@ -280,7 +292,7 @@ impl StoreClock {
     fn estimate(&self) -> (Timestamp, Duration) {
         let s = *self.lock();
         let age = self.ticks.read().saturating_sub(s.tick);
-        (add(s.at, age), s.half_width + drift(age))
+        (add(s.at, age), s.half_width + self.drift(age))
     }
 }
 
@@ -325,7 +337,8 @@ mod tests {
         let clock = StoreClock::anchored("test", ticks, t(0), ticks.read());
         tokio::time::advance(Duration::from_secs(7)).await;
         assert_eq!(clock.now(), t(7));
-        assert_eq!(clock.earliest(), t(7) - SignedDuration::from_micros(3500));
+        // Its ticks are the store's clock: nothing to be unsure of.
+        assert_eq!(clock.earliest(), t(7));
     }
 
     #[tokio::test(start_paused = true)]

@@ -183,7 +183,11 @@ impl Data {
     ///
     /// `store_now`: the store's own time, when it keeps one (see
     /// [`MemoryStore::with_clock`]); the commit is then written and judged by it.
-    fn apply(&mut self, commit: Commit, store_now: Option<jiff::Timestamp>) -> Result<(), StoreError> {
+    fn apply(
+        &mut self,
+        commit: Commit,
+        store_now: Option<jiff::Timestamp>,
+    ) -> Result<(), StoreError> {
         let judged_at = store_now.unwrap_or(commit.event.at);
         if commit.valid_until.is_some_and(|until| judged_at >= until) {
             return Err(StoreError::Conflict);

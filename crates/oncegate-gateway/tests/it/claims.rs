@@ -279,13 +279,13 @@ async fn a_worker_that_stalled_past_its_lease_records_nothing_over_the_claim_tha
     let charge = gw
         .charge("o-stall", second["idempotency_key"].as_str().unwrap())
         .await;
-    let (status, _) = gw
+    let (status, _body) = gw
         .complete(
             &second,
             json!({"outcome": "applied", "effect_ref": charge["id"], "result": charge}),
         )
         .await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 200, "{_body}");
 
     // The stalled worker wakes up and reports: refused, and nothing it says is recorded.
     for body in [

@@ -9,6 +9,12 @@ use oncegate_core::key::IntentKey;
 use super::{at, sample_event, sample_record};
 use crate::{Backend, Commit, FindingRow, Reservation, StoreError};
 
+/// Before any reservation a test makes, by the sample events' clock or a store's own.
+#[allow(non_snake_case)]
+fn LONG_AGO() -> jiff::Timestamp {
+    at(-86_400 * 3650)
+}
+
 fn budget(amount: i64, enforce: bool) -> Reservation {
     Reservation {
         scope: "charge_budget@planner".into(),
@@ -29,7 +35,9 @@ fn claim(key: &str, amount: i64, enforce: bool) -> Commit {
 /// per intent, released by `failed`, overridable by an approver.
 pub async fn limits<S: Backend>(store: &S) {
     let scope = "charge_budget@planner";
-    let used = || async { store.limit_used(scope, at(-86_400)).await.unwrap() };
+    // Read from long before: a store that keeps its own clock (PostgreSQL) reserves at its
+    // own `now()`, not at the sample event's time.
+    let used = || async { store.limit_used(scope, LONG_AGO()).await.unwrap() };
     store.commit(claim("e101", 1000, true)).await.expect("fits");
     store.commit(claim("e102", 1000, true)).await.expect("fits");
     assert_eq!(used().await, 2000);
@@ -105,7 +113,7 @@ pub async fn limits<S: Backend>(store: &S) {
     assert_eq!(store.limit_used(scope, at(1_000_000)).await.unwrap(), 0);
     assert_eq!(
         store
-            .limit_used("charge_budget@other", at(-86_400))
+            .limit_used("charge_budget@other", LONG_AGO())
             .await
             .unwrap(),
         0

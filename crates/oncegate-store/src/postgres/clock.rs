@@ -76,7 +76,8 @@ pub(crate) fn keep_sampling(inner: Weak<Inner>) {
             let Some(inner) = inner.upgrade() else {
                 return;
             };
-            let (pool, clock): (PgPool, Arc<StoreClock>) = (inner.pool.clone(), inner.clock.clone());
+            let (pool, clock): (PgPool, Arc<StoreClock>) =
+                (inner.pool.clone(), inner.clock.clone());
             drop(inner);
             if pool.is_closed() {
                 return;

@@ -60,8 +60,13 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 /// Reads (or starts) the store's timeline on `conn`, in one immediate transaction so two
 /// processes opening the store on a new boot agree on one origin. A store that cannot be
 /// written (a read-only file) is read: its timeline, or one resumed for this process only.
-pub(crate) async fn open(conn: &mut SqliteConnection) -> Result<(StoreClock, Continuity), StoreError> {
-    let writable = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await.is_ok();
+pub(crate) async fn open(
+    conn: &mut SqliteConnection,
+) -> Result<(StoreClock, Continuity), StoreError> {
+    let writable = sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut *conn)
+        .await
+        .is_ok();
     let result = read_or_start(conn, writable).await;
     if writable {
         let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };

@@ -541,7 +541,10 @@ fn apply_one(
     } = prepared;
     // The engine's clock is this store's clock (one process): a decision whose deadline
     // has passed by it is not written.
-    if commit.valid_until.is_some_and(|until| commit.event.at >= until) {
+    if commit
+        .valid_until
+        .is_some_and(|until| commit.event.at >= until)
+    {
         return Err(StoreError::Conflict);
     }
     let mut intent_row = None;

@@ -943,11 +943,16 @@ impl World {
                 IntentState::Failed | IntentState::NotApplied | IntentState::Denied => {}
             }
         }
-        // The charge budget holds exactly the applied charges: every claim reserved,
-        // every settlement without an effect released, no repeat reserved twice.
+        // The charge budget holds exactly the applied charges and those held for a human
+        // after an unknown attempt (which may have happened): every claim reserved, every
+        // settlement without an effect released, no repeat reserved twice.
         let applied_charges = records
             .iter()
-            .filter(|r| r.capability == "charge" && r.state == IntentState::Applied)
+            .filter(|r| {
+                r.capability == "charge"
+                    && (r.state == IntentState::Applied
+                        || (r.state == IntentState::PendingApproval && r.executions > 0))
+            })
             .count();
         match self.store.limit_used("charge_count", jiff::Timestamp::UNIX_EPOCH).await {
             Ok(used) if used == applied_charges as i64 => {}
