@@ -14,7 +14,10 @@
 #   - browser (crates/oncegate-cli/tests/it/console.rs): Debian's `chromium` and
 #     `chromium-driver` (/usr/bin/chromium, /usr/bin/chromedriver), with apt-get, for the
 #     console's WebDriver test. Needs root (or sudo without a password) the first time.
-# `setup.sh` does all four; `setup.sh mcp-clients` (or another part's name) one of them.
+#   - faketime (crates/oncegate-cli/tests/{it,replicas}/clocks.rs): Debian's `faketime`
+#     (libfaketime.so.1, preloaded into a gateway to give it a wrong or stepping wall
+#     clock), with apt-get, as the browser. Needs root (or sudo) the first time.
+# `setup.sh` does all five; `setup.sh mcp-clients` (or another part's name) one of them.
 # Idempotent and cached: per part, a stamp holding a hash of what it was built from (for
 # the Python client, its sources too) skips the work when nothing changed. Safe to run
 # concurrently (nextest runs tests in parallel processes, each of which may call it): one
@@ -36,11 +39,11 @@ client_reqs="$client_src/tests/requirements.txt"
 conformance_dir="$here/../conformance"
 
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser)
+[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser faketime)
 for part in "${parts[@]}"; do
   case "$part" in
-    mcp-clients | python-client | conformance | browser) ;;
-    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser)" >&2; exit 2 ;;
+    mcp-clients | python-client | conformance | browser | faketime) ;;
+    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser, faketime)" >&2; exit 2 ;;
   esac
 done
 
@@ -186,11 +189,32 @@ setup_browser() {
   echo "browser: ready ($(/usr/bin/chromium --version 2>/dev/null))" >&2
 }
 
+setup_faketime() {
+  # Where Debian's package puts it (the multiarch directory); the clock tests look
+  # there (crates/oncegate-cli/tests/it/support.rs, `libfaketime`).
+  local lib
+  lib="/usr/lib/$(uname -m)-linux-gnu/faketime/libfaketime.so.1"
+  [[ -f "$lib" ]] && return 0
+  local apt=(apt-get)
+  if [[ "$(id -u)" != 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || { echo "faketime: FATAL: installing faketime needs root (or sudo)" >&2; exit 1; }
+    apt=(sudo -n apt-get)
+  fi
+  echo "faketime: apt-get install faketime" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  "${apt[@]}" update -qq >&2 || { echo "faketime: FATAL: apt-get update failed" >&2; exit 1; }
+  "${apt[@]}" install -y -qq --no-install-recommends faketime >&2 \
+    || { echo "faketime: FATAL: apt-get install faketime failed" >&2; exit 1; }
+  [[ -f "$lib" ]] || { echo "faketime: FATAL: the faketime package installed no $lib" >&2; exit 1; }
+  echo "faketime: ready ($lib)" >&2
+}
+
 for part in "${parts[@]}"; do
   case "$part" in
     mcp-clients) setup_mcp_clients ;;
     python-client) setup_python_client ;;
     conformance) setup_conformance ;;
     browser) setup_browser ;;
+    faketime) setup_faketime ;;
   esac
 done

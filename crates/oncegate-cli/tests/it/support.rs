@@ -1,11 +1,13 @@
 //! Real processes for the end-to-end tests: `oncegate sandbox` and `oncegate serve` on
-//! loopback, a scratch copy of the example registry, and the sandbox's own ledger and
-//! fault API to count and provoke effects.
+//! loopback, a scratch copy of the example registry, the sandbox's own ledger and
+//! fault API to count and provoke effects, and libfaketime to give a gateway a wrong or
+//! stepping wall clock.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -52,10 +54,56 @@ impl Drop for Proc {
 }
 
 /// Starts `cmd` and waits for its first stdout line, which ends with the URL it listens on.
-pub(crate) fn spawn(mut cmd: Command) -> Proc {
+pub(crate) fn spawn(cmd: Command) -> Proc {
+    start(cmd, Stdio::inherit())
+}
+
+/// [`spawn`], keeping the process's log (its stderr) for the test to read. Each line is
+/// echoed to the test's own stderr as well, so a failing test still shows it.
+pub(crate) fn spawn_logged(cmd: Command) -> (Proc, Log) {
+    let mut proc = start(cmd, Stdio::piped());
+    let stderr = proc.child.stderr.take().expect("stderr is piped");
+    let log = Log::default();
+    let lines = Arc::clone(&log.0);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            lines.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        }
+    });
+    (proc, log)
+}
+
+/// The lines a process has logged so far ([`spawn_logged`]).
+#[derive(Clone, Default)]
+pub(crate) struct Log(Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    /// Waits up to `deadline` for a line that satisfies `wanted`; answers it, or every
+    /// line logged by then.
+    pub(crate) fn wait_for(
+        &self,
+        deadline: Duration,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<String, Vec<String>> {
+        let until = Instant::now() + deadline;
+        loop {
+            let lines = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(line) = lines.iter().find(|l| wanted(l)) {
+                return Ok(line.clone());
+            }
+            if Instant::now() >= until {
+                return Err(lines);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn start(mut cmd: Command, stderr: Stdio) -> Proc {
     let mut child = cmd
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .expect("spawn oncegate");
     let stdout = child.stdout.take().unwrap();
@@ -221,4 +269,96 @@ pub(crate) fn fault(sb: &Proc, path: &str, fault: &str, delay_ms: u64) {
         .send()
         .unwrap();
     assert!(r.status().is_success(), "queue fault: {}", r.status());
+}
+
+/// `oncegate_clock_skew_seconds` on the gateway at `url`'s `/metrics`: how far its wall
+/// clock is ahead of the store's (negative: behind).
+pub(crate) fn clock_skew(url: &str) -> f64 {
+    let text = client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("oncegate_clock_skew_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no oncegate_clock_skew_seconds on {url}/metrics:\n{text}"))
+}
+
+/// The libfaketime library to preload: where Debian's `faketime` package puts it (the
+/// multiarch directory of this machine, or a plain one). A machine without it fails the
+/// test, loudly: the clock tests are never skipped.
+pub(crate) fn libfaketime() -> String {
+    let places = [
+        format!(
+            "/usr/lib/{}-linux-gnu/faketime/libfaketime.so.1",
+            std::env::consts::ARCH
+        ),
+        "/usr/lib/faketime/libfaketime.so.1".to_owned(),
+    ];
+    places
+        .iter()
+        .find(|p| Path::new(p).is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "libfaketime is not installed (looked for {places:?}): run \
+                 `bash tests/clients/setup.sh faketime` (apt-get install faketime) first"
+            )
+        })
+}
+
+/// The environment that runs a process with its wall clock `offset` off the real one
+/// (`"+130s"`, `"-600s"`, `"+25h"`): libfaketime preloaded. Only the wall clock is
+/// faked (`DONT_FAKE_MONOTONIC`): tokio's timers and the upstream timeouts keep real
+/// time, as on a host whose clock is merely set wrong. The store clock reads the
+/// kernel's boot clock past libc, so libfaketime cannot move it either.
+pub(crate) fn faketime_env(offset: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("LD_PRELOAD", libfaketime()),
+        ("FAKETIME", offset.to_owned()),
+        ("DONT_FAKE_MONOTONIC", "1".to_owned()),
+    ]
+}
+
+/// A wall clock the test steps while the process runs, as an NTP correction or a
+/// resumed VM would: libfaketime reads the offset from a file at every clock read
+/// (`FAKETIME_NO_CACHE`). It starts right (`+0`).
+pub(crate) struct SteppedClock {
+    file: PathBuf,
+}
+
+impl SteppedClock {
+    /// A clock whose offset is kept in `dir`.
+    pub(crate) fn in_dir(dir: &Path) -> Self {
+        let clock = SteppedClock {
+            file: dir.join("faketime-offset"),
+        };
+        clock.step_to("+0");
+        clock
+    }
+
+    /// The environment of a process that runs on this clock.
+    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("LD_PRELOAD", libfaketime()),
+            ("FAKETIME_TIMESTAMP_FILE", self.file.display().to_string()),
+            ("FAKETIME_NO_CACHE", "1".to_owned()),
+            ("DONT_FAKE_MONOTONIC", "1".to_owned()),
+        ]
+    }
+
+    /// Sets the clock `offset` off the real one (`"+200"`, `"-200"`, in seconds). The
+    /// file is replaced whole (a rename), so no read sees it half written.
+    pub(crate) fn step_to(&self, offset: &str) {
+        let next = self.file.with_extension("next");
+        std::fs::write(&next, format!("{offset}\n")).unwrap();
+        std::fs::rename(&next, &self.file).unwrap();
+    }
+}
+
+/// `env` as [`Setup::serve_command`] takes it.
+pub(crate) fn env_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }

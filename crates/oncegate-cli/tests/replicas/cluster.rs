@@ -3,13 +3,14 @@
 //! reads what they decided (the store, through the `oncegate` CLI) and what happened
 //! (the sandbox's own ledger).
 
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::pg::Database;
-use crate::support::{Proc, Setup, client, spawn};
+use crate::support::{Proc, Setup, client, env_refs, spawn};
 
 /// The registry the replica tests run: `examples/payments.toml` with test-sized
 /// timeouts and leases, the store on `url`.
@@ -57,6 +58,7 @@ pub(crate) struct Cluster {
     replicas: Vec<Option<Proc>>,
     setup: Setup,
     sweep_every: &'static str,
+    env: fn(usize) -> Vec<(&'static str, String)>,
     next: AtomicUsize,
     /// The test's own database.
     pub(crate) db: Database,
@@ -74,6 +76,8 @@ pub(crate) struct Plan {
     pub(crate) timing: Timing,
     /// More edits of the registry text (limits, duplicate rules), after [`registry`]'s.
     pub(crate) edit: fn(String) -> String,
+    /// More environment of replica `i` (libfaketime, for a replica with a wrong clock).
+    pub(crate) env: fn(usize) -> Vec<(&'static str, String)>,
 }
 
 impl Default for Plan {
@@ -88,6 +92,7 @@ impl Default for Plan {
                 settle_horizon: None,
             },
             edit: |text| text,
+            env: |_| Vec::new(),
         }
     }
 }
@@ -109,19 +114,27 @@ impl Cluster {
             replicas: Vec::new(),
             setup,
             sweep_every: plan.sweep_every,
+            env: plan.env,
             next: AtomicUsize::new(0),
             db,
         };
         cluster.cli_ok(&["migrate"]);
-        for _ in 0..plan.replicas {
-            let replica = cluster.spawn_replica();
+        for i in 0..plan.replicas {
+            let replica = cluster.spawn_replica(i);
             cluster.replicas.push(Some(replica));
         }
         cluster
     }
 
-    fn spawn_replica(&self) -> Proc {
-        spawn(self.setup.serve_command(&[], self.sweep_every, &[]))
+    fn spawn_replica(&self, i: usize) -> Proc {
+        spawn(self.serve_command(&(self.env)(i)))
+    }
+
+    /// The `oncegate serve` command line of a replica on this cluster's store, with
+    /// `env` added: for a test that starts (and reads the log of) one itself.
+    pub(crate) fn serve_command(&self, env: &[(&'static str, String)]) -> Command {
+        self.setup
+            .serve_command(&env_refs(env), self.sweep_every, &[])
     }
 
     /// How many replica slots (running or not).
@@ -152,7 +165,7 @@ impl Cluster {
             }
         }
         for i in 0..self.replicas.len() {
-            self.replicas[i] = Some(self.spawn_replica());
+            self.replicas[i] = Some(self.spawn_replica(i));
         }
     }
 

@@ -9,6 +9,7 @@
 //! stopped. Effects are counted in the sandbox's own ledger, never taken from the
 //! gateway's word.
 
+mod clocks;
 mod cluster;
 mod crash;
 mod limits;
