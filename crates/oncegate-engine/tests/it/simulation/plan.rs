@@ -23,6 +23,10 @@ pub enum Cap {
     /// keyed, `on_unknown = "retry"`, no reconciliation read: the provider's dedupe on
     /// the key is the only proof, so this provider always honours it.
     Upsert,
+    /// keyed, `on_unknown = "escalate"` (no reconciliation read: a human decides every
+    /// unknown attempt), under a binding limit of 12.50 an hour: one of the schedule's
+    /// 12.50 payouts may be paid, the others are refused.
+    Payout,
 }
 
 impl Cap {
@@ -32,6 +36,7 @@ impl Cap {
             Cap::Email => "email",
             Cap::Refund => "refund",
             Cap::Upsert => "upsert",
+            Cap::Payout => "payout",
         }
     }
 }
@@ -61,6 +66,8 @@ pub struct CallPlan {
     pub memo: u32,
     /// What the caller's worker does with a claim it gets (two-phase intents only).
     pub worker: Worker,
+    /// The gateway host the agent's request reaches (the next live one if it is down).
+    pub host: usize,
 }
 
 /// The caller's own worker, holding a claim: it may stall (a GC pause, a slow SDK)
@@ -80,8 +87,52 @@ pub struct Worker {
 /// starts on the same store `restart_after` later.
 #[derive(Clone, Debug)]
 pub struct Crash {
+    /// The host that dies.
+    pub host: usize,
     pub at: Duration,
     pub restart_after: Duration,
+}
+
+/// One gateway host: its wall clock's offset from the true time when the schedule
+/// starts, and the steps it takes (an NTP correction, a VM resumed). In the store-clock
+/// worlds (today's engine) a gate decides by the store's clock and these change no
+/// decision; in the legacy worlds each gate decides by this clock.
+#[derive(Clone, Debug)]
+pub struct Host {
+    pub offset_secs: f64,
+    /// (when, by how much): the clock jumps by `by` seconds at `when`.
+    pub steps: Vec<(Duration, f64)>,
+}
+
+impl Host {
+    /// The host clock's offset from the true time at `at`.
+    pub fn offset_at(&self, at: Duration) -> f64 {
+        self.offset_secs
+            + self
+                .steps
+                .iter()
+                .filter(|(when, _)| *when <= at)
+                .map(|(_, by)| by)
+                .sum::<f64>()
+    }
+}
+
+/// What an operator switches on mid-run, through one host, and off again later.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlKind {
+    /// `capability:NAME` kill switch.
+    KillSwitch(Cap),
+    /// A hold on one business reference (`order_id`) of a capability.
+    Hold(Cap, String),
+}
+
+/// A control set at `at` through host `host` and cleared `length` later.
+#[derive(Clone, Debug)]
+pub struct Control {
+    pub at: Duration,
+    pub length: Duration,
+    pub host: usize,
+    pub kind: ControlKind,
 }
 
 /// The store is unavailable from `from` for `length`.
@@ -98,6 +149,10 @@ pub struct Plan {
     pub intents: Vec<IntentPlan>,
     pub crashes: Vec<Crash>,
     pub outage: Option<Outage>,
+    /// The gateway hosts on the one store (two or three), each with its own clock.
+    pub hosts: Vec<Host>,
+    /// Kill switches and holds set and cleared mid-run.
+    pub controls: Vec<Control>,
     /// Maximum latency of one store operation.
     pub store_latency: Duration,
     /// Whether the provider may commit after the gateway's timeout.
@@ -179,6 +234,7 @@ impl Plan {
                     },
                     memo: rng.random_range(0..1000),
                     worker: Worker::draw(&mut workers),
+                    host: 0,
                 });
             }
             intents.push(IntentPlan {
@@ -206,6 +262,7 @@ impl Plan {
                     secs(&mut rng, 0.0, 70.0)
                 };
                 Crash {
+                    host: 0,
                     at: at.min(Duration::from_secs(75)),
                     restart_after: secs(&mut rng, 0.0, 10.0),
                 }
@@ -216,13 +273,82 @@ impl Plan {
             length: secs(&mut rng, 0.05, 15.0),
         });
         let store_latency = Duration::from_millis(rng.random_range(0..=30));
-        Plan {
+        let mut plan = Plan {
             seed,
             intents,
             crashes,
             outage,
+            hosts: Vec::new(),
+            controls: Vec::new(),
             store_latency,
             late_commits,
+        };
+        plan.draw_hosts_and_controls();
+        plan
+    }
+
+    /// The hosts, their clocks, the routing of calls and crashes, payouts and the
+    /// controls: from a generator of their own, so adding them kept every earlier draw.
+    fn draw_hosts_and_controls(&mut self) {
+        let mut rng = StdRng::seed_from_u64(self.seed ^ 0x00c1_0c45);
+        let signed = |rng: &mut StdRng, from: f64, to: f64| {
+            let v = rng.random_range(from..to);
+            if rng.random_bool(0.5) { v } else { -v }
+        };
+        // Clocks as they really are: mostly right, some off by seconds or minutes (a
+        // VM resumed, NTP not yet synced), some by hours or a day (a bad host clock).
+        let clock_error = |rng: &mut StdRng| match rng.random_range(0..8) {
+            0..=3 => signed(rng, 0.0, 0.05),
+            4..=5 => signed(rng, 5.0, 700.0),
+            _ => signed(rng, 3600.0, 26.0 * 3600.0),
+        };
+        let n_hosts = rng.random_range(2..=3);
+        self.hosts = (0..n_hosts)
+            .map(|_| {
+                let offset_secs = clock_error(&mut rng);
+                let mut steps = Vec::new();
+                for _ in 0..rng.random_range(0..=2) {
+                    if rng.random_bool(0.5) {
+                        steps.push((secs(&mut rng, 0.0, 85.0), clock_error(&mut rng)));
+                    }
+                }
+                Host { offset_secs, steps }
+            })
+            .collect();
+        for intent in &mut self.intents {
+            // About one intent in three pays out under the binding limit instead.
+            if rng.random_bool(0.3) {
+                intent.cap = Cap::Payout;
+                intent.amount = "12.50";
+                intent.provider_honours_key = true;
+            }
+            for call in &mut intent.calls {
+                call.host = rng.random_range(0..n_hosts);
+            }
+        }
+        for crash in &mut self.crashes {
+            crash.host = rng.random_range(0..n_hosts);
+        }
+        let caps: Vec<(Cap, String)> = self
+            .intents
+            .iter()
+            .map(|i| (i.cap, i.order.clone()))
+            .collect();
+        self.controls = Vec::new();
+        for _ in 0..rng.random_range(0..=2) {
+            if rng.random_bool(0.3) {
+                let (cap, order) = caps[rng.random_range(0..caps.len())].clone();
+                self.controls.push(Control {
+                    at: secs(&mut rng, 0.0, 60.0),
+                    length: secs(&mut rng, 1.0, 20.0),
+                    host: rng.random_range(0..n_hosts),
+                    kind: if rng.random_bool(0.5) {
+                        ControlKind::KillSwitch(cap)
+                    } else {
+                        ControlKind::Hold(cap, order)
+                    },
+                });
+            }
         }
     }
 }

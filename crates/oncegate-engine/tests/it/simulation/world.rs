@@ -9,17 +9,19 @@
 //! sources of order are the plan, the seeded generators and tokio's deterministic
 //! scheduler.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use oncegate_core::audit::verify_shard;
+use oncegate_core::config::HoldOn;
 use oncegate_core::decide::Choice;
-use oncegate_core::intent::{ApprovalReason, IntentState, Outcome, Status};
+use oncegate_core::intent::{ApprovalReason, ApprovalState, IntentState, Outcome, Status};
 use oncegate_core::{EffectResult, IntentKey, ReconcileResult, Registry};
 use oncegate_engine::{
-    Call, Claim, Claimed, Clock, Executor, Gate, GateError, IntentHandle, Process, TokioClock,
+    Call, Claim, Claimed, Clock, Executor, Gate, GateError, IntentHandle, Process, StoreClock,
+    Ticks, TokioClock,
 };
 use oncegate_store::{IntentFilter, MemoryStore, StoreRead};
 use rand::rngs::StdRng;
@@ -28,7 +30,66 @@ use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::plan::{CALM_AT, CallPlan, IntentPlan, Plan, Worker};
+use super::plan::{CALM_AT, CallPlan, ControlKind, Host, IntentPlan, Plan, Worker};
+
+/// Which clock the gates decide by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clocks {
+    /// Today's engine on the PostgreSQL model: the store keeps its own time and judges
+    /// leases, attempt ends, limit windows and approval deadlines by it; each gate
+    /// decides by its estimate of the store's clock (a `StoreClock` sampled from the
+    /// store, run on ticks no wall-clock step moves). The hosts' clocks decide nothing.
+    Store,
+    /// What the engine did before one clock decided: each gate decides by its host's
+    /// wall clock (offsets and steps included), and the store takes the times it is
+    /// given. Kept to show what the store-clock worlds prevent (a test counts it).
+    Legacy,
+}
+
+/// The instant every world's true time starts at.
+const EPOCH_SECOND: i64 = 1_800_000_000;
+
+/// A host's wall clock: the true time plus the host's offset, stepping as planned.
+struct HostClock {
+    host: Host,
+    start: Instant,
+}
+
+impl Clock for HostClock {
+    fn now(&self) -> jiff::Timestamp {
+        let elapsed = self.start.elapsed();
+        let offset = jiff::SignedDuration::try_from_secs_f64(self.host.offset_at(elapsed))
+            .unwrap_or(jiff::SignedDuration::ZERO);
+        let truth = jiff::Timestamp::from_second(EPOCH_SECOND).expect("valid")
+            + jiff::SignedDuration::try_from(elapsed).expect("short");
+        truth.saturating_add(offset).unwrap_or(truth)
+    }
+}
+
+/// The start of an execution: a request the gateway sent, or a claim a caller's worker
+/// was given (its request may follow a stall later).
+#[derive(Clone, Debug)]
+pub struct Start {
+    pub at: Duration,
+    pub capability: String,
+    pub business_ref: Option<String>,
+    pub key: IntentKey,
+}
+
+/// A kill switch or hold as it was: certainly on from `on` (its commit returned) until
+/// `off` (its clearing began), cleared at `cleared` at the latest (the clearing
+/// returned). Two controls on one target are one switch: clearing either clears it.
+#[derive(Clone, Debug)]
+pub struct ControlWindow {
+    pub kind: ControlKind,
+    pub on: Duration,
+    pub off: Duration,
+    pub cleared: Duration,
+}
+
+/// How long a switch set on one gate may take to stop calls on the others: the cache's
+/// freshness (500 ms) and a decision's store round trips, with room to spare.
+const SWITCH_REACH: Duration = Duration::from_millis(1500);
 
 /// How often each gateway instance sweeps (the gateway's `--sweep-every`).
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -71,6 +132,7 @@ enum Reply {
 /// One effect in the provider's ledger.
 #[derive(Clone, Debug)]
 pub struct Effect {
+    pub capability: String,
     pub key: IntentKey,
     pub generation: u32,
     pub upstream_key: String,
@@ -255,6 +317,7 @@ impl Provider {
         let effect_ref = format!("fx_{}", st.next_ref);
         st.next_ref += 1;
         st.effects.push(Effect {
+            capability: h.capability.clone(),
             key: h.intent_key.clone(),
             generation: h.generation,
             upstream_key: h.key.clone(),
@@ -431,6 +494,8 @@ pub struct SimExecutor {
     /// Effects between their start and their end (or their abort): how many a crash
     /// cut through.
     running: Arc<AtomicU64>,
+    /// Every execution's start, for the checks of kill switches and holds.
+    starts: Arc<Mutex<Vec<Start>>>,
 }
 
 /// Counts one running effect until dropped (an aborted task drops it too).
@@ -449,8 +514,19 @@ impl Drop for Running {
     }
 }
 
-impl Executor for SimExecutor {
-    async fn execute(&self, intent: IntentHandle) -> EffectResult {
+impl SimExecutor {
+    fn started(&self, intent: &IntentHandle) {
+        lock(&self.starts).push(Start {
+            at: self.provider.now(),
+            capability: intent.capability.clone(),
+            business_ref: intent.business_ref.clone(),
+            key: intent.intent_key.clone(),
+        });
+    }
+
+    /// Sends the request and classifies the answer (the gateway's executor, and the
+    /// caller's worker through the same provider).
+    async fn send(&self, intent: IntentHandle) -> EffectResult {
         let _running = Running::start(&self.running);
         let timeout = self
             .registry
@@ -484,6 +560,13 @@ impl Executor for SimExecutor {
                 message: format!("no answer within {timeout:?}"),
             },
         }
+    }
+}
+
+impl Executor for SimExecutor {
+    async fn execute(&self, intent: IntentHandle) -> EffectResult {
+        self.started(&intent);
+        self.send(intent).await
     }
 
     async fn reconcile(&self, intent: IntentHandle) -> ReconcileResult {
@@ -540,12 +623,15 @@ pub struct Heard {
 /// The world of one schedule.
 pub struct World {
     pub plan: Plan,
+    pub clocks: Clocks,
     registry: Arc<Registry>,
     pub store: MemoryStore,
+    /// The true time (the store's, in the store-clock worlds).
     clock: Arc<TokioClock>,
     pub provider: Provider,
     executor: Arc<SimExecutor>,
-    current: Mutex<Option<Instance>>,
+    /// The gateway running on each host, if any.
+    hosts: Mutex<Vec<Option<Instance>>>,
     rng: Mutex<StdRng>,
     pub heard: Mutex<Vec<Heard>>,
     /// Gate errors (a valid call must always be decided).
@@ -558,11 +644,20 @@ pub struct World {
     stale_completions: AtomicU64,
     /// Executions the gateway ran itself for a two-phase intent's approval (must be 0).
     claim_only_executed: Arc<AtomicU64>,
+    /// When each approval was first heard of (it was asked no later).
+    first_heard: Mutex<BTreeMap<String, Duration>>,
+    /// Approvals whose clicks were drawn.
+    clicked: Mutex<BTreeSet<String>>,
+    /// Approvals every click of which came after the approval's time to live: none may
+    /// ever be approved.
+    late_approvals: Mutex<BTreeMap<String, Duration>>,
+    /// Kill switches and holds as they were on.
+    controls: Mutex<Vec<ControlWindow>>,
     start: Instant,
 }
 
 impl World {
-    pub fn new(plan: Plan, registry: Registry) -> Arc<World> {
+    pub fn new(plan: Plan, registry: Registry, clocks: Clocks) -> Arc<World> {
         let start = Instant::now();
         let registry = Arc::new(registry);
         let provider = Provider::new(&plan, start);
@@ -570,18 +665,26 @@ impl World {
             provider: provider.clone(),
             registry: registry.clone(),
             running: Arc::default(),
+            starts: Arc::default(),
         });
+        let clock = Arc::new(TokioClock::starting_at(
+            jiff::Timestamp::from_second(EPOCH_SECOND).expect("valid"),
+        ));
+        let store = MemoryStore::with_latency(plan.seed ^ 0x57_0e, plan.store_latency);
+        let store = match clocks {
+            Clocks::Store => store.with_clock(clock.clone()),
+            Clocks::Legacy => store,
+        };
         Arc::new(World {
-            store: MemoryStore::with_latency(plan.seed ^ 0x57_0e, plan.store_latency),
-            clock: Arc::new(TokioClock::starting_at(
-                jiff::Timestamp::from_second(1_800_000_000).expect("valid"),
-            )),
+            store,
+            clock,
+            clocks,
             rng: Mutex::new(StdRng::seed_from_u64(plan.seed ^ 0x00a9_910e)),
+            hosts: Mutex::new(vec![None; plan.hosts.len()]),
             plan,
             registry,
             provider,
             executor,
-            current: Mutex::new(None),
             heard: Mutex::new(Vec::new()),
             errors: Mutex::new(Vec::new()),
             calls_running: Arc::default(),
@@ -589,6 +692,10 @@ impl World {
             crashes_mid_call: AtomicU64::new(0),
             stale_completions: AtomicU64::new(0),
             claim_only_executed: Arc::default(),
+            first_heard: Mutex::new(BTreeMap::new()),
+            clicked: Mutex::new(BTreeSet::new()),
+            late_approvals: Mutex::new(BTreeMap::new()),
+            controls: Mutex::new(Vec::new()),
             start,
         })
     }
@@ -601,60 +708,122 @@ impl World {
         self.start + offset
     }
 
-    fn instance(&self) -> Option<Instance> {
-        lock(&self.current).clone()
+    /// The gateway an agent's request for `host` reaches: that host's, or the next live
+    /// one (a load balancer skips a dead host).
+    fn instance(&self, host: usize) -> Option<Instance> {
+        let hosts = lock(&self.hosts);
+        (0..hosts.len())
+            .map(|i| (host + i) % hosts.len())
+            .find_map(|i| hosts[i].clone())
     }
 
-    /// Starts a gateway instance on the shared store, with its sweep.
-    pub fn start_instance(&self) {
-        let process = Process::new();
-        let gate = Gate::with_store(
-            (*self.registry).clone(),
-            self.store.clone(),
-            self.clock.clone(),
-        )
-        .in_process(process.clone());
-        let (g, e) = (gate.clone(), self.executor.clone());
-        process.spawn(async move {
-            loop {
-                sweep_pass(&g, &e).await;
-                tokio::time::sleep(SWEEP_EVERY).await;
-            }
-        });
-        *lock(&self.current) = Some(Instance { gate, process });
-    }
-
-    /// SIGKILL: every task of the running instance stops where it is.
-    pub fn crash(&self) {
-        if let Some(instance) = lock(&self.current).take() {
-            if self.executor.running.load(Ordering::SeqCst) > 0 {
-                self.crashes_mid_effect.fetch_add(1, Ordering::SeqCst);
-            }
-            if self.calls_running.load(Ordering::SeqCst) > 0 {
-                self.crashes_mid_call.fetch_add(1, Ordering::SeqCst);
-            }
-            instance.process.kill();
+    /// The clock a gate on `host` decides by: its estimate of the store's clock (sampled
+    /// from the store, which may be down: the gateway waits for it, as `serve` does), or
+    /// in the legacy worlds the host's own wall clock.
+    async fn gate_clock(&self, host: usize) -> (Arc<dyn Clock>, Option<Arc<StoreClock>>) {
+        match self.clocks {
+            Clocks::Legacy => (
+                Arc::new(HostClock {
+                    host: self.plan.hosts[host].clone(),
+                    start: self.start,
+                }),
+                None,
+            ),
+            Clocks::Store => loop {
+                let ticks = Ticks::tokio();
+                let before = ticks.read();
+                if let Ok(Some(at)) = self.store.store_now().await {
+                    let clock = Arc::new(StoreClock::sampled(
+                        "the simulated store",
+                        ticks,
+                        before,
+                        at,
+                        ticks.read(),
+                    ));
+                    break (clock.clone(), Some(clock));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            },
         }
     }
 
-    pub fn ensure_running(&self) {
-        if self.instance().is_none() {
-            self.start_instance();
+    /// Starts the gateway of `host` on the shared store, with its sweep (and its store
+    /// clock's sampling), unless one runs there already.
+    pub async fn start_instance(&self, host: usize) {
+        if lock(&self.hosts)[host].is_some() {
+            return;
+        }
+        let (clock, store_clock) = self.gate_clock(host).await;
+        let process = Process::new();
+        let gate = Gate::with_store((*self.registry).clone(), self.store.clone(), clock)
+            .in_process(process.clone());
+        {
+            let mut hosts = lock(&self.hosts);
+            if hosts[host].is_some() {
+                return;
+            }
+            hosts[host] = Some(Instance {
+                gate: gate.clone(),
+                process: process.clone(),
+            });
+        }
+        let executor = self.executor.clone();
+        process.spawn(async move {
+            loop {
+                sweep_pass(&gate, &executor).await;
+                tokio::time::sleep(SWEEP_EVERY).await;
+            }
+        });
+        // The PostgreSQL store's sampling: `now()` every second.
+        if let Some(clock) = store_clock {
+            let store = self.store.clone();
+            process.spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let before = clock.ticks();
+                    if let Ok(Some(at)) = store.store_now().await {
+                        clock.observe(before, at, clock.ticks());
+                    }
+                }
+            });
+        }
+    }
+
+    /// SIGKILL: every task of the gateway on `host` stops where it is.
+    pub fn crash(&self, host: usize) {
+        let Some(instance) = lock(&self.hosts)[host].take() else {
+            return;
+        };
+        if self.executor.running.load(Ordering::SeqCst) > 0 {
+            self.crashes_mid_effect.fetch_add(1, Ordering::SeqCst);
+        }
+        if self.calls_running.load(Ordering::SeqCst) > 0 {
+            self.crashes_mid_call.fetch_add(1, Ordering::SeqCst);
+        }
+        instance.process.kill();
+    }
+
+    /// Starts every host's gateway that is down.
+    pub async fn ensure_running(&self) {
+        for host in 0..self.plan.hosts.len() {
+            self.start_instance(host).await;
         }
     }
 
     pub fn stop(&self) {
-        self.crash();
+        for host in 0..self.plan.hosts.len() {
+            self.crash(host);
+        }
     }
 
     fn arguments(intent: &IntentPlan, memo: u32) -> serde_json::Value {
         json!({"order_id": intent.order, "amount": intent.amount, "memo": format!("attempt {memo}")})
     }
 
-    /// One agent call through whichever instance is up (none: connection refused, the
+    /// One agent call through the host it reaches (none up: connection refused, the
     /// agent's harness simply calls again later).
     pub async fn call(self: &Arc<Self>, intent: usize, call: &CallPlan) {
-        let Some(instance) = self.instance() else {
+        let Some(instance) = self.instance(call.host) else {
             return;
         };
         let plan = &self.plan.intents[intent];
@@ -670,7 +839,7 @@ impl World {
                 gate.claim_with(agent, c, executor).await
             });
             match task.await {
-                Ok(Ok(Claimed::Execute(claim))) => self.work(claim, &call.worker).await,
+                Ok(Ok(Claimed::Execute(claim))) => self.work(claim, call).await,
                 Ok(Ok(Claimed::Settled(outcome))) => {
                     let pending = (outcome.status == Status::PendingApproval)
                         .then(|| outcome.approval_id.clone())
@@ -715,27 +884,38 @@ impl World {
     /// the gateway's: a gateway crash does not stop it. Its completion is retried while
     /// no gateway answers (the client's retry); a stale claim's completion is refused,
     /// which the checks then prove changed nothing.
-    async fn work(&self, claim: Claim, worker: &Worker) {
+    async fn work(&self, claim: Claim, call: &CallPlan) {
+        lock(&self.executor.starts).push(Start {
+            at: self.now(),
+            capability: claim.intent.capability.clone(),
+            business_ref: claim.intent.business_ref.clone(),
+            key: claim.intent.intent_key.clone(),
+        });
         // Past the calm point workers behave too (the horizon checks what the engine
         // made of the chaos, and repeats reuse the plan's calls).
         let calm = Worker::default();
-        let worker = if self.provider.calm() { &calm } else { worker };
+        let worker = if self.provider.calm() {
+            &calm
+        } else {
+            &call.worker
+        };
         tokio::time::sleep(worker.stall_before).await;
-        // A worker checks its lease before it sends anything (the Python client does):
-        // a claim whose lease ran out may already be someone else's, and a provider
-        // request sent after that is an effect the fence cannot stop (a provider that
-        // keeps no record of a refused key would carry it out). A pause between this
-        // check and the send is within the lease, which is what the lease is for.
+        // A worker checks its lease before it sends anything (the Python client does,
+        // by the lease left, which the gateway answers): a claim whose lease ran out may
+        // already be someone else's, and a provider request sent after that is an
+        // effect the fence cannot stop (a provider that keeps no record of a refused key
+        // would carry it out). A pause between this check and the send is within the
+        // lease, which is what the lease is for.
         if worker.dies_before || self.clock.now() >= claim.lease_expires_at {
             return;
         }
-        let result = self.executor.execute(claim.intent.clone()).await;
+        let result = self.executor.send(claim.intent.clone()).await;
         tokio::time::sleep(worker.stall_after).await;
         if worker.dies_after {
             return;
         }
         for _ in 0..10 {
-            if let Some(instance) = self.instance() {
+            if let Some(instance) = self.instance(call.host) {
                 match instance.gate.complete(&claim, result.clone()).await {
                     Ok(outcome) => {
                         self.hear(&claim.principal, outcome);
@@ -753,40 +933,68 @@ impl World {
     }
 
     fn hear(&self, who: &str, outcome: Outcome) {
+        let at = self.now();
+        if let (Status::PendingApproval, Some(id)) = (outcome.status, &outcome.approval_id) {
+            lock(&self.first_heard).entry(id.clone()).or_insert(at);
+        }
         lock(&self.heard).push(Heard {
-            at: self.now(),
+            at,
             who: who.to_owned(),
             outcome,
         });
     }
 
-    /// Approvers race on a policy approval: one to three clicks by alice and bob, mostly
-    /// approving, at nearly the same time (double clicks, two approvers). Approvals that
-    /// ask about an unknown first attempt are left alone: a human would look at the
-    /// provider first, which is outside the engine.
+    /// Approvers race on an approval: one to three clicks by alice and bob at nearly
+    /// the same time (double clicks, two approvers), once per approval. A policy
+    /// approval is mostly approved. An approval asking about an unknown first attempt
+    /// is approved where the provider dedupes on the key (the human checked: running
+    /// it again cannot make a second effect); the email's is left alone (a human would
+    /// read the provider's record, which is outside the engine). Before the calm point,
+    /// one approval in four with a short time to live is decided only after it expired:
+    /// none of those may ever execute.
     async fn clicks(self: &Arc<Self>, approval_id: String, two_phase: bool) {
+        if !lock(&self.clicked).insert(approval_id.clone()) {
+            return;
+        }
         let Ok(Some(approval)) = self.store.approval(&approval_id).await else {
             return;
         };
-        if approval.reason != ApprovalReason::Policy {
-            return;
-        }
-        let clicks: Vec<(Duration, &'static str, Choice)> = {
+        let always_approve = match approval.reason {
+            ApprovalReason::Policy => false,
+            ApprovalReason::UnknownFirstAttempt if approval.capability != "email" => true,
+            _ => return,
+        };
+        let ttl = self
+            .registry
+            .capability(&approval.capability)
+            .map_or(Duration::MAX, |c| c.approval_ttl.unsigned_abs());
+        let calm = self.provider.calm();
+        let (late, clicks): (bool, Vec<(Duration, &'static str, Choice)>) = {
             let mut rng = lock(&self.rng);
-            (0..rng.random_range(1..=3))
+            let late = !calm && ttl < Duration::from_secs(60) && rng.random_bool(0.25);
+            let clicks = (0..rng.random_range(1..=3))
                 .map(|_| {
+                    let delay = Duration::from_millis(rng.random_range(0..3000));
                     (
-                        Duration::from_millis(rng.random_range(0..3000)),
+                        if late {
+                            ttl + Duration::from_secs(1) + delay * 8
+                        } else {
+                            delay
+                        },
                         if rng.random_bool(0.5) { "alice" } else { "bob" },
-                        if rng.random_bool(0.8) {
+                        if always_approve || rng.random_bool(0.8) {
                             Choice::Approve
                         } else {
                             Choice::Deny
                         },
                     )
                 })
-                .collect()
+                .collect();
+            (late, clicks)
         };
+        if late {
+            lock(&self.late_approvals).insert(approval_id.clone(), ttl);
+        }
         for (delay, who, choice) in clicks {
             let world = self.clone();
             let id = approval_id.clone();
@@ -800,7 +1008,8 @@ impl World {
     /// `two_phase`: the held call came from a claim (its capability is claim-only for
     /// this caller), so the approval leaves it for the next claim.
     async fn click(&self, who: &'static str, approval_id: &str, choice: Choice, two_phase: bool) {
-        let Some(instance) = self.instance() else {
+        let host = lock(&self.rng).random_range(0..self.plan.hosts.len());
+        let Some(instance) = self.instance(host) else {
             return;
         };
         let (gate, executor, id) = (
@@ -826,9 +1035,85 @@ impl World {
         }
     }
 
-    /// One sweep pass on the running instance (the horizon phase).
+    /// An operator's kill switch or hold through `host`'s gateway, on at `control.at`
+    /// and cleared `control.length` later; each change retried until a gateway and the
+    /// store take it (a switch that cannot be written is not on).
+    async fn control(&self, control: super::plan::Control) {
+        tokio::time::sleep_until(self.at(control.at)).await;
+        let mut hold_id = None;
+        let on = loop {
+            if let Some(instance) = self.instance(control.host) {
+                let set = match &control.kind {
+                    ControlKind::KillSwitch(cap) => instance
+                        .gate
+                        .set_kill_switch(
+                            "ops",
+                            &format!("capability:{}", cap.name()),
+                            Some("the simulation's operator".into()),
+                        )
+                        .await
+                        .is_ok(),
+                    ControlKind::Hold(cap, order) => {
+                        match instance
+                            .gate
+                            .place_hold(
+                                "ops",
+                                cap.name(),
+                                &HoldOn::BusinessRef,
+                                Some(&json!(order)),
+                                "the simulation's operator",
+                                json!({}),
+                            )
+                            .await
+                        {
+                            Ok(hold) => {
+                                hold_id = Some(hold.id);
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    }
+                };
+                if set {
+                    break self.now();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        tokio::time::sleep(control.length).await;
+        let off = self.now();
+        loop {
+            if let Some(instance) = self.instance(control.host) {
+                let cleared = match &control.kind {
+                    ControlKind::KillSwitch(cap) => instance
+                        .gate
+                        .set_kill_switch("ops", &format!("capability:{}", cap.name()), None)
+                        .await
+                        .is_ok(),
+                    ControlKind::Hold(..) => instance
+                        .gate
+                        .clear_hold("ops", hold_id.as_deref().unwrap_or(""), "over")
+                        .await
+                        .is_ok(),
+                };
+                if cleared {
+                    lock(&self.controls).push(ControlWindow {
+                        kind: control.kind.clone(),
+                        on,
+                        off,
+                        cleared: self.now(),
+                    });
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// One sweep pass on every running gateway (the horizon phase).
     pub async fn sweep_now(&self) {
-        if let Some(instance) = self.instance() {
+        let instances: Vec<Instance> = lock(&self.hosts).iter().flatten().cloned().collect();
+        for instance in instances {
             sweep_pass(&instance.gate, &self.executor).await;
         }
     }
@@ -848,7 +1133,6 @@ impl World {
             }
         }
     }
-
     /// Intents still in flight or unknown.
     pub async fn unsettled(&self) -> usize {
         let all = self
@@ -978,6 +1262,62 @@ impl World {
                 ));
             }
         }
+        // The binding limit: 12.50 of payouts an hour, one 12.50 effect, whatever the
+        // clocks said and however many were unknown.
+        let payouts = effects.iter().filter(|e| e.capability == "payout").count();
+        if payouts > 1 {
+            bad.push(format!(
+                "BUDGET OVERSPENT: {payouts} payouts of 12.50 against a limit of 12.50 an hour: {:?}",
+                effects
+                    .iter()
+                    .filter(|e| e.capability == "payout")
+                    .map(|e| format!("{} for {} at {:?}", e.effect_ref, e.key, e.at))
+                    .collect::<Vec<_>>()
+            ));
+        }
+        // No approval decided only after its time to live (by the true time, which is
+        // the store's) was ever approved.
+        let late: Vec<(String, Duration)> = lock(&self.late_approvals)
+            .iter()
+            .map(|(id, ttl)| (id.clone(), *ttl))
+            .collect();
+        for (id, ttl) in late {
+            if let Ok(Some(a)) = self.store.approval(&id).await
+                && a.state == ApprovalState::Approved
+            {
+                bad.push(format!(
+                    "APPROVED AFTER ITS TTL: approval {id} ({} {}) was approved by {:?}, though every click came more than {ttl:?} after it was asked",
+                    a.capability, a.key, a.decided_by
+                ));
+            }
+        }
+        // Nothing started past a kill switch or a hold that every gate had had time to see.
+        let starts = lock(&self.executor.starts).clone();
+        let windows = lock(&self.controls).clone();
+        for w in &windows {
+            // Another control on the same target cleared it from its clearing's start.
+            let off = windows
+                .iter()
+                .filter(|o| o.kind == w.kind && o.cleared >= w.on)
+                .map(|o| o.off)
+                .min()
+                .unwrap_or(w.off);
+            for s in &starts {
+                let covered = match &w.kind {
+                    ControlKind::KillSwitch(cap) => s.capability == cap.name(),
+                    ControlKind::Hold(cap, order) => {
+                        s.capability == cap.name()
+                            && s.business_ref.as_deref() == Some(order.as_str())
+                    }
+                };
+                if covered && s.at > w.on + SWITCH_REACH && s.at < off {
+                    bad.push(format!(
+                        "EXECUTED PAST A CONTROL: {} ({}) started at {:?} under {:?}, on from {:?} to {off:?}",
+                        s.key, s.capability, s.at, w.kind, w.on
+                    ));
+                }
+            }
+        }
         match self.store.audit_shards().await {
             Ok(shards) => {
                 for shard in shards {
@@ -1030,7 +1370,7 @@ impl World {
                 let t = a
                     .event
                     .at
-                    .duration_since(jiff::Timestamp::from_second(1_800_000_000).expect("valid"));
+                    .duration_since(jiff::Timestamp::from_second(EPOCH_SECOND).expect("valid"));
                 out.push_str(&format!(
                     "    audit @{:.3}s {:?} by {}: {:?} -> {:?} ({}) {}\n",
                     t.as_secs_f64(),
@@ -1100,6 +1440,9 @@ impl World {
         }
         for h in lock(&self.heard).iter() {
             bump(format!("heard {}", h.outcome.status.as_str()));
+            if let Some(r) = &h.outcome.reason {
+                bump(format!("heard code {}", r.code.as_str()));
+            }
         }
         let records = self
             .store
@@ -1120,6 +1463,32 @@ impl World {
         if self.plan.outage.is_some() {
             bump("store outages".into());
         }
+        bump(format!(
+            "schedules with {} gateway hosts",
+            self.plan.hosts.len()
+        ));
+        for host in &self.plan.hosts {
+            for _ in &host.steps {
+                bump("host clock steps".into());
+            }
+            if host.offset_secs.abs() >= 3600.0 {
+                bump("hosts an hour or more off".into());
+            }
+        }
+        for w in lock(&self.controls).iter() {
+            bump(match w.kind {
+                ControlKind::KillSwitch(_) => "kill switches set mid-run".into(),
+                ControlKind::Hold(..) => "holds set mid-run".into(),
+            });
+        }
+        for _ in lock(&self.late_approvals).iter() {
+            bump("approvals decided after their ttl".into());
+        }
+        for i in &self.plan.intents {
+            if i.cap.name() == "payout" {
+                bump("payout intents".into());
+            }
+        }
         *stats
             .entry("crashes cutting through an effect".into())
             .or_default() += self.crashes_mid_effect.load(Ordering::SeqCst);
@@ -1135,8 +1504,13 @@ impl World {
 }
 
 /// Runs one schedule to its horizon and checks it. `Err` carries the report.
-pub async fn run(plan: Plan, registry: Registry, stats: &mut Stats) -> Result<(), String> {
-    let world = drive(plan, registry).await;
+pub async fn run(
+    plan: Plan,
+    registry: Registry,
+    clocks: Clocks,
+    stats: &mut Stats,
+) -> Result<(), String> {
+    let world = drive(plan, registry, clocks).await;
     world.stats(stats).await;
     let bad = world.check().await;
     let report = if bad.is_empty() {
@@ -1156,7 +1530,7 @@ pub async fn run(plan: Plan, registry: Registry, stats: &mut Stats) -> Result<()
 /// What a schedule did, as text that does not depend on random ids: the provider's
 /// events and the answers heard (for the determinism test).
 pub async fn trace(plan: Plan, registry: Registry) -> String {
-    let world = drive(plan, registry).await;
+    let world = drive(plan, registry, Clocks::Store).await;
     let mut out = String::new();
     for e in &lock(&world.provider.state).events {
         out.push_str(&format!("{e}\n"));
@@ -1176,9 +1550,9 @@ pub async fn trace(plan: Plan, registry: Registry) -> String {
 }
 
 /// Plays the schedule up to its horizon.
-async fn drive(plan: Plan, registry: Registry) -> Arc<World> {
-    let world = World::new(plan.clone(), registry);
-    world.start_instance();
+async fn drive(plan: Plan, registry: Registry, clocks: Clocks) -> Arc<World> {
+    let world = World::new(plan.clone(), registry, clocks);
+    world.ensure_running().await;
     for (i, intent) in plan.intents.iter().enumerate() {
         for call in &intent.calls {
             let (w, call) = (world.clone(), call.clone());
@@ -1192,10 +1566,14 @@ async fn drive(plan: Plan, registry: Registry) -> Arc<World> {
         let (w, crash) = (world.clone(), crash.clone());
         tokio::spawn(async move {
             tokio::time::sleep_until(w.at(crash.at)).await;
-            w.crash();
+            w.crash(crash.host);
             tokio::time::sleep(crash.restart_after).await;
-            w.ensure_running();
+            w.start_instance(crash.host).await;
         });
+    }
+    for control in &plan.controls {
+        let (w, control) = (world.clone(), control.clone());
+        tokio::spawn(async move { w.control(control).await });
     }
     if let Some(outage) = plan.outage.clone() {
         let w = world.clone();
@@ -1209,7 +1587,7 @@ async fn drive(plan: Plan, registry: Registry) -> Arc<World> {
     // The horizon: every fault is over, every late commit has landed; the sweep runs and
     // the agents repeat (past each lease) until nothing is in flight or unknown.
     tokio::time::sleep_until(world.at(CALM_AT + Duration::from_secs(40))).await;
-    world.ensure_running();
+    world.ensure_running().await;
     for _ in 0..6 {
         world.sweep_now().await;
         world.repeat_all().await;
@@ -1224,8 +1602,8 @@ async fn drive(plan: Plan, registry: Registry) -> Arc<World> {
 
 /// The checks' own test: a forged second effect must be reported.
 pub async fn run_with_forged_duplicate(plan: Plan, registry: Registry) -> Vec<String> {
-    let world = World::new(plan.clone(), registry);
-    world.start_instance();
+    let world = World::new(plan.clone(), registry, Clocks::Store);
+    world.ensure_running().await;
     // After the calm point the provider answers promptly: one effect, for sure.
     tokio::time::sleep_until(world.at(CALM_AT)).await;
     let intent = &plan.intents[0];
