@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     Log, Proc, Setup, SteppedClock, client, clock_skew, effects, env_refs, faketime_env, fault,
-    spawn_logged,
+    intent, spawn_logged,
 };
 
 /// How long the sandbox takes before it commits an email: well past the gateway's 1 s
@@ -48,16 +48,6 @@ fn call(gw: &Proc, capability: &str, arguments: &Value) -> (u16, Value) {
         .send()
         .unwrap();
     (r.status().as_u16(), r.json().unwrap_or(Value::Null))
-}
-
-fn intent(gw: &Proc, key: &str) -> Value {
-    client()
-        .get(format!("{}/v1/intents/{key}", gw.url))
-        .bearer_auth("tok-ops")
-        .send()
-        .unwrap()
-        .json()
-        .unwrap()
 }
 
 /// The gateway's wall clock is `offset` seconds off the store's: the step took effect.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Proc, Setup, client, effects, fault};
+use crate::support::{Proc, Setup, client, effects, fault, intent};
 
 /// How long the sandbox takes before it commits: well past the gateway's 1 s timeout.
 const COMMIT_AFTER_MS: u64 = 4000;
@@ -70,16 +70,6 @@ fn call(gw: &Proc, capability: &str, arguments: &Value) -> Value {
         .send()
         .unwrap();
     r.json().unwrap_or(Value::Null)
-}
-
-fn intent(gw: &Proc, key: &str) -> Value {
-    client()
-        .get(format!("{}/v1/intents/{key}", gw.url))
-        .bearer_auth("tok-ops")
-        .send()
-        .unwrap()
-        .json()
-        .unwrap()
 }
 
 /// Waits (generously: the machine is shared) until the intent is `applied`.

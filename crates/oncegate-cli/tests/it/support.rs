@@ -286,6 +286,17 @@ pub(crate) fn clock_skew(url: &str) -> f64 {
         .unwrap_or_else(|| panic!("no oncegate_clock_skew_seconds on {url}/metrics:\n{text}"))
 }
 
+/// An intent as the JSON API shows it to an admin (`tok-ops`).
+pub(crate) fn intent(gw: &Proc, key: &str) -> Value {
+    client()
+        .get(format!("{}/v1/intents/{key}", gw.url))
+        .bearer_auth("tok-ops")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
 /// The libfaketime library to preload: where Debian's `faketime` package puts it (the
 /// multiarch directory of this machine, or a plain one), installed by
 /// `tests/clients/setup.sh faketime` when missing. A machine where that fails fails the

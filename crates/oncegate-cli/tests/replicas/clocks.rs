@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::cluster::{Cluster, Plan, Timing, code, email, status};
+use crate::cluster::{Cluster, Plan, Timing, code, email, status, with_charge_limit};
 use crate::support::{client, clock_skew, effects_where, faketime_env, spawn_logged};
 
 /// How long the sandbox takes before it commits a late effect: well past the 1 s
@@ -328,19 +328,7 @@ fn an_approval_past_its_ttl_is_refused_through_a_replica_ten_minutes_slow() {
 
 /// `charge_card` with a budget of 100.00 USD per rolling 24 h.
 fn daily_budget(text: String) -> String {
-    text.replacen(
-        "# --- refund:",
-        r#"
-[[capabilities.limits]]
-name = "daily_budget"
-argument = "amount"
-max = "100.00"
-currency = "USD"
-window = "24h"
-
-# --- refund:"#,
-        1,
-    )
+    with_charge_limit(text, "daily_budget", "100.00")
 }
 
 /// 93.00 of a 100.00 daily budget charged through the correct replica 0; then, through

@@ -310,3 +310,23 @@ pub(crate) fn in_states<'a>(intents: &'a [Value], states: &[&str]) -> Vec<&'a Va
         .filter(|i| i["state"].as_str().is_some_and(|s| states.contains(&s)))
         .collect()
 }
+
+/// `text` (the example registry) with a spend limit on `charge_card`: `max` USD per
+/// rolling 24 h, named `name`.
+pub(crate) fn with_charge_limit(text: String, name: &str, max: &str) -> String {
+    text.replacen(
+        "# --- refund:",
+        &format!(
+            r#"
+[[capabilities.limits]]
+name = "{name}"
+argument = "amount"
+max = "{max}"
+currency = "USD"
+window = "24h"
+
+# --- refund:"#
+        ),
+        1,
+    )
+}

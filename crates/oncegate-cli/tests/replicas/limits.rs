@@ -11,25 +11,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::cluster::{Cluster, Plan, code, status};
+use crate::cluster::{Cluster, Plan, code, status, with_charge_limit};
 use crate::pg::poll;
 use crate::support::{API_KEY, CHARGE_DETECTION, client, effects_where};
 
 /// `charge_card` with a budget of 37.50 USD a day for the whole capability.
 fn budget(text: String) -> String {
-    text.replacen(
-        "# --- refund:",
-        r#"
-[[capabilities.limits]]
-name = "charge_budget"
-argument = "amount"
-max = "37.50"
-currency = "USD"
-window = "24h"
-
-# --- refund:"#,
-        1,
-    )
+    with_charge_limit(text, "charge_budget", "37.50")
 }
 
 #[test]

@@ -119,6 +119,19 @@ pub(super) fn settle_result(
             ));
             Status::Unknown
         }
+        // This attempt sent nothing, but an earlier one's outcome is still unknown (its
+        // end is kept, see `claim`): the intent stays unknown, keeps its budget, and is
+        // reconciled; the settle horizon still runs from the earlier attempt's end.
+        EffectResult::NotSent { message } if next.attempt_ended_at.is_some() => {
+            next.state = IntentState::Unknown;
+            next.error = Some(Reason::new(
+                Code::UpstreamUnknown,
+                format!(
+                    "{message}; nothing was sent this time, but an earlier attempt's outcome is unknown: do not re-issue, oncegate reconciles"
+                ),
+            ));
+            Status::Unknown
+        }
         EffectResult::NotSent { message } => {
             next.state = IntentState::NotApplied;
             next.error = Some(Reason::new(

@@ -253,15 +253,23 @@ fn event(
 /// the attempt ceiling counts.
 fn claim(record: &mut IntentRecord, owner: &str, cap: &Capability, now: Timestamp) {
     record.attempts += 1;
-    record.state = IntentState::InFlight;
     record.lease = Some(Lease {
         owner: owner.to_owned(),
         expires_at: now + cap.lease,
     });
     record.executions += 1;
     record.error = None;
-    // A new attempt: its request has not ended yet.
-    record.attempt_ended_at = None;
+    // A new attempt: its request has not ended yet. But an attempt before it whose
+    // outcome is unknown (a retry or an approved re-execution of an unknown intent, a
+    // keyed re-execution with the same key) may still land: its end is kept, so that if
+    // this one sends nothing the intent is still unknown, never `not_applied`.
+    if !matches!(
+        record.state,
+        IntentState::Unknown | IntentState::PendingApproval
+    ) {
+        record.attempt_ended_at = None;
+    }
+    record.state = IntentState::InFlight;
     record.updated_at = now;
 }
 

@@ -143,6 +143,10 @@ pub fn after_reconcile(
                 let detail = json!({"reconciled": "not_found_yet", "why": why});
                 return reconcile_unwritten(record, outcome, cap, actor, now, detail);
             }
+            if !dedupe_is_proof(cap) {
+                // Past the horizon "not found" proves the earlier attempt absent.
+                next.attempt_ended_at = None;
+            }
             claim(&mut next, owner, cap, now);
             let outcome = standing_outcome(&next);
             (
@@ -258,6 +262,8 @@ pub fn after_sweep(
         }
         ReconcileResult::NotFound => {
             next.state = IntentState::NotApplied;
+            // Proven absent: no earlier attempt is pending any more.
+            next.attempt_ended_at = None;
             next.error = Some(Reason::new(
                 Code::UpstreamRejected,
                 "reconciled: the upstream has no such effect; a repeat executes it with the same key",

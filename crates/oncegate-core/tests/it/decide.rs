@@ -1260,6 +1260,77 @@ fn keyed_not_found_re_executes_at_once_with_the_same_key() {
     }
 }
 
+/// A re-execution of an unknown intent that sends nothing (a refused connection, a
+/// 429) proves nothing about the earlier attempt, which may still land: the intent stays
+/// unknown (keeping its budget, reconciled from the earlier attempt's end), never
+/// `not_applied`. Found by the simulation: an escalated payout whose approved re-execution
+/// was refused settled `not_applied`, released its budget, and a second payout passed
+/// the limit while the first had been paid.
+#[test]
+fn a_re_execution_that_sends_nothing_leaves_an_unknown_intent_unknown() {
+    let not_sent = || EffectResult::NotSent {
+        message: "connection refused".into(),
+    };
+    let ended = t0();
+    // An approved re-execution of an unknown first attempt.
+    let f = fixture("append_ledger");
+    let mut held = unknown_since(&f, ended);
+    held.state = IntentState::PendingApproval;
+    held.approval_id = Some("ap_1".into());
+    let mut ap = pending_approval(&f, &held);
+    ap.reason = ApprovalReason::UnknownFirstAttempt;
+    let ApprovalDecision::Decided {
+        record: Some(claimed),
+        ..
+    } = decide_approval(
+        &held,
+        &ap,
+        "alice",
+        Role::Approver,
+        Choice::Approve,
+        &f.cap,
+        Executes::Here { owner: "gw" },
+        t0() + secs(5),
+    )
+    else {
+        panic!("approving executes")
+    };
+    assert_eq!(
+        claimed.attempt_ended_at,
+        Some(ended),
+        "the earlier end is kept"
+    );
+    let d = record_effect(&claimed, not_sent(), &f.cap, "gw", t0() + secs(6));
+    let rec = d.record.unwrap();
+    assert_eq!(
+        (rec.state, d.outcome.status, rec.attempt_ended_at),
+        (IntentState::Unknown, Status::Unknown, Some(ended))
+    );
+    // A keyed re-execution with the same key while the first may still land.
+    let f = fixture("charge_card");
+    let unknown = unknown_since(&f, ended);
+    let d = reconcile_at(
+        &f,
+        &unknown,
+        ReconcileResult::NotFound,
+        false,
+        t0() + secs(1),
+    );
+    let d = record_effect(&d.record.unwrap(), not_sent(), &f.cap, "gw", t0() + secs(2));
+    assert_eq!(d.record.unwrap().state, IntentState::Unknown);
+    // Past the horizon "not found" is proof of absence: a refused re-execution is
+    // simply not applied.
+    let f = fixture("send_email");
+    let unknown = unknown_since(&f, ended);
+    let late = t0() + f.cap.settle_horizon + secs(1);
+    let d = reconcile_at(&f, &unknown, ReconcileResult::NotFound, false, late);
+    assert_eq!(d.action, Action::Execute);
+    let claimed = d.record.unwrap();
+    assert_eq!(claimed.attempt_ended_at, None, "absence proven");
+    let d = record_effect(&claimed, not_sent(), &f.cap, "gw", late + secs(1));
+    assert_eq!(d.record.unwrap().state, IntentState::NotApplied);
+}
+
 #[test]
 fn the_sweep_waits_out_the_horizon_for_every_category() {
     for name in ["send_email", "refund", "charge_card"] {
