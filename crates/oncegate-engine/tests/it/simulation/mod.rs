@@ -2,7 +2,16 @@
 //! through the real engine (`Gate` driving `oncegate_core::decide`) on the in-memory
 //! store, against a simulated provider, and checked against the promise: at most one
 //! effect per intent, exactly one where the intent is applied, nothing left in flight
-//! or unknown past the horizon, the audit chain intact.
+//! or unknown past the horizon, no budget overspent, no approval executed after its
+//! TTL, nothing started past a kill switch or hold, the audit chain intact.
+//!
+//! Time as it really is: each world runs two or three gateway hosts on one store, each
+//! host with its own wall clock (off by milliseconds, minutes or a day, and stepping
+//! mid-run). The store keeps its own time (the PostgreSQL model), and every gate
+//! decides by its estimate of the store's clock, as `serve` does; the hosts' clocks
+//! decide nothing. `Clocks::Legacy` makes each gate decide by its host's clock instead,
+//! which is what the engine did before; `simulation_legacy_clocks_break_the_promise`
+//! keeps showing what that breaks.
 //!
 //! Why tokio's paused clock with seeded fault plans, and not `turmoil` (or `madsim`):
 //! the engine's only I/O is behind two seams it already has, the store traits and the
