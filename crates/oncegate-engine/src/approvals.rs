@@ -45,14 +45,13 @@ impl Gate {
         let role = self.role_of(who)?;
         for _ in 0..MAX_RACES {
             let approval = self
-                .store
-                .approval(approval_id)
-                .await?
+                .approval_across_gap(self.store.approval(approval_id).await?)
                 .ok_or_else(|| GateError::UnknownApproval(approval_id.to_owned()))?;
             let cap = self.capability(&approval.capability)?;
-            let record = self
-                .load_generation(&approval.key, approval.generation)
-                .await?;
+            let record = self.maybe_across_gap(
+                self.load_generation(&approval.key, approval.generation)
+                    .await?,
+            );
             let Some(record) = record else {
                 return Err(GateError::UnknownApproval(approval_id.to_owned()));
             };

@@ -339,9 +339,9 @@ impl Gate {
         for _ in 0..MAX_RACES {
             let now = self.clock.now();
             let loaded = async {
-                let mut existing = self.store.load(&derived.key).await?;
+                let mut existing = self.maybe_across_gap(self.store.load(&derived.key).await?);
                 let approval = match existing.as_ref().and_then(|r| r.approval_id.as_deref()) {
-                    Some(id) => self.store.approval(id).await?,
+                    Some(id) => self.approval_across_gap(self.store.approval(id).await?),
                     None => None,
                 };
                 // The intent and its approval are two reads: a decision another gate
@@ -355,7 +355,7 @@ impl Gate {
                         .as_ref()
                         .is_some_and(|a| a.state != oncegate_core::intent::ApprovalState::Pending)
                 {
-                    existing = self.store.load(&derived.key).await?;
+                    existing = self.maybe_across_gap(self.store.load(&derived.key).await?);
                 }
                 let other_run = match (&existing, &derived.cross_key) {
                     (None, Some(cross)) => {
@@ -721,7 +721,7 @@ impl Gate {
                         step = Some(Step::Settled(decide::standing_outcome(&fresh)));
                         break;
                     }
-                    Some(fresh) => latest = fresh,
+                    Some(fresh) => latest = self.across_gap(fresh),
                     None => return Err(StoreError::Conflict),
                 },
                 other => {

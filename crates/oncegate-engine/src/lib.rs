@@ -59,6 +59,7 @@ mod controls;
 mod detect;
 mod error;
 mod executor;
+mod gap;
 mod gate;
 mod invoke;
 mod kill_switches;

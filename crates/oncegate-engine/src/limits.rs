@@ -238,7 +238,7 @@ impl Gate {
                     scope: limit.scope(&record.principal),
                     amount: limit.amount_of(&record.normalised)?,
                     max: limit.max,
-                    since: now - limit.window,
+                    since: self.window_since(now - limit.window),
                     // An approver let this one through over the budget.
                     enforce: !(approved && limit.over == OverLimit::RequireApproval),
                 })

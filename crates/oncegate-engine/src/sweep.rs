@@ -66,6 +66,7 @@ impl Gate {
         record: &IntentRecord,
         executor: Arc<E>,
     ) -> Result<Option<Outcome>, StoreError> {
+        let record = &self.across_gap(record.clone());
         let Some(cap) = self.settling_capability(&record.capability) else {
             // A fronted tool this process has not read (yet): a later pass settles it.
             tracing::debug!(capability = %record.capability, "no capability to settle this intent with yet");

@@ -317,6 +317,21 @@ fn midpoint(before: Duration, after: Duration) -> (Duration, Duration) {
     (before + half, half)
 }
 
+/// Where a store's timeline resumed after a gap of unknown length (the SQLite store's
+/// after a reboot): at `at`, `gap` after the newest instant it held before. How long the
+/// machine was really down is unknown, so what was running across the gap is judged
+/// the safe way (the engine's `Gate` applies it): a settle horizon, a replay window or a
+/// lease counts no earlier than from `at` (the gap as zero), an approval pending across
+/// it has expired (the gap as endless), and a limit's window reaches `gap` further back
+/// over the reservations made before it (the gap as zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Resumption {
+    /// The store's time when its timeline resumed.
+    pub at: Timestamp,
+    /// How far the timeline jumped over the gap (from the newest instant held).
+    pub gap: SignedDuration,
+}
+
 /// How far `wall` (this host's clock) is ahead of the store's time `store` (negative:
 /// behind). Reported, never used to decide.
 pub fn skew(wall: Timestamp, store: Timestamp) -> SignedDuration {

@@ -237,6 +237,16 @@ impl Store {
         }
     }
 
+    /// Where the store's timeline resumed over a gap of unknown length (SQLite after a
+    /// reboot), which the engine judges what ran across it by; `None` for a store whose
+    /// time never had a gap (PostgreSQL's `now()`, a memory store).
+    pub fn resumption(&self) -> Option<crate::clock::Resumption> {
+        match self {
+            Store::Sqlite(s) => s.resumption(),
+            Store::Postgres(_) | Store::Memory(_) => None,
+        }
+    }
+
     /// Who keeps the store's time, for people (`/readyz`, logs).
     pub fn clock_authority(&self) -> &'static str {
         match self {

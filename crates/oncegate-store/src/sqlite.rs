@@ -85,6 +85,8 @@ struct Inner {
     clock: Arc<crate::clock::StoreClock>,
     /// How the clock's timeline was found at open.
     continuity: clock::Continuity,
+    /// Where this boot's timeline resumed over a gap, if it did.
+    resumption: Option<crate::clock::Resumption>,
     /// Listings, audit reads and pings.
     readers: SqlitePool,
     /// Loads and approvals, whole on a blocking connection.
@@ -190,7 +192,7 @@ impl SqliteStore {
             .await
             .map_err(unavailable)?
             .get(0);
-        let (clock, continuity) = clock::open(&mut migrator).await?;
+        let (clock, continuity, resumption) = clock::open(&mut migrator).await?;
         if let clock::Continuity::Resumed { at, wall, newest } = &continuity {
             tracing::info!(store = %path.display(), resumes_at = %at, wall_clock = %wall, newest = ?newest, "the store's clock starts a timeline for this boot (its time never runs back from the newest instant it holds)");
         }
@@ -226,6 +228,7 @@ impl SqliteStore {
                 chain_key: options.chain_key,
                 clock: Arc::new(clock),
                 continuity,
+                resumption,
                 readers,
                 blocking,
                 verified,
@@ -252,6 +255,11 @@ impl SqliteStore {
     /// How the store's clock found its timeline when this process opened the store.
     pub fn clock_continuity(&self) -> &clock::Continuity {
         &self.inner.continuity
+    }
+
+    /// Where this boot's timeline resumed over a gap (a reboot), if it did.
+    pub fn resumption(&self) -> Option<crate::clock::Resumption> {
+        self.inner.resumption
     }
 
     /// The chain key this store seals with, if any.

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     Log, Proc, Setup, SteppedClock, client, clock_skew, effects, env_refs, faketime_env, fault,
-    intent, spawn_logged,
+    intent, spawn_logged, sql,
 };
 
 /// How long the sandbox takes before it commits an email: well past the gateway's 1 s
@@ -66,6 +66,10 @@ enum Move {
     /// The gateway is killed and started again with its clock this far off
     /// (`"+200s"`).
     Restart(&'static str),
+    /// The machine reboots (the store's timeline belongs to another boot, so it resumes
+    /// at the wall clock) and the gateway starts with its clock this far off: the
+    /// store's time itself jumps with it, and only the gap rule keeps the horizon.
+    Reboot(&'static str),
 }
 
 /// `oncegate serve` on `setup`'s store, sweeping every 250 ms, with `env`: the process
@@ -93,6 +97,16 @@ fn one_email_while_the_clock_moves(order: &str, how: Move, offset: f64) {
         Move::Step(to) => clock.step_to(to),
         Move::Restart(to) => {
             drop(gw);
+            (gw, log) = gateway(&setup, &faketime_env(to));
+        }
+        Move::Reboot(to) => {
+            drop(gw);
+            sql(
+                &setup.db(),
+                &[
+                    "UPDATE meta SET value = json_set(value, '$.boot_id', 'a-boot-before') WHERE name = 'clock'",
+                ],
+            );
             (gw, log) = gateway(&setup, &faketime_env(to));
         }
     }
@@ -147,6 +161,17 @@ fn one_email_while_the_clock_moves(order: &str, how: Move, offset: f64) {
         (Some("applied"), Some(id)),
         "{settled}"
     );
+    if let Move::Reboot(_) = how {
+        // After the reboot the store's own time resumed at the fast wall clock (no skew
+        // to report): the intent was settled at a store time about 200 s ahead.
+        let at: jiff::Timestamp = settled["updated_at"].as_str().unwrap().parse().unwrap();
+        let ahead = at.duration_since(jiff::Timestamp::now()).as_secs_f64();
+        assert!(
+            ahead > 150.0,
+            "the store's time should have jumped with the reboot, it is {ahead:+} s: {settled}"
+        );
+        return;
+    }
     // The skew is measured every 10 s: reported, never needed.
     let side = if offset > 0.0 { "ahead of" } else { "behind" };
     let warning = log
@@ -170,6 +195,14 @@ fn a_gateway_clock_stepped_back_200_s_sends_one_email() {
 #[test]
 fn a_gateway_restarted_200_s_fast_sends_one_email() {
     one_email_while_the_clock_moves("CLK-3", Move::Restart("+200s"), 200.0);
+}
+
+/// A reboot with the clock 200 s fast moves the store's own time 200 s ahead (how long
+/// the machine was down is unknown): the horizon of the email unknown across it counts
+/// from the resumption, so the late commit is still found. One email.
+#[test]
+fn a_reboot_with_the_clock_200_s_fast_sends_one_email() {
+    one_email_while_the_clock_moves("CLK-6", Move::Reboot("+200s"), 0.0);
 }
 
 /// A refund above 100.00 waits for an approver, with a 4 s TTL; the gateway's clock
@@ -226,6 +259,47 @@ fn an_approval_does_not_outlive_its_ttl_when_the_clock_steps_back() {
             .collect::<Vec<_>>(),
         ["CLK-5"],
         "no refund past the approval's TTL: {refunds:#?}"
+    );
+}
+
+/// A refund waits for an approver (4 s TTL); the machine goes down for 5 s and boots
+/// with its clock 600 s slow, so the store's timeline resumes at the newest instant it
+/// held and cannot count the downtime. The approval pending across the reboot has
+/// expired (the gap counted as endless): approving it right after the start is refused
+/// with `OG-0003`, and no refund is made.
+#[test]
+fn an_approval_pending_across_a_reboot_has_expired() {
+    let setup = setup();
+    let gw = setup.gateway_sweeping(&[], "250ms");
+    let args = json!({"order_id": "CLK-7", "amount": "250.00"});
+    let (code, held) = call(&gw, "refund", &args);
+    assert_eq!(
+        (code, held["status"].as_str()),
+        (202, Some("pending_approval")),
+        "{held}"
+    );
+    let id = held["approval_id"].as_str().unwrap().to_owned();
+    drop(gw);
+    std::thread::sleep(Duration::from_secs(5));
+    sql(
+        &setup.db(),
+        &[
+            "UPDATE meta SET value = json_set(value, '$.boot_id', 'a-boot-before') WHERE name = 'clock'",
+        ],
+    );
+    let (gw, _log) = gateway(&setup, &faketime_env("-600s"));
+    let (status, body) = approve(&gw, &id);
+    let code = body["reason"]["code"]
+        .as_str()
+        .or_else(|| body["error"]["code"].as_str());
+    assert_eq!(
+        code,
+        Some("OG-0003"),
+        "approved across a reboot, 5 s after its 4 s TTL (HTTP {status}): {body}"
+    );
+    assert!(
+        effects(&setup.sandbox, "refund").is_empty(),
+        "no refund past the approval's TTL"
     );
 }
 

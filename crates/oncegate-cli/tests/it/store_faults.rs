@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::oncegate;
-use crate::support::{Proc, Setup, client, effects};
+use crate::support::{Proc, Setup, client, effects, sql};
 
 fn call(gw: &Proc, arguments: Value) -> (u16, Value) {
     let r = client()
@@ -23,24 +23,6 @@ fn call(gw: &Proc, arguments: Value) -> (u16, Value) {
 
 fn email() -> Value {
     json!({"order_id": "S-1", "to": "ann@example.com", "template": "receipt", "body": "Thanks!"})
-}
-
-/// Runs SQL statements on the store file, as `sqlite3` would.
-fn sql(db: &Path, statements: &[&'static str]) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        use sqlx::Connection;
-        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
-            .await
-            .unwrap();
-        for s in statements {
-            sqlx::query(*s).execute(&mut conn).await.unwrap();
-        }
-        conn.close().await.unwrap();
-    });
 }
 
 fn config(setup: &Setup) -> String {

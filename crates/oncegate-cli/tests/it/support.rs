@@ -286,6 +286,24 @@ pub(crate) fn clock_skew(url: &str) -> f64 {
         .unwrap_or_else(|| panic!("no oncegate_clock_skew_seconds on {url}/metrics:\n{text}"))
 }
 
+/// Runs SQL statements on the store file, as `sqlite3` would.
+pub(crate) fn sql(db: &Path, statements: &[&'static str]) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        for s in statements {
+            sqlx::query(*s).execute(&mut conn).await.unwrap();
+        }
+        conn.close().await.unwrap();
+    });
+}
+
 /// An intent as the JSON API shows it to an admin (`tok-ops`).
 pub(crate) fn intent(gw: &Proc, key: &str) -> Value {
     client()

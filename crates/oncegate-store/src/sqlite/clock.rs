@@ -9,9 +9,11 @@
 //! After a reboot (or on another machine) the boot clock starts again from zero and the
 //! elapsed time across the gap is unknown. The timeline then resumes at this host's
 //! wall clock, and never earlier than the newest instant the store holds (its newest
-//! audit record or intent write): time as the store judges it never runs backwards. What
-//! that means for a wrong wall clock at such a start is in the README's fault model; the
-//! gateway logs the resumption and the skew it sees.
+//! audit record or intent write): time as the store judges it never runs backwards. The
+//! resumption is kept with the origin ([`Resumption`]: where, and how far the timeline
+//! jumped), and the engine judges what ran across the gap by it, so that a wall clock
+//! wrong at boot ends no horizon early and lets no approval outlive its TTL
+//! (`oncegate-engine/src/gap.rs`). The gateway logs the resumption.
 
 use std::time::Duration;
 
@@ -20,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::{Row, SqliteConnection};
 
 use crate::StoreError;
-use crate::clock::{StoreClock, Ticks, boot_id, boot_time};
+use crate::clock::{Resumption, StoreClock, Ticks, boot_id, boot_time};
 
 /// The `meta` row that holds the origin.
 const CLOCK_ROW: &str = "clock";
@@ -33,6 +35,9 @@ pub const AUTHORITY: &str = "sqlite store clock (kernel boot clock, origin kept 
 struct Origin {
     boot_id: String,
     origin: Timestamp,
+    /// Where this boot's timeline resumed over a gap (absent on a store's first boot).
+    #[serde(default)]
+    resumed: Option<Resumption>,
 }
 
 /// How the timeline was found at open.
@@ -62,7 +67,7 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 /// written (a read-only file) is read: its timeline, or one resumed for this process only.
 pub(crate) async fn open(
     conn: &mut SqliteConnection,
-) -> Result<(StoreClock, Continuity), StoreError> {
+) -> Result<(StoreClock, Continuity, Option<Resumption>), StoreError> {
     let writable = sqlx::query("BEGIN IMMEDIATE")
         .execute(&mut *conn)
         .await
@@ -75,15 +80,15 @@ pub(crate) async fn open(
             .await
             .map_err(unavailable)?;
     }
-    let (origin, continuity) = result?;
+    let (origin, continuity, resumed) = result?;
     let clock = StoreClock::anchored(AUTHORITY, Ticks::Boot, origin, Duration::ZERO);
-    Ok((clock, continuity))
+    Ok((clock, continuity, resumed))
 }
 
 async fn read_or_start(
     conn: &mut SqliteConnection,
     keep: bool,
-) -> Result<(Timestamp, Continuity), StoreError> {
+) -> Result<(Timestamp, Continuity, Option<Resumption>), StoreError> {
     let boot = boot_id();
     let stored: Option<String> = sqlx::query("SELECT value FROM meta WHERE name = ?1")
         .bind(CLOCK_ROW)
@@ -95,7 +100,7 @@ async fn read_or_start(
     if let (Some(stored), Some(boot)) = (&stored, &boot)
         && &stored.boot_id == boot
     {
-        return Ok((stored.origin, Continuity::Kept));
+        return Ok((stored.origin, Continuity::Kept, stored.resumed));
     }
     let newest = newest_instant(conn).await?;
     let wall = Timestamp::now();
@@ -105,8 +110,18 @@ async fn read_or_start(
     };
     let since_boot = SignedDuration::try_from(boot_time()).map_err(unavailable)?;
     let origin = at.checked_sub(since_boot).map_err(unavailable)?;
+    // A store that held anything crossed a gap of unknown length.
+    let resumed = newest.map(|newest| Resumption {
+        at,
+        gap: at.duration_since(newest),
+    });
     if let (true, Some(boot_id)) = (keep, boot) {
-        let text = serde_json::to_string(&Origin { boot_id, origin }).map_err(unavailable)?;
+        let text = serde_json::to_string(&Origin {
+            boot_id,
+            origin,
+            resumed,
+        })
+        .map_err(unavailable)?;
         sqlx::query("INSERT INTO meta (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET value = excluded.value")
             .bind(CLOCK_ROW)
             .bind(text)
@@ -114,7 +129,7 @@ async fn read_or_start(
             .await
             .map_err(unavailable)?;
     }
-    Ok((origin, Continuity::Resumed { at, wall, newest }))
+    Ok((origin, Continuity::Resumed { at, wall, newest }, resumed))
 }
 
 /// The newest instant the store holds: its newest audit record's time, or its newest
