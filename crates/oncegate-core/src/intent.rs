@@ -57,13 +57,27 @@ impl IntentState {
 }
 
 /// A held claim.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Lease {
-    /// Who holds it (a gateway instance or process id).
+    /// Who holds it: the gateway instance and the claim's seal (see
+    /// `decide::lease_seal`), never its nonce.
     pub owner: String,
     /// After this, the holder is presumed dead and the intent is unknown.
     pub expires_at: Timestamp,
+    /// The claim's nonce, in the process that made the claim only: never stored,
+    /// serialised or shown (the claimer's token carries it).
+    #[serde(skip)]
+    pub nonce: Option<String>,
 }
+
+/// Two leases are the same lease whatever one process knows of its nonce.
+impl PartialEq for Lease {
+    fn eq(&self, other: &Self) -> bool {
+        self.owner == other.owner && self.expires_at == other.expires_at
+    }
+}
+
+impl Eq for Lease {}
 
 /// A reason with its stable code.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

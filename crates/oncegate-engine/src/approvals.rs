@@ -72,7 +72,7 @@ impl Gate {
                 o.reason = Some(Reason::new(Code::KillSwitch, why));
                 return Ok(o);
             }
-            let holder = self.claim_holder();
+            let holder = self.claim_holder(actor);
             let executes = if executor.executes() {
                 Executes::Here { owner: &holder }
             } else {

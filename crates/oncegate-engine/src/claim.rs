@@ -150,11 +150,12 @@ impl Claim {
             intent_key: self.intent_key.clone(),
             generation: self.generation,
             execution: self.execution,
+            // The nonce this process made the claim with (the lease stores its seal).
             nonce: self
                 .record
                 .lease
                 .as_ref()
-                .map(|l| decide::lease_nonce(&l.owner).to_owned())
+                .and_then(|l| l.nonce.clone())
                 .unwrap_or_default(),
         }
     }
@@ -376,7 +377,7 @@ impl Gate {
                 Err(_) => (None, None, None),
             };
             let approval_id = format!("ap_{}", random_hex(8));
-            let holder = self.claim_holder();
+            let holder = self.claim_holder(principal);
             let req = CallRequest {
                 principal,
                 tenant,
@@ -687,7 +688,7 @@ impl Gate {
         let mut step = None;
         for _ in 0..MAX_RACES {
             let approval_id = format!("ap_{}", random_hex(8));
-            let holder = self.claim_holder();
+            let holder = self.claim_holder(actor.name());
             let mut next = decide::after_reconcile(
                 &latest,
                 answer.clone(),

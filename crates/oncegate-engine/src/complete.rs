@@ -51,7 +51,7 @@ impl Gate {
         self.caller(who)?;
         let principal = who.name();
         for _ in 0..MAX_RACES {
-            let record = self.fenced_record(fence).await?;
+            let record = self.fenced_record(fence, principal).await?;
             let cap = self.capability(&record.capability)?;
             let completion = decide::complete_claim(
                 &record,
@@ -123,7 +123,7 @@ impl Gate {
         self.caller(who)?;
         let principal = who.name();
         for _ in 0..MAX_RACES {
-            let record = self.fenced_record(fence).await?;
+            let record = self.fenced_record(fence, principal).await?;
             let cap = self.capability(&record.capability)?;
             let decision = decide::heartbeat_claim(
                 &record,
@@ -144,7 +144,15 @@ impl Gate {
                 .commit(Commit::new(decision.record, None, decision.event))
                 .await
             {
-                Ok(()) => return Ok(Claim::of(bump(next), who)),
+                Ok(()) => {
+                    let mut claim = Claim::of(bump(next), who);
+                    // The lease read back holds the claim's seal; the claimer's nonce
+                    // is the one it proved.
+                    if let Some(lease) = claim.record.lease.as_mut() {
+                        lease.nonce = Some(fence.nonce.clone());
+                    }
+                    return Ok(claim);
+                }
                 Err(StoreError::Conflict) => continue,
                 Err(e) => return Err(e.into()),
             }
@@ -154,11 +162,30 @@ impl Gate {
 
     /// The stored intent a fence names (its current generation: an older fence is then
     /// judged stale by `decide`).
-    async fn fenced_record(&self, fence: &Fence) -> Result<IntentRecord, GateError> {
-        self.store
+    /// The intent a fence names, for `principal` to complete or heartbeat: a claim
+    /// taken by another principal is theirs alone (403), even to someone who learnt its
+    /// token.
+    async fn fenced_record(
+        &self,
+        fence: &Fence,
+        principal: &str,
+    ) -> Result<IntentRecord, GateError> {
+        let record = self
+            .store
             .load(&fence.intent_key)
             .await?
-            .ok_or_else(|| GateError::UnknownIntent(fence.intent_key.to_string()))
+            .ok_or_else(|| GateError::UnknownIntent(fence.intent_key.to_string()))?;
+        let this_claim = record.generation == fence.generation
+            && record.executions == fence.execution
+            && record.state == oncegate_core::intent::IntentState::InFlight;
+        if let (true, Some(lease)) = (this_claim, &record.lease)
+            && decide::claimed_by(&lease.owner, principal) == Some(false)
+        {
+            return Err(GateError::Forbidden(
+                "this claim was taken by another principal: only its claimer may complete or heartbeat it".into(),
+            ));
+        }
+        Ok(record)
     }
 
     /// Records the result of one of the gate's own executions, re-reading on lost races

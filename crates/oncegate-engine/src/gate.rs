@@ -25,11 +25,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use oncegate_core::Registry;
 use oncegate_core::codes::Code;
 use oncegate_core::config::{Capability, Role};
 use oncegate_core::intent::{self, IntentRecord, Outcome, Reason, Status};
 use oncegate_core::key::{CallScope, DerivedKey, IntentKey, derive};
+use oncegate_core::{Registry, decide};
 use rand::Rng;
 
 use oncegate_store::{OpenMode, Store, StoreError, StoreRead};
@@ -97,9 +97,16 @@ impl Clone for Gate {
 }
 
 impl Gate {
-    /// The owner a new claim's lease names: this gate instance and a fresh 128-bit
-    /// nonce, which only the claim's holder learns (see [`crate::Fence`]).
-    pub(crate) fn claim_holder(&self) -> String {
+    /// The holder a new claim by `principal` asks for: this gate instance, a fresh
+    /// 128-bit nonce which only the claim's holder learns (see [`crate::Fence`]; the
+    /// lease stores its seal, never the nonce), and who claims.
+    pub(crate) fn claim_holder(&self, principal: &str) -> String {
+        decide::claim_owner(&self.owner, &random_hex(16), principal)
+    }
+
+    /// The owner of a background work claim (a reconciliation): this gate instance and
+    /// a fresh nonce, so a call's read and the sweep of one process take turns too.
+    pub(crate) fn work_holder(&self) -> String {
         format!("{}/{}", self.owner, random_hex(16))
     }
 

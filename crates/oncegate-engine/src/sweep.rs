@@ -154,7 +154,7 @@ impl Gate {
         let work = format!("reconcile:{}:{}", record.key, record.generation);
         // The holder is this claim alone (gate owner and a nonce): a call's read and the
         // sweep of the same process take turns too.
-        let owner = self.claim_holder();
+        let owner = self.work_holder();
         let taken = self
             .store
             .claim_work(&work, &owner, self.clock.now(), reconcile_ttl(cap))

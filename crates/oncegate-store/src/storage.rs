@@ -311,6 +311,7 @@ impl From<LeaseV1> for Lease {
         Self {
             owner: l.owner,
             expires_at: l.expires_at,
+            nonce: None,
         }
     }
 }

@@ -34,7 +34,10 @@ pub use approval::{
     Executes, MAX_NOTE_CHARS, clean_note, decide_approval, decide_approval_noted, reset_breaker,
 };
 pub use call::{approved_claim_deadline, decide};
-pub use complete::{Completion, complete_claim, heartbeat_claim, lease_nonce, stale_claim};
+pub use complete::{
+    Completion, claim_owner, claimed_by, claimer_digest, complete_claim, heartbeat_claim,
+    lease_nonce, lease_seal, nonce_holds, stale_claim,
+};
 pub use effect::{record_claim_effect, record_effect};
 pub use reconcile::{absence_unproven, after_reconcile, after_sweep, dedupe_is_proof};
 
@@ -253,9 +256,19 @@ fn event(
 /// the attempt ceiling counts.
 fn claim(record: &mut IntentRecord, owner: &str, cap: &Capability, now: Timestamp) {
     record.attempts += 1;
+    // A holder asked for as `claim_owner` (gate, nonce, claimer) is stored sealed: the
+    // nonce stays in this process, with the claim, and never reaches the store.
+    let (owner, nonce) = match owner.split('/').collect::<Vec<_>>()[..] {
+        [gate, nonce, claimer] => (
+            format!("{gate}/{}", complete::lease_seal(nonce, claimer)),
+            Some(nonce.to_owned()),
+        ),
+        _ => (owner.to_owned(), None),
+    };
     record.lease = Some(Lease {
-        owner: owner.to_owned(),
+        owner,
         expires_at: now + cap.lease,
+        nonce,
     });
     record.executions += 1;
     record.error = None;

@@ -99,6 +99,7 @@ impl Fixture {
                 r.lease = Some(Lease {
                     owner: "gw-0".into(),
                     expires_at: t0() + self.cap.lease,
+                    nonce: None,
                 })
             }
             IntentState::Applied => {

@@ -86,6 +86,19 @@ async fn stored(gate: &Gate, claim: &Claim) -> IntentRecord {
     gate.store().load(&claim.intent_key).await.unwrap().unwrap()
 }
 
+fn forbidden(result: Result<impl std::fmt::Debug, GateError>) {
+    match result {
+        Err(e @ GateError::Forbidden(_)) => assert_eq!(e.code(), Code::Forbidden),
+        other => panic!("expected Forbidden, got {other:?}"),
+    }
+}
+
+fn not_sent_now() -> EffectResult {
+    EffectResult::NotSent {
+        message: "forged".into(),
+    }
+}
+
 fn stale(result: Result<impl std::fmt::Debug, GateError>) -> String {
     match result {
         Err(e @ GateError::StaleClaim(_)) => {
@@ -374,11 +387,18 @@ async fn a_fence_travels_as_the_intent_key_and_a_token() {
         gate.heartbeat_fenced("agent", &guessed).await,
         Err(GateError::StaleClaim(_))
     ));
-    // Completed by fence alone (the wire API's path); another agent may hold it.
-    let beat = gate.heartbeat_fenced("agent2", &back).await.unwrap();
+    // The claim is its claimer's: another agent holding the right token is refused
+    // (403), and nothing is recorded.
+    forbidden(gate.heartbeat_fenced("agent2", &back).await);
+    forbidden(gate.complete_fenced("agent2", &back, not_sent_now()).await);
+    assert_eq!(stored(&gate, &claim).await.state, IntentState::InFlight);
+    // Completed by fence alone (the wire API's path), by its claimer; a heartbeat's
+    // claim still carries the nonce.
+    let beat = gate.heartbeat_fenced("agent", &back).await.unwrap();
     assert_eq!(beat.execution, 1);
+    assert_eq!(beat.fence(), back);
     let done = gate
-        .complete_fenced("agent2", &back, applied("ch_1"))
+        .complete_fenced("agent", &back, applied("ch_1"))
         .await
         .unwrap();
     assert_eq!(done.status, Status::Applied);
@@ -509,11 +529,17 @@ async fn nobody_completes_the_gates_own_execution_from_outside() {
         let not_sent = EffectResult::NotSent {
             message: "forged".into(),
         };
-        stale(gate.complete_fenced("agent2", &guess, not_sent).await);
+        // The claimer itself cannot guess the nonce of the gate's own execution...
         stale(
-            gate.complete_fenced("agent2", &guess, applied("ch_forged"))
+            gate.complete_fenced("agent", &guess, not_sent.clone())
                 .await,
         );
+        stale(
+            gate.complete_fenced("agent", &guess, applied("ch_forged"))
+                .await,
+        );
+        // ...and another principal is refused before any nonce is looked at.
+        forbidden(gate.complete_fenced("agent2", &guess, not_sent).await);
     }
     assert_eq!(
         gate.store().load(&key).await.unwrap().unwrap().state,

@@ -20,7 +20,7 @@ use crate::upstream::registry_in;
 struct Gw {
     url: String,
     sandbox: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 async fn gateway(lease: &str) -> Gw {
@@ -38,6 +38,11 @@ url = "sqlite://gw.db"
 name = "agent"
 role = "agent"
 token_env = "UNUSED_TOKEN_AGENT"
+
+[[principals]]
+name = "agent2"
+role = "agent"
+token_env = "UNUSED_TOKEN_AGENT2"
 
 [[principals]]
 name = "alice"
@@ -77,17 +82,14 @@ key = {{ business_ref = "order_id", significant = [{{ arg = "to", type = "email"
         http_client(),
         vec![
             ("agent".into(), "tok".into()),
+            ("agent2".into(), "tok2".into()),
             ("alice".into(), "ali".into()),
         ],
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
-    Gw {
-        url,
-        sandbox,
-        _dir: dir,
-    }
+    Gw { url, sandbox, dir }
 }
 
 async fn post(url: String, token: &str, body: Value) -> (u16, Value) {
@@ -125,6 +127,28 @@ impl Gw {
             body,
         )
         .await
+    }
+
+    /// A completion by `token`'s principal with `fencing_token`.
+    async fn complete_as(&self, token: &str, key: &str, fencing_token: &str) -> (u16, Value) {
+        post(
+            format!("{}/v1/intents/{key}/complete", self.url),
+            token,
+            json!({"fencing_token": fencing_token, "outcome": "not_sent", "error": "forged"}),
+        )
+        .await
+    }
+
+    async fn get(&self, token: &str, path: &str) -> String {
+        reqwest::Client::new()
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 
     async fn heartbeat(&self, claim: &Value) -> (u16, Value) {
@@ -513,4 +537,73 @@ async fn malformed_completions_are_clear_errors_that_change_nothing() {
         (200, Some("applied")),
         "{done}"
     );
+}
+
+/// The fencing token's nonce stays with the claimer (issue 32): no read shows it (the
+/// lease keeps only its seal, so neither the API nor the store file holds it), a token
+/// rebuilt from what the intent shows is stale, and the claim's own token works only
+/// for the principal that claimed (403 for another, even with the right token). The
+/// real worker then completes: one charge.
+#[tokio::test]
+async fn a_claim_s_token_is_its_claimer_s_alone() {
+    let gw = gateway("30s").await;
+    let (status, claim) = gw
+        .claim("charge", json!({"order_id": "N-1", "amount": "12.50"}))
+        .await;
+    assert_eq!(status, 200, "{claim}");
+    let key = claim["intent_key"].as_str().unwrap();
+    let token = claim["fencing_token"].as_str().unwrap();
+    let nonce = token.rsplit('.').next().unwrap();
+    assert_eq!(nonce.len(), 32, "{token}");
+    // Every read surface, by another principal: the nonce is nowhere.
+    let one = gw.get("ali", &format!("/v1/intents/{key}")).await;
+    let listed = gw.get("ali", "/v1/intents?state=in_flight").await;
+    for (surface, text) in [("one", &one), ("listed", &listed)] {
+        assert!(text.contains(key), "{surface}: {text}");
+        assert!(!text.contains(nonce), "{surface} shows the nonce: {text}");
+    }
+    let store = std::fs::read(gw.dir.path().join("gw.db")).unwrap();
+    let wal = std::fs::read(gw.dir.path().join("gw.db-wal")).unwrap_or_default();
+    for bytes in [&store, &wal] {
+        assert!(
+            !bytes.windows(nonce.len()).any(|w| w == nonce.as_bytes()),
+            "the store file holds the nonce"
+        );
+    }
+    // A token rebuilt from what the intent shows (its lease owner) is stale, for the
+    // claimer and for anyone else.
+    let shown: Value = serde_json::from_str(&one).unwrap();
+    let owner = shown["lease"]["owner"].as_str().unwrap();
+    let rebuilt = format!("g1.e1.{}", owner.rsplit('/').next().unwrap());
+    let (status, body) = gw.complete_as("tok", key, &rebuilt).await;
+    assert!(
+        matches!(status, 400 | 409),
+        "rebuilt token: {status} {body}"
+    );
+    // The right token in another principal's hands: 403, nothing recorded.
+    let (status, body) = gw.complete_as("tok2", key, token).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = post(
+        format!("{}/v1/intents/{key}/heartbeat", gw.url),
+        "tok2",
+        json!({"fencing_token": token}),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    // The claimer completes: one charge, applied.
+    let charge = gw
+        .charge("N-1", claim["idempotency_key"].as_str().unwrap())
+        .await;
+    let (status, done) = gw
+        .complete(
+            &claim,
+            json!({"outcome": "applied", "effect_ref": charge["id"], "result": charge}),
+        )
+        .await;
+    assert_eq!(
+        (status, done["status"].as_str()),
+        (200, Some("applied")),
+        "{done}"
+    );
+    assert_eq!(gw.charges("N-1").await, 1);
 }

@@ -214,6 +214,7 @@ async fn leases_are_timed_and_judged_by_the_database_clock() {
     rec.lease = Some(Lease {
         owner: "holder/1".into(),
         expires_at: fast + SignedDuration::from_secs(30),
+        nonce: None,
     });
     store
         .commit(Commit::new(Some(rec.clone()), None, event("ab01", fast, 1)))
@@ -233,6 +234,7 @@ async fn leases_are_timed_and_judged_by_the_database_clock() {
     takeover.lease = Some(Lease {
         owner: "thief/2".into(),
         expires_at: fast + SignedDuration::from_mins(1),
+        nonce: None,
     });
     let result = store
         .commit(Commit::new(Some(takeover.clone()), None, event("ab01", fast, 2)).taking_over(true))
@@ -278,6 +280,7 @@ async fn leases_are_timed_and_judged_by_the_database_clock() {
     short.lease = Some(Lease {
         owner: "holder/1".into(),
         expires_at: now + SignedDuration::from_millis(200),
+        nonce: None,
     });
     store
         .commit(Commit::new(Some(short), None, event("ab01", now, 5)))

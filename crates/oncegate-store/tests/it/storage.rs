@@ -43,6 +43,7 @@ fn full_intent() -> IntentRecord {
         lease: Some(Lease {
             owner: "gw-1".into(),
             expires_at: at(30),
+            nonce: None,
         }),
         effect_ref: Some("ch_1".into()),
         result: Some(json!({"id": "ch_1", "amount": 1250})),
