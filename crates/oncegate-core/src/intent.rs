@@ -57,7 +57,7 @@ impl IntentState {
 }
 
 /// A held claim.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Lease {
     /// Who holds it: the gateway instance and the claim's seal (see
     /// `decide::lease_seal`), never its nonce.
@@ -68,6 +68,17 @@ pub struct Lease {
     /// serialised or shown (the claimer's token carries it).
     #[serde(skip)]
     pub nonce: Option<String>,
+}
+
+/// The nonce stays out of logs and panics.
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("owner", &self.owner)
+            .field("expires_at", &self.expires_at)
+            .field("nonce", &self.nonce.as_ref().map(|_| "<secret>"))
+            .finish()
+    }
 }
 
 /// Two leases are the same lease whatever one process knows of its nonce.

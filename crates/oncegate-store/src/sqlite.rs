@@ -76,8 +76,9 @@ pub struct SqliteStore {
 }
 
 struct Inner {
-    /// The exclusive lock of a serving process on `<file>.lock` (released on drop).
-    _lock: Option<std::fs::File>,
+    /// The exclusive locks of a serving process: `<canonical file>.lock`, and one named
+    /// by the file's device and inode (released on drop).
+    _lock: Option<Vec<std::fs::File>>,
     path: PathBuf,
     store_id: String,
     chain_key: Option<ChainKey>,
@@ -138,7 +139,7 @@ impl SqliteStore {
         options: StoreOptions,
     ) -> Result<Self, StoreError> {
         let found = inspect(path).await?;
-        let lock = if options.single_writer {
+        let mut lock = if options.single_writer {
             Some(lock_single_writer(path)?)
         } else {
             None
@@ -183,6 +184,10 @@ impl SqliteStore {
         let mut migrator = SqliteConnection::connect_with(&options_sql)
             .await
             .map_err(unavailable)?;
+        // The file exists now (created by this connection if it is new).
+        if let Some(locks) = lock.as_mut() {
+            lock_inode(path, locks)?;
+        }
         sqlx::migrate!("migrations/sqlite")
             .run(&mut migrator)
             .await
@@ -314,29 +319,89 @@ pub async fn pending_migrations(path: &Path) -> Result<Vec<(i64, String)>, Store
         .collect())
 }
 
-/// Takes the exclusive lock that makes this process the file's only server: a second
+/// Takes the exclusive locks that make this process the file's only server: a second
 /// `oncegate serve` on the same file would keep its own chain heads and race this one.
-fn lock_single_writer(path: &Path) -> Result<std::fs::File, StoreError> {
-    use std::io::{Read, Seek, Write};
-    let mut name = path.file_name().unwrap_or_default().to_owned();
+/// One file, whatever the path that reaches it: the lock is taken beside the canonical
+/// path (a symlink, `..` or a relative path resolve to it), and again on a lock named by
+/// the file's device and inode in the system's temporary directory (a hard link).
+fn lock_single_writer(path: &Path) -> Result<Vec<std::fs::File>, StoreError> {
+    let canonical = canonical(path);
+    let mut name = canonical.file_name().unwrap_or_default().to_owned();
     name.push(".lock");
-    let lock_path = path.with_file_name(name);
-    let mut file = std::fs::OpenOptions::new()
+    Ok(vec![lock_file(
+        &canonical.with_file_name(name),
+        path,
+        true,
+    )?])
+}
+
+/// The lock named by the store file's device and inode (taken once the file exists: a
+/// store created now has no other name yet).
+fn lock_inode(path: &Path, locks: &mut Vec<std::fs::File>) -> Result<(), StoreError> {
+    if let Ok(meta) = std::fs::metadata(canonical(path)) {
+        let dir = std::env::temp_dir().join("oncegate-locks");
+        if std::fs::create_dir_all(&dir).is_ok() {
+            use std::os::unix::fs::PermissionsExt;
+            // Shared by every user's gateways on this host, as /tmp is.
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777));
+            let by_inode = dir.join(format!("{}-{}.lock", meta.dev(), meta.ino()));
+            match lock_file(&by_inode, path, false) {
+                Ok(file) => locks.push(file),
+                Err(e @ StoreError::Locked(_)) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(lock = %by_inode.display(), error = %e, "the store's inode lock could not be taken; a second path to the same file by a hard link would not be refused")
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `path` with symlinks and `..` resolved (its directory's, for a file not created yet).
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        })
+        .map(|d| d.join(name))
+        .unwrap_or_else(|_| path.to_owned()),
+        _ => path.to_owned(),
+    })
+}
+
+/// Locks `lock_path` exclusively for the store at `path`, writing this process's id into
+/// it when `write_pid` (the lock beside the file; the inode lock may be another user's
+/// file, opened read-only).
+fn lock_file(lock_path: &Path, path: &Path, write_pid: bool) -> Result<std::fs::File, StoreError> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&lock_path)
-        .map_err(|e| {
-            StoreError::Unavailable(format!(
-                "cannot open the lock file {}: {e}",
-                lock_path.display()
-            ))
-        })?;
+        .mode(0o666)
+        .open(lock_path)
+        .or_else(|e| {
+            if write_pid || e.kind() != std::io::ErrorKind::PermissionDenied {
+                return Err(e);
+            }
+            std::fs::File::open(lock_path)
+        });
+    let mut file = opened.map_err(|e| {
+        StoreError::Unavailable(format!(
+            "cannot open the lock file {}: {e}",
+            lock_path.display()
+        ))
+    })?;
     match file.try_lock() {
         Ok(()) => {
-            let _ = file.set_len(0);
-            let _ = file.write_all(std::process::id().to_string().as_bytes());
+            if write_pid {
+                let _ = file.set_len(0);
+                let _ = file.write_all(std::process::id().to_string().as_bytes());
+            }
             Ok(file)
         }
         Err(std::fs::TryLockError::WouldBlock) => {

@@ -12,6 +12,30 @@ use serde_json::{Value, json};
 use crate::oncegate;
 use crate::support::{Proc, Setup, client, effects};
 
+/// Waits for a `serve` that must refuse to start: its exit status and stderr.
+fn refused(mut second: std::process::Child) -> (std::process::ExitStatus, String) {
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("the second serve did not exit within 30 s: it is serving the same file");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (status, stderr)
+}
+
 fn charge(gw: &Proc, order: &str) -> Value {
     client()
         .post(format!("{}/v1/calls", gw.url))
@@ -93,5 +117,58 @@ fn a_second_serve_on_one_sqlite_file_is_refused_and_the_first_keeps_serving() {
     drop(first);
     let next = setup.gateway();
     assert_eq!(charge(&next, "SW-2")["status"], "replayed");
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 2);
+}
+
+/// One lock per file, whatever the path (issue 32): a second `serve` whose config
+/// reaches the same SQLite file through a symlink, or through a hard link, is refused
+/// too, and the first keeps serving alone.
+#[test]
+fn a_second_serve_through_a_symlink_or_a_hard_link_is_refused() {
+    let setup = Setup::example();
+    let first = setup.gateway();
+    assert_eq!(charge(&first, "SL-1")["status"], "applied");
+    let dir = setup.dir.path();
+    let text = std::fs::read_to_string(dir.join("oncegate.toml")).unwrap();
+    std::os::unix::fs::symlink(dir.join("oncegate.db"), dir.join("alias.db")).unwrap();
+    std::fs::hard_link(dir.join("oncegate.db"), dir.join("hard.db")).unwrap();
+    for other in ["alias", "hard"] {
+        let config = dir.join(format!("{other}.toml"));
+        std::fs::write(
+            &config,
+            text.replace("sqlite://oncegate.db", &format!("sqlite://{other}.db")),
+        )
+        .unwrap();
+        let cmd = setup.gateway_command(&[], "1h");
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let mut second = std::process::Command::new(cmd.get_program());
+        for a in &args {
+            second.arg(if a.ends_with("oncegate.toml") {
+                config.to_str().unwrap()
+            } else {
+                a
+            });
+        }
+        for (k, v) in cmd.get_envs() {
+            if let Some(v) = v {
+                second.env(k, v);
+            }
+        }
+        let child = second
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (status, stderr) = refused(child);
+        assert!(!status.success(), "{other}: refused: {stderr}");
+        assert!(
+            stderr.contains("already serves") && stderr.contains("OG-0031"),
+            "{other}: {stderr}"
+        );
+    }
+    assert_eq!(charge(&first, "SL-2")["status"], "applied");
     assert_eq!(effects(&setup.sandbox, "charge").len(), 2);
 }
