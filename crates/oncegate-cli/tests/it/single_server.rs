@@ -12,54 +12,8 @@ use serde_json::{Value, json};
 use crate::oncegate;
 use crate::support::{Proc, Setup, client, effects};
 
-/// Waits for a `serve` that must refuse to start: its exit status and stderr.
-fn refused(mut second: std::process::Child) -> (std::process::ExitStatus, String) {
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = second.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            let _ = second.kill();
-            let _ = second.wait();
-            panic!("the second serve did not exit within 30 s: it is serving the same file");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    second
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    (status, stderr)
-}
-
-fn charge(gw: &Proc, order: &str) -> Value {
-    client()
-        .post(format!("{}/v1/calls", gw.url))
-        .bearer_auth("tok-planner")
-        .json(&json!({"capability": "charge_card", "arguments": {"order_id": order, "amount": "3.00"}}))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap()
-}
-
-#[test]
-fn a_second_serve_on_one_sqlite_file_is_refused_and_the_first_keeps_serving() {
-    let setup = Setup::example();
-    let first = setup.gateway();
-    assert_eq!(charge(&first, "SW-1")["status"], "applied");
-
-    // The second server, on the same file: it must exit by itself, non-zero.
-    let mut second = setup
-        .gateway_command(&[], "1h")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+/// Waits for a `serve` that must refuse to start: its exit status, stderr and stdout.
+fn refused(mut second: std::process::Child) -> (std::process::ExitStatus, String, String) {
     let started = Instant::now();
     let status = loop {
         if let Some(status) = second.try_wait().unwrap() {
@@ -86,6 +40,34 @@ fn a_second_serve_on_one_sqlite_file_is_refused_and_the_first_keeps_serving() {
         .unwrap()
         .read_to_string(&mut stdout)
         .unwrap();
+    (status, stderr, stdout)
+}
+
+fn charge(gw: &Proc, order: &str) -> Value {
+    client()
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth("tok-planner")
+        .json(&json!({"capability": "charge_card", "arguments": {"order_id": order, "amount": "3.00"}}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
+#[test]
+fn a_second_serve_on_one_sqlite_file_is_refused_and_the_first_keeps_serving() {
+    let setup = Setup::example();
+    let first = setup.gateway();
+    assert_eq!(charge(&first, "SW-1")["status"], "applied");
+
+    // The second server, on the same file: it must exit by itself, non-zero.
+    let second = setup
+        .gateway_command(&[], "1h")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, stderr, stdout) = refused(second);
     assert!(!status.success(), "refused: {stderr}");
     assert!(!stdout.contains("listening"), "it never listened: {stdout}");
     assert!(stderr.contains("PostgreSQL"), "names PostgreSQL: {stderr}");
@@ -162,7 +144,7 @@ fn a_second_serve_through_a_symlink_or_a_hard_link_is_refused() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let (status, stderr) = refused(child);
+        let (status, stderr, _) = refused(child);
         assert!(!status.success(), "{other}: refused: {stderr}");
         assert!(
             stderr.contains("already serves") && stderr.contains("OG-0031"),
