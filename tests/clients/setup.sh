@@ -164,6 +164,22 @@ setup_conformance() {
   echo "conformance: ready (node $version)" >&2
 }
 
+# apt_install PART PACKAGE...: Debian packages for a part, as root or through sudo.
+apt_install() {
+  local part="$1"
+  shift
+  local apt=(apt-get)
+  if [[ "$(id -u)" != 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || { echo "$part: FATAL: installing $* needs root (or sudo)" >&2; exit 1; }
+    apt=(sudo -n apt-get)
+  fi
+  echo "$part: apt-get install $*" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  "${apt[@]}" update -qq >&2 || { echo "$part: FATAL: apt-get update failed" >&2; exit 1; }
+  "${apt[@]}" install -y -qq --no-install-recommends "$@" >&2 \
+    || { echo "$part: FATAL: apt-get install $* failed" >&2; exit 1; }
+}
+
 setup_browser() {
   # Both from Debian, so their versions match (chromedriver refuses another Chromium).
   if [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]]; then
@@ -175,16 +191,7 @@ setup_browser() {
     fi
     echo "browser: chromium $browser and chromedriver $driver differ; reinstalling both" >&2
   fi
-  local apt=(apt-get)
-  if [[ "$(id -u)" != 0 ]]; then
-    command -v sudo >/dev/null 2>&1 || { echo "browser: FATAL: installing chromium needs root (or sudo)" >&2; exit 1; }
-    apt=(sudo -n apt-get)
-  fi
-  echo "browser: apt-get install chromium chromium-driver" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  "${apt[@]}" update -qq >&2 || { echo "browser: FATAL: apt-get update failed" >&2; exit 1; }
-  "${apt[@]}" install -y -qq --no-install-recommends chromium chromium-driver >&2 \
-    || { echo "browser: FATAL: apt-get install chromium chromium-driver failed" >&2; exit 1; }
+  apt_install browser chromium chromium-driver
   /usr/bin/chromedriver --version >&2 || { echo "browser: FATAL: chromedriver does not run" >&2; exit 1; }
   echo "browser: ready ($(/usr/bin/chromium --version 2>/dev/null))" >&2
 }
@@ -195,16 +202,7 @@ setup_faketime() {
   local lib
   lib="/usr/lib/$(uname -m)-linux-gnu/faketime/libfaketime.so.1"
   [[ -f "$lib" ]] && return 0
-  local apt=(apt-get)
-  if [[ "$(id -u)" != 0 ]]; then
-    command -v sudo >/dev/null 2>&1 || { echo "faketime: FATAL: installing faketime needs root (or sudo)" >&2; exit 1; }
-    apt=(sudo -n apt-get)
-  fi
-  echo "faketime: apt-get install faketime" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  "${apt[@]}" update -qq >&2 || { echo "faketime: FATAL: apt-get update failed" >&2; exit 1; }
-  "${apt[@]}" install -y -qq --no-install-recommends faketime >&2 \
-    || { echo "faketime: FATAL: apt-get install faketime failed" >&2; exit 1; }
+  apt_install faketime faketime
   [[ -f "$lib" ]] || { echo "faketime: FATAL: the faketime package installed no $lib" >&2; exit 1; }
   echo "faketime: ready ($lib)" >&2
 }

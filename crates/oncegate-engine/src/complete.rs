@@ -161,8 +161,7 @@ impl Gate {
     }
 
     /// The stored intent a fence names (its current generation: an older fence is then
-    /// judged stale by `decide`).
-    /// The intent a fence names, for `principal` to complete or heartbeat: a claim
+    /// judged stale by `decide`), for `principal` to complete or heartbeat: a claim
     /// taken by another principal is theirs alone (403), even to someone who learnt its
     /// token.
     async fn fenced_record(

@@ -66,7 +66,12 @@ impl Gate {
         record: &IntentRecord,
         executor: Arc<E>,
     ) -> Result<Option<Outcome>, StoreError> {
-        let record = &self.across_gap(record.clone());
+        // Copied only where the store's time had a gap to judge it across.
+        let across = self
+            .store
+            .resumption()
+            .map(|_| self.across_gap(record.clone()));
+        let record = across.as_ref().unwrap_or(record);
         let Some(cap) = self.settling_capability(&record.capability) else {
             // A fronted tool this process has not read (yet): a later pass settles it.
             tracing::debug!(capability = %record.capability, "no capability to settle this intent with yet");

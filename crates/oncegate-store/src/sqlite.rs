@@ -359,15 +359,15 @@ fn lock_inode(path: &Path, locks: &mut Vec<std::fs::File>) -> Result<(), StoreEr
 
 /// `path` with symlinks and `..` resolved (its directory's, for a file not created yet).
 fn canonical(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| match (path.parent(), path.file_name()) {
-        (Some(dir), Some(name)) => std::fs::canonicalize(if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        })
-        .map(|d| d.join(name))
-        .unwrap_or_else(|_| path.to_owned()),
-        _ => path.to_owned(),
+    std::fs::canonicalize(path).unwrap_or_else(|_| {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        match (std::fs::canonicalize(dir), path.file_name()) {
+            (Ok(dir), Some(name)) => dir.join(name),
+            _ => path.to_owned(),
+        }
     })
 }
 

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::{
-    Log, Proc, Setup, SteppedClock, client, clock_skew, effects, env_refs, faketime_env, fault,
-    intent, spawn_logged, sql,
+    Log, Proc, Setup, SteppedClock, call, client, clock_skew, effects, env_refs, faketime_env,
+    fault, intent, spawn_logged, sql,
 };
 
 /// How long the sandbox takes before it commits an email: well past the gateway's 1 s
@@ -38,16 +38,6 @@ fn setup() -> Setup {
                 1,
             )
     })
-}
-
-fn call(gw: &Proc, capability: &str, arguments: &Value) -> (u16, Value) {
-    let r = client()
-        .post(format!("{}/v1/calls", gw.url))
-        .bearer_auth("tok-planner")
-        .json(&json!({"capability": capability, "arguments": arguments}))
-        .send()
-        .unwrap();
-    (r.status().as_u16(), r.json().unwrap_or(Value::Null))
 }
 
 /// The gateway's wall clock is `offset` seconds off the store's: the step took effect.
@@ -239,15 +229,7 @@ fn an_approval_does_not_outlive_its_ttl_when_the_clock_steps_back() {
 
     let past_ttl = asked + Duration::from_millis(5500);
     std::thread::sleep(past_ttl.saturating_duration_since(Instant::now()));
-    let (status, body) = approve(&gw, &id);
-    let code = body["reason"]["code"]
-        .as_str()
-        .or_else(|| body["error"]["code"].as_str());
-    assert_eq!(
-        code,
-        Some("OG-0003"),
-        "approved past its TTL (HTTP {status}): {body}"
-    );
+    approval_expired(&gw, &id, "approved past its TTL");
     // The agent's repeat hears the same, and nothing runs.
     let (_, again) = call(&gw, "refund", &args);
     assert_eq!(again["reason"]["code"], "OG-0003", "{again}");
@@ -288,19 +270,20 @@ fn an_approval_pending_across_a_reboot_has_expired() {
         ],
     );
     let (gw, _log) = gateway(&setup, &faketime_env("-600s"));
-    let (status, body) = approve(&gw, &id);
-    let code = body["reason"]["code"]
-        .as_str()
-        .or_else(|| body["error"]["code"].as_str());
-    assert_eq!(
-        code,
-        Some("OG-0003"),
-        "approved across a reboot, 5 s after its 4 s TTL (HTTP {status}): {body}"
-    );
+    approval_expired(&gw, &id, "approved across a reboot, 5 s after its 4 s TTL");
     assert!(
         effects(&setup.sandbox, "refund").is_empty(),
         "no refund past the approval's TTL"
     );
+}
+
+/// Approving `id` now is refused as expired (`OG-0003`).
+fn approval_expired(gw: &Proc, id: &str, what: &str) {
+    let (status, body) = approve(gw, id);
+    let code = body["reason"]["code"]
+        .as_str()
+        .or_else(|| body["error"]["code"].as_str());
+    assert_eq!(code, Some("OG-0003"), "{what} (HTTP {status}): {body}");
 }
 
 /// `POST /v1/approvals/{id}/approve` as an approver: (HTTP status, body).

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Proc, Setup, client, effects, fault, intent};
+use crate::support::{Proc, Setup, call, effects, fault, intent};
 
 /// How long the sandbox takes before it commits: well past the gateway's 1 s timeout.
 const COMMIT_AFTER_MS: u64 = 4000;
@@ -60,16 +60,6 @@ fn setup(ignore: &[&str], extra: impl FnOnce(String) -> String) -> Setup {
                 + EMAIL_OVER_MCP,
         )
     })
-}
-
-fn call(gw: &Proc, capability: &str, arguments: &Value) -> Value {
-    let r = client()
-        .post(format!("{}/v1/calls", gw.url))
-        .bearer_auth("tok-planner")
-        .json(&json!({"capability": capability, "arguments": arguments}))
-        .send()
-        .unwrap();
-    r.json().unwrap_or(Value::Null)
 }
 
 /// Waits (generously: the machine is shared) until the intent is `applied`.
@@ -140,14 +130,14 @@ fn through_repeats(case: &Case) {
     let gw = setup.gateway();
     fault(&setup.sandbox, case.path, "slow", COMMIT_AFTER_MS);
     let started = Instant::now();
-    let first = call(&gw, case.capability, &case.args);
+    let first = call(&gw, case.capability, &case.args).1;
     assert_eq!(first["status"], "unknown", "{first}");
     let key = first["intent_key"].as_str().unwrap().to_owned();
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     let last = loop {
         std::thread::sleep(Duration::from_millis(300));
-        let again = call(&gw, case.capability, &case.args);
+        let again = call(&gw, case.capability, &case.args).1;
         seen.push(again["status"].as_str().unwrap_or("?").to_owned());
         if matches!(again["status"].as_str(), Some("replayed" | "applied"))
             || Instant::now() > deadline
@@ -187,7 +177,7 @@ fn through_the_sweep(case: &Case) {
     let gw = setup.gateway_sweeping(&[], "200ms");
     fault(&setup.sandbox, case.path, "slow", COMMIT_AFTER_MS);
     let started = Instant::now();
-    let first = call(&gw, case.capability, &case.args);
+    let first = call(&gw, case.capability, &case.args).1;
     assert_eq!(first["status"], "unknown", "{first}");
     let key = first["intent_key"].as_str().unwrap().to_owned();
     // Before the provider commits, the sweep has read "not found" several times.
@@ -207,7 +197,7 @@ fn through_the_sweep(case: &Case) {
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert_eq!(settled["effect_ref"], ledger[0]["id"], "{settled}");
     // The agent comes back afterwards: the one effect is replayed, nothing re-executes.
-    let again = call(&gw, case.capability, &case.args);
+    let again = call(&gw, case.capability, &case.args).1;
     assert_eq!(again["status"], "replayed", "{again}");
     assert_eq!(effects(&setup.sandbox, case.kind).len(), 1);
 }
@@ -268,11 +258,11 @@ fn an_mcp_call_still_running_past_the_settle_horizon_is_not_absence() {
     let gw = setup.gateway_sweeping(&[], "200ms");
     fault(&setup.sandbox, case.path, "slow_then_drop", COMMIT_AFTER_MS);
     let started = Instant::now();
-    let first = call(&gw, case.capability, &case.args);
+    let first = call(&gw, case.capability, &case.args).1;
     assert_eq!(first["status"], "unknown", "{first}");
     let key = first["intent_key"].as_str().unwrap().to_owned();
     std::thread::sleep(Duration::from_millis(COMMIT_AFTER_MS / 2));
-    let again = call(&gw, case.capability, &case.args);
+    let again = call(&gw, case.capability, &case.args).1;
     assert_eq!(again["status"], "unknown", "the call still runs: {again}");
     assert_eq!(again["reason"]["code"], "OG-0023", "{again}");
     assert_eq!(intent(&gw, &key)["state"], "unknown");

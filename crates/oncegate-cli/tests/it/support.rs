@@ -304,6 +304,17 @@ pub(crate) fn sql(db: &Path, statements: &[&'static str]) {
     });
 }
 
+/// `POST /v1/calls` as the planner agent: (HTTP status, body).
+pub(crate) fn call(gw: &Proc, capability: &str, arguments: &Value) -> (u16, Value) {
+    let r = client()
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth("tok-planner")
+        .json(&json!({"capability": capability, "arguments": arguments}))
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.json().unwrap_or(Value::Null))
+}
+
 /// An intent as the JSON API shows it to an admin (`tok-ops`).
 pub(crate) fn intent(gw: &Proc, key: &str) -> Value {
     client()

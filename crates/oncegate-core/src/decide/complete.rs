@@ -47,7 +47,7 @@ fn digest(text: &str, hex_len: usize) -> String {
 }
 
 /// Who claimed, as a lease keeps it: a digest of the principal's name.
-pub fn claimer_digest(principal: &str) -> String {
+fn claimer_digest(principal: &str) -> String {
     digest(principal, 16)
 }
 
@@ -59,13 +59,13 @@ pub fn claim_owner(gate: &str, nonce: &str, principal: &str) -> String {
 
 /// What a lease stores of a claim's nonce and claimer: `s<SHA-256 of the nonce>.<claimer
 /// digest>`. A completion proves the claim by the nonce whose digest this is.
-pub fn lease_seal(nonce: &str, claimer: &str) -> String {
+pub(super) fn lease_seal(nonce: &str, claimer: &str) -> String {
     format!("s{}.{claimer}", digest(nonce, 32))
 }
 
 /// Whether `presented` is the nonce of the claim whose lease stores `stored` (a seal,
 /// or a nonce itself in a lease written before seals).
-pub fn nonce_holds(stored: &str, presented: &str) -> bool {
+fn nonce_holds(stored: &str, presented: &str) -> bool {
     if presented.is_empty() {
         return false;
     }

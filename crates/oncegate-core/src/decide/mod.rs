@@ -35,8 +35,7 @@ pub use approval::{
 };
 pub use call::{approved_claim_deadline, decide};
 pub use complete::{
-    Completion, claim_owner, claimed_by, claimer_digest, complete_claim, heartbeat_claim,
-    lease_nonce, lease_seal, nonce_holds, stale_claim,
+    Completion, claim_owner, claimed_by, complete_claim, heartbeat_claim, lease_nonce, stale_claim,
 };
 pub use effect::{record_claim_effect, record_effect};
 pub use reconcile::{absence_unproven, after_reconcile, after_sweep, dedupe_is_proof};

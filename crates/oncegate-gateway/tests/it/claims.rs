@@ -164,6 +164,19 @@ impl Gw {
         .await
     }
 
+    /// The claimer's whole execution: the charge at the sandbox with the claim's key,
+    /// then its `applied` completion.
+    async fn charge_and_complete(&self, claim: &Value, order: &str) -> (u16, Value) {
+        let charge = self
+            .charge(order, claim["idempotency_key"].as_str().unwrap())
+            .await;
+        self.complete(
+            claim,
+            json!({"outcome": "applied", "effect_ref": charge["id"], "result": charge}),
+        )
+        .await
+    }
+
     /// The caller's own provider call: a charge at the sandbox with `key`.
     async fn charge(&self, order: &str, key: &str) -> Value {
         let r = reqwest::Client::new()
@@ -352,15 +365,7 @@ async fn a_heartbeat_keeps_a_long_execution_s_claim_and_a_dead_claim_is_reconcil
             .await;
         assert_eq!(busy["status"], "in_flight", "{busy}");
     }
-    let charge = gw
-        .charge("o-long", claim["idempotency_key"].as_str().unwrap())
-        .await;
-    let (status, done) = gw
-        .complete(
-            &claim,
-            json!({"outcome": "applied", "effect_ref": charge["id"], "result": charge}),
-        )
-        .await;
+    let (status, done) = gw.charge_and_complete(&claim, "o-long").await;
     assert_eq!(
         (status, done["status"].as_str()),
         (200, Some("applied")),
@@ -591,15 +596,7 @@ async fn a_claim_s_token_is_its_claimer_s_alone() {
     .await;
     assert_eq!(status, 403, "{body}");
     // The claimer completes: one charge, applied.
-    let charge = gw
-        .charge("N-1", claim["idempotency_key"].as_str().unwrap())
-        .await;
-    let (status, done) = gw
-        .complete(
-            &claim,
-            json!({"outcome": "applied", "effect_ref": charge["id"], "result": charge}),
-        )
-        .await;
+    let (status, done) = gw.charge_and_complete(&claim, "N-1").await;
     assert_eq!(
         (status, done["status"].as_str()),
         (200, Some("applied")),
