@@ -90,22 +90,24 @@ pub async fn open_store_with(
     registry: &Registry,
     mode: oncegate_store::OpenMode,
 ) -> anyhow::Result<oncegate_store::Store> {
-    open_registry_store(registry, mode, false).await
+    open_registry_store(registry, mode, None).await
 }
 
 /// Opens the registry's store for `oncegate serve`: this process becomes its server,
-/// and a second server on an embedded (SQLite) store is refused.
+/// a second server on an embedded (SQLite) store is refused, and so is a store behind
+/// its serve anchor unless `serving` accepts the rollback.
 pub async fn open_serving_store(
     registry: &Registry,
     mode: oncegate_store::OpenMode,
+    serving: oncegate_store::Serving,
 ) -> anyhow::Result<oncegate_store::Store> {
-    open_registry_store(registry, mode, true).await
+    open_registry_store(registry, mode, Some(serving)).await
 }
 
 async fn open_registry_store(
     registry: &Registry,
     mode: oncegate_store::OpenMode,
-    serving: bool,
+    serving: Option<oncegate_store::Serving>,
 ) -> anyhow::Result<oncegate_store::Store> {
     let location =
         oncegate_store::registry_location(registry).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -117,7 +119,8 @@ async fn open_registry_store(
             // PostgreSQL for several replicas).
             oncegate_store::StoreError::NotInitialised(_)
             | oncegate_store::StoreError::AlreadyExists(_)
-            | oncegate_store::StoreError::Locked(_) => {
+            | oncegate_store::StoreError::Locked(_)
+            | oncegate_store::StoreError::RolledBack(_) => {
                 anyhow::anyhow!("{e} [{}]", e.code())
             }
             other => anyhow::anyhow!("cannot open the store at {location}: {other}"),

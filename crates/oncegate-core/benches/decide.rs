@@ -87,6 +87,7 @@ fn request<'a>(derived: &'a DerivedKey, args: &'a Value) -> CallRequest<'a> {
         kill_switch: None,
         held: None,
         new_approval_id: APPROVAL_ID,
+        rolled_back_at: None,
     }
 }
 

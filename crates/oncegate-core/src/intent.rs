@@ -169,6 +169,13 @@ pub struct IntentRecord {
     /// existed, which count from their last write instead).
     #[serde(default)]
     pub attempt_ended_at: Option<Timestamp>,
+    /// A worker reported that its claim's execution sent nothing, and the capability
+    /// has a reconciliation read: the intent is `unknown` until a read checks that word
+    /// (found: applied, and the report is evidence of a worker that lies; not found:
+    /// the next claim executes at once, with no settle horizon to wait for, since
+    /// nothing is said to have been sent). Cleared by the next execution or settlement.
+    #[serde(default)]
+    pub not_sent_reported: bool,
     /// When this generation started (the window's start until it settles).
     pub created_at: Timestamp,
     /// Last change.

@@ -391,6 +391,7 @@ impl Gate {
                 kill_switch: killed.as_deref(),
                 held: held.as_deref(),
                 new_approval_id: &approval_id,
+                rolled_back_at: self.store.rollback_accepted_at(),
             };
             let decision = decide::decide(existing.as_ref(), &req, &cap, &verdict, now);
             // What the decision relied on about time, which the store judges again by its
@@ -707,6 +708,11 @@ impl Gate {
             {
                 record.arguments = args.clone();
             }
+            let disproved = latest.not_sent_reported
+                && next
+                    .record
+                    .as_ref()
+                    .is_some_and(|r| r.state == IntentState::Applied);
             let rejudge = Rejudge::default();
             match Box::pin(self.apply(next, rejudge, cap, actor, executor.clone(), arguments)).await
             {
@@ -727,6 +733,9 @@ impl Gate {
                 },
                 other => {
                     step = Some(other?);
+                    if disproved {
+                        crate::complete::not_sent_disproved(&latest, cap);
+                    }
                     break;
                 }
             }

@@ -265,3 +265,20 @@ impl Gate {
         )
     }
 }
+
+/// A worker completed its claim as `not_sent`, and the reconciliation read found the
+/// effect (recorded `applied` with the read's `not_sent_disproved` in the audit chain):
+/// the worker, or the SDK under it, labels sent requests as not sent. Nothing ran
+/// twice here, but the same worker on a capability without a read would make a second
+/// effect: a metric and an error a human must act on.
+pub(crate) fn not_sent_disproved(record: &IntentRecord, cap: &Capability) {
+    metrics::counter!("oncegate_not_sent_disproved_total", "capability" => cap.name.clone())
+        .increment(1);
+    tracing::error!(
+        alert = "not_sent_disproved",
+        key = %record.key,
+        capability = %cap.name,
+        execution = record.executions,
+        "a worker reported `not_sent`, but the reconciliation read found the effect: recorded applied; the worker (or its SDK) reports sent requests as not sent, fix its classification"
+    );
+}

@@ -110,12 +110,21 @@ impl Gate {
         };
         // An in-flight intent is swept because its lease expired by this gate's clock.
         let takes_over = record.state == IntentState::InFlight;
+        let disproved = record.not_sent_reported
+            && d.record
+                .as_ref()
+                .is_some_and(|r| r.state == IntentState::Applied);
         match self
             .store
             .commit(Commit::new(d.record, None, d.event).taking_over(takes_over))
             .await
         {
-            Ok(()) => Ok(Some(d.outcome)),
+            Ok(()) => {
+                if disproved {
+                    crate::complete::not_sent_disproved(record, cap);
+                }
+                Ok(Some(d.outcome))
+            }
             // Live by the store's clock: its holder is still at work.
             Err(StoreError::LeaseLive(_)) => Ok(None),
             Err(e) => Err(e),

@@ -46,6 +46,7 @@ pub fn sample_record(key: &str, generation: u32) -> IntentRecord {
         breaker_tripped: false,
         settled_at: None,
         attempt_ended_at: None,
+        not_sent_reported: false,
         created_at: at(0),
         updated_at: at(0),
         version: 0,

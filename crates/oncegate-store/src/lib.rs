@@ -29,20 +29,22 @@ use oncegate_core::key::IntentKey;
 pub mod audit_check;
 pub mod clock;
 pub mod conformance;
+mod key_since;
 mod listing;
 pub mod memory;
 mod open;
 mod options;
 pub mod postgres;
 mod rows;
+mod serve_anchor;
 pub mod sqlite;
 pub mod storage;
 
 pub use memory::MemoryStore;
 pub use open::{
-    Location, Migrated, STORE_URL_ENV, SUPPORTED_SCHEMES, Store, location, migrate_registry_store,
-    open, open_registry_store, open_registry_store_with, registry_location, registry_store_options,
-    registry_store_url,
+    Location, Migrated, STORE_URL_ENV, SUPPORTED_SCHEMES, Serving, Store, location,
+    migrate_registry_store, open, open_registry_store, open_registry_store_with, registry_location,
+    registry_store_options, registry_store_url,
 };
 pub use options::{DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, OpenMode, StoreOptions};
 pub use postgres::PgStore;
@@ -79,6 +81,11 @@ pub enum StoreError {
     /// The store is already served by another process and cannot be shared (SQLite).
     #[error("{0}")]
     Locked(String),
+    /// The store is behind the anchor its server keeps outside it (restored from a
+    /// backup, records deleted, the file replaced): refused until a rollback is
+    /// accepted (`OG-0031`).
+    #[error("{0}")]
+    RolledBack(String),
     /// A reservation would take a limit's budget past its max in its window. Nothing was
     /// written (`OG-0027`).
     #[error("limit {scope} reached: {used} used of {max} in its window, this call needs {amount}")]
@@ -106,7 +113,8 @@ impl StoreError {
             StoreError::Integrity(_) => Code::StoreIntegrity,
             StoreError::NotInitialised(_)
             | StoreError::AlreadyExists(_)
-            | StoreError::Locked(_) => Code::StoreNotInitialised,
+            | StoreError::Locked(_)
+            | StoreError::RolledBack(_) => Code::StoreNotInitialised,
             StoreError::Conflict | StoreError::LeaseLive(_) => Code::Contention,
             StoreError::LimitReached { .. } => Code::LimitReached,
             StoreError::Unavailable(_) | StoreError::Corrupt(_) | StoreError::UnsupportedUrl(_) => {

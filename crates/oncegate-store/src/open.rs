@@ -90,21 +90,30 @@ pub async fn open(
 /// Opens the store a registry names (`[store] url`, relative to the config file's
 /// directory), sealing with the chain key `[audit] chain_key_env` names.
 pub async fn open_registry_store(registry: &Registry, mode: OpenMode) -> Result<Store, StoreError> {
-    open_registry_store_with(registry, mode, false).await
+    open_registry_store_with(registry, mode, None).await
+}
+
+/// How `oncegate serve` opens its store.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Serving {
+    /// `--accept-rollback`: the store is behind its serve anchor on purpose.
+    pub accept_rollback: bool,
 }
 
 /// Opens the registry's store as [`open_registry_store`] does. `serving`: this process
 /// is the store's server (`oncegate serve`), so a single-process backend (SQLite) takes
 /// its exclusive lock ([`StoreOptions::single_writer`]) and a second server is refused
-/// with [`StoreError::Locked`]; CLI commands that read or write beside a server pass
-/// `false`.
+/// with [`StoreError::Locked`], and the store is checked against its serve anchor
+/// ([`StoreError::RolledBack`]); CLI commands that read or write beside a server pass
+/// `None`.
 pub async fn open_registry_store_with(
     registry: &Registry,
     mode: OpenMode,
-    serving: bool,
+    serving: Option<Serving>,
 ) -> Result<Store, StoreError> {
     let options = StoreOptions {
-        single_writer: serving,
+        single_writer: serving.is_some(),
+        accept_rollback: serving.is_some_and(|s| s.accept_rollback),
         ..registry_store_options(registry)?
     };
     open(
@@ -154,6 +163,7 @@ pub fn registry_store_options(registry: &Registry) -> Result<StoreOptions, Store
         chain_key: chain_key_from_env(registry)?,
         audit_shards: registry.store.audit_shards,
         single_writer: false,
+        accept_rollback: false,
         pool_size: registry.store.pool_size,
         statement_timeout: registry.store.statement_timeout,
     })
@@ -244,6 +254,17 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.resumption(),
             Store::Postgres(_) | Store::Memory(_) => None,
+        }
+    }
+
+    /// When a rollback of the store to an earlier state was accepted (`oncegate serve
+    /// --accept-rollback`), if ever: intents it may have forgotten are read before they
+    /// execute (see [`crate::serve_anchor`]).
+    pub fn rollback_accepted_at(&self) -> Option<jiff::Timestamp> {
+        match self {
+            Store::Sqlite(s) => s.rollback_accepted_at(),
+            Store::Postgres(s) => s.rollback_accepted_at(),
+            Store::Memory(_) => None,
         }
     }
 

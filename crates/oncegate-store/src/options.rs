@@ -35,6 +35,9 @@ pub struct StoreOptions {
     /// Serving: this process is the file's only writer, and says so with an exclusive
     /// lock on `<file>.lock`; a second `serve` on the same file is refused (SQLite).
     pub single_writer: bool,
+    /// Serving a store that is behind its serve anchor (restored from a backup) on
+    /// purpose (`oncegate serve --accept-rollback`): see the store's `serve_anchor`.
+    pub accept_rollback: bool,
     /// The most connections the pool opens (`[store] pool_size`; PostgreSQL).
     pub pool_size: u32,
     /// How long one statement may run before the database cancels it (`[store]
@@ -53,6 +56,7 @@ impl Default for StoreOptions {
             chain_key: None,
             audit_shards: oncegate_core::audit::AUDIT_SHARDS,
             single_writer: false,
+            accept_rollback: false,
             pool_size: DEFAULT_POOL_SIZE,
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
         }

@@ -7,7 +7,8 @@
 //! edited, rolled-back, deleted or unsealed row are written once.
 
 use oncegate_core::audit::{
-    AuditRecord, ChainKey, RowKind, RowSeal, check_record, row_hash, row_hash_of, row_seal,
+    AuditRecord, ChainKey, KEYED_PREFIX, RowKind, RowSeal, check_record, row_hash, row_hash_of,
+    row_seal,
 };
 use oncegate_core::intent::{Approval, IntentRecord};
 
@@ -163,6 +164,18 @@ pub(crate) fn check_sealed(
         }
     }
     check_record(&record, key).map_err(|p| integrity(&what, format!("its audit record: {p}")))?;
+    if let Some(key) = key
+        && !record.hash.starts_with(KEYED_PREFIX)
+        && !key.trusts_unkeyed(record.shard, record.seq)
+    {
+        return Err(integrity(
+            &what,
+            format!(
+                "its audit record (shard {} seq {}) is not sealed with the chain key, and the store's key-since mark does not vouch for it (a record written without the key after the key was set)",
+                record.shard, record.seq
+            ),
+        ));
+    }
     Ok(value)
 }
 

@@ -47,8 +47,10 @@ use crate::{
     ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
     StoreWrite, UnreadableRow,
 };
+use crate::{key_since, serve_anchor};
 
 mod adopt;
+mod anchor;
 pub mod clock;
 mod read;
 mod writer;
@@ -82,6 +84,8 @@ struct Inner {
     path: PathBuf,
     store_id: String,
     chain_key: Option<ChainKey>,
+    /// When a rollback of this store was accepted (`serve --accept-rollback`), if ever.
+    rollback_accepted_at: Option<jiff::Timestamp>,
     /// The store's clock: every instant a decision on this store takes or judges.
     clock: Arc<crate::clock::StoreClock>,
     /// How the clock's timeline was found at open.
@@ -113,6 +117,51 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
+}
+
+/// `key`, trusting the records from before it was set as the store's key-since mark
+/// says (written now, the first time the store is opened with a key): see
+/// [`crate::key_since`].
+async fn trusting_history(
+    conn: &mut SqliteConnection,
+    key: ChainKey,
+    store_id: &str,
+) -> Result<ChainKey, StoreError> {
+    let stored: Option<String> = sqlx::query_scalar("SELECT value FROM meta WHERE name = ?1")
+        .bind(key_since::MARK)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    let heads = match stored {
+        Some(text) => key_since::read(&key, store_id, &text),
+        None => {
+            let shards = sqlx::query(
+                "SELECT shard, MAX(seq), MIN(CASE WHEN hash LIKE 'hmac-sha256:%' THEN seq END) FROM audit GROUP BY shard",
+            )
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            let (text, heads) = key_since::derive(
+                &key,
+                store_id,
+                shards.iter().map(|r| {
+                    (
+                        r.get::<i64, _>(0) as u32,
+                        r.get::<i64, _>(1) as u64,
+                        r.get::<Option<i64>, _>(2).map(|seq| seq as u64),
+                    )
+                }),
+            );
+            sqlx::query("INSERT INTO meta (name, value) VALUES (?1, ?2)")
+                .bind(key_since::MARK)
+                .bind(text)
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            heads
+        }
+    };
+    Ok(key.trusting_unkeyed_until(heads))
 }
 
 impl SqliteStore {
@@ -201,6 +250,10 @@ impl SqliteStore {
         if let clock::Continuity::Resumed { at, wall, newest } = &continuity {
             tracing::info!(store = %path.display(), resumes_at = %at, wall_clock = %wall, newest = ?newest, "the store's clock starts a timeline for this boot (its time never runs back from the newest instant it holds)");
         }
+        let chain_key = match options.chain_key {
+            Some(key) => Some(trusting_history(&mut migrator, key, &store_id).await?),
+            None => None,
+        };
         migrator.close().await.map_err(unavailable)?;
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
@@ -210,15 +263,28 @@ impl SqliteStore {
         let file = writer::WriterFile {
             path: path.to_owned(),
             inode: std::fs::metadata(path).map_err(unavailable)?.ino(),
-            key: options.chain_key.clone(),
+            key: chain_key.clone(),
             shards: options.audit_shards,
             verified: Arc::default(),
+            // Only the server keeps the anchor (CLI commands beside it only add records,
+            // which leave the store ahead of it).
+            anchor: options.single_writer.then(|| {
+                serve_anchor::AnchorFile::beside(&canonical(path), &store_id, chain_key.clone())
+            }),
         };
         let verified = file.verified.clone();
-        let (conn, file) = tokio::task::spawn_blocking(move || {
+        let now = crate::clock::Clock::now(&clock);
+        let accept = options.accept_rollback;
+        let shown = path.display().to_string();
+        let (conn, file, rollback_accepted_at) = tokio::task::spawn_blocking(move || {
             let mut conn = read::connect(&file.path, true)?;
+            // Before anything is added: a store behind its anchor is judged as found.
+            if let Some(anchor) = &file.anchor {
+                anchor::check(&conn, anchor, accept, now, &shown)?;
+            }
             adopt::adopt_unsealed_rows(&mut conn, file.key.as_ref(), file.shards)?;
-            Ok::<_, StoreError>((conn, file))
+            let at = anchor::rollback_accepted_at(&conn)?;
+            Ok::<_, StoreError>((conn, file, at))
         })
         .await
         .map_err(unavailable)??;
@@ -230,7 +296,8 @@ impl SqliteStore {
                 _lock: lock,
                 path: path.to_owned(),
                 store_id,
-                chain_key: options.chain_key,
+                chain_key,
+                rollback_accepted_at,
                 clock: Arc::new(clock),
                 continuity,
                 resumption,
@@ -270,6 +337,12 @@ impl SqliteStore {
     /// The chain key this store seals with, if any.
     pub fn chain_key(&self) -> Option<&ChainKey> {
         self.inner.chain_key.as_ref()
+    }
+
+    /// When a rollback of this store to an earlier state was accepted (`oncegate serve
+    /// --accept-rollback`), if ever: see [`crate::serve_anchor`].
+    pub fn rollback_accepted_at(&self) -> Option<jiff::Timestamp> {
+        self.inner.rollback_accepted_at
     }
 
     /// Closes the reader pool (the writer stops when the last clone is dropped).

@@ -88,6 +88,10 @@ pub struct IntentRowV1 {
     /// before it existed.
     #[serde(default)]
     pub attempt_ended_at: Option<Timestamp>,
+    /// A worker's `not_sent` waits for a reconciliation read. Written only when set, so
+    /// rows without it (all rows before it existed) keep their exact bytes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_sent_reported: bool,
     /// When this generation started.
     pub created_at: Timestamp,
     /// Last change.
@@ -257,6 +261,7 @@ impl From<&IntentRecord> for IntentRowV1 {
             breaker_tripped: r.breaker_tripped,
             settled_at: r.settled_at,
             attempt_ended_at: r.attempt_ended_at,
+            not_sent_reported: r.not_sent_reported,
             created_at: r.created_at,
             updated_at: r.updated_at,
             version: r.version,
@@ -290,6 +295,7 @@ impl From<IntentRowV1> for IntentRecord {
             breaker_tripped: r.breaker_tripped,
             settled_at: r.settled_at,
             attempt_ended_at: r.attempt_ended_at,
+            not_sent_reported: r.not_sent_reported,
             created_at: r.created_at,
             updated_at: r.updated_at,
             version: r.version,

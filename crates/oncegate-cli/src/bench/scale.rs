@@ -56,6 +56,7 @@ fn settled(n: u64, now: Timestamp) -> Commit {
         breaker_tripped: false,
         settled_at: Some(at),
         attempt_ended_at: Some(at),
+        not_sent_reported: false,
         created_at: at,
         updated_at: at,
         version: 0,

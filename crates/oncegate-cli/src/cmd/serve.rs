@@ -26,6 +26,13 @@ pub struct ServeArgs {
     /// it in a service definition.
     #[arg(long)]
     init: bool,
+    /// Serve a store that is behind the anchor its server keeps beside it, because it
+    /// was restored from a backup on purpose. Intents the store does not know (or knows
+    /// only as not applied) are read from the provider, or held for approval, before
+    /// anything executes, for as long as their replay window lasts. Once: the next start
+    /// checks the anchor again.
+    #[arg(long)]
+    accept_rollback: bool,
 }
 
 impl ServeArgs {
@@ -51,7 +58,10 @@ pub async fn run(args: ServeArgs, registry: Registry) -> anyhow::Result<ExitCode
     // Serving makes this process the store's server: a second `serve` on the same
     // SQLite file is refused (the embedded store is single-process; replicas share a
     // PostgreSQL). `audit`, `intents` and `approvals` open it beside a running server.
-    let store = crate::open_serving_store(&registry, mode).await?;
+    let serving = oncegate_store::Serving {
+        accept_rollback: args.accept_rollback,
+    };
+    let store = crate::open_serving_store(&registry, mode, serving).await?;
     // The same probe as `check-config --probe`, in the background: an unreachable
     // upstream must not keep the gateway from serving the others, but an operator
     // should read at startup what the first call would otherwise reveal.

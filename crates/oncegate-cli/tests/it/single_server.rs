@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::oncegate;
-use crate::support::{Proc, Setup, client, effects};
+use crate::support::{Proc, Setup, client, effects, spawn};
 
 /// Waits for a `serve` that must refuse to start: its exit status, stderr and stdout.
 fn refused(mut second: std::process::Child) -> (std::process::ExitStatus, String, String) {
@@ -153,4 +153,78 @@ fn a_second_serve_through_a_symlink_or_a_hard_link_is_refused() {
     }
     assert_eq!(charge(&first, "SL-2")["status"], "applied");
     assert_eq!(effects(&setup.sandbox, "charge").len(), 2);
+}
+
+fn email(gw: &Proc, order: &str) -> Value {
+    client()
+        .post(format!("{}/v1/calls", gw.url))
+        .bearer_auth("tok-planner")
+        .json(&json!({"capability": "send_email", "arguments": {"order_id": order, "to": "ann@example.com", "template": "receipt", "body": "Thanks"}}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
+/// The database file and what SQLite keeps beside it, as a file-level backup takes
+/// them (and a restore puts them back).
+fn copy_store(from: &std::path::Path, to: &std::path::Path) {
+    for ext in ["", "-wal", "-shm"] {
+        let name = format!("oncegate.db{ext}");
+        let _ = std::fs::remove_file(to.join(&name));
+        if from.join(&name).exists() {
+            std::fs::copy(from.join(&name), to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// Issue 32: a store restored from a backup is not served as current. Backup, one
+/// more email, restore: `serve` refuses (OG-0031, naming `--accept-rollback`); with
+/// the flag, the email the restored store forgot is read from the provider before
+/// anything is sent, and replayed. Before, the restored store served and the repeat
+/// sent a second email.
+#[test]
+fn a_store_restored_from_a_backup_is_refused_until_the_rollback_is_accepted() {
+    let setup = Setup::example();
+    let dir = setup.dir.path();
+    let backup = tempfile::tempdir().unwrap();
+    let first = setup.gateway();
+    assert_eq!(email(&first, "RB-1")["status"], "applied");
+    drop(first);
+    copy_store(dir, backup.path());
+    let second = setup.gateway();
+    assert_eq!(email(&second, "RB-2")["status"], "applied");
+    drop(second);
+    copy_store(backup.path(), dir);
+
+    let child = setup
+        .gateway_command(&[], "1h")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, stderr, stdout) = refused(child);
+    assert!(!status.success(), "refused: {stderr}");
+    assert!(!stdout.contains("listening"), "it never listened: {stdout}");
+    assert!(
+        stderr.contains("OG-0031")
+            && stderr.contains("--accept-rollback")
+            && stderr.contains("behind"),
+        "says what happened and how to proceed: {stderr}"
+    );
+
+    let accepted = spawn(setup.serve_command(&[], "1h", &["--accept-rollback"]));
+    let again = email(&accepted, "RB-2");
+    assert_eq!(again["status"], "replayed", "{again}");
+    assert_eq!(email(&accepted, "RB-1")["status"], "replayed");
+    assert_eq!(
+        effects(&setup.sandbox, "email").len(),
+        2,
+        "one email per intent"
+    );
+    drop(accepted);
+    // The anchor names the store as it is now: a plain restart serves.
+    let next = setup.gateway();
+    assert_eq!(email(&next, "RB-2")["status"], "replayed");
+    assert_eq!(effects(&setup.sandbox, "email").len(), 2);
 }

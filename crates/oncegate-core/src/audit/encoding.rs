@@ -141,7 +141,8 @@ pub(super) fn hash_at(
 }
 
 pub(super) fn mac_bytes(key: &ChainKey, bytes: &[u8]) -> String {
-    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key.0).expect("HMAC takes any key length");
+    let mut mac =
+        hmac::Hmac::<Sha256>::new_from_slice(&key.secret).expect("HMAC takes any key length");
     mac.update(bytes);
     hex::encode(mac.finalize().into_bytes())
 }

@@ -189,6 +189,17 @@ pub fn decide(
             // that lost the result must read the effect reference, not "refused".
             replay(Status::Replayed, None, alerts)
         }
+        IntentState::NotApplied
+            if window_open
+                && forgotten_since(req, cap, now).is_some_and(|at| current.updated_at < at) =>
+        {
+            // Confirmed absent before the store was rolled back: the rollback may have
+            // lost the execution that came after, so the provider is asked first.
+            record.state = IntentState::Unknown;
+            record.attempt_ended_at = forgotten_since(req, cap, now);
+            record.error = Some(rolled_back_reason());
+            unknown_path(record, true, req, cap, now, alerts, &finish, &refuse)
+        }
         IntentState::NotApplied if window_open => {
             // Confirmed absent: execute again with the same key, and with the arguments
             // of the call that asks now (its significant arguments are the same; a
@@ -562,10 +573,60 @@ fn new_generation(
             record.approval_id = Some(ap.id.clone());
             (Action::Respond, Some(ap), Status::PendingApproval)
         }
-        None => {
-            claim(&mut record, req.owner, cap, now);
-            (Action::Execute, None, Status::InFlight)
-        }
+        None => match forgotten_since(req, cap, now) {
+            // The store was rolled back: this intent may have run before, in what the
+            // rollback lost. Unknown from the start, so it is read (or retried with its
+            // key, or held) as any unknown intent is, never executed at once.
+            Some(at) => {
+                record.state = IntentState::Unknown;
+                record.attempt_ended_at = Some(at);
+                record.error = Some(rolled_back_reason());
+                let finish = |action: Action,
+                              record: IntentRecord,
+                              approval: Option<Approval>,
+                              mut outcome: Outcome,
+                              alerts: Vec<Alert>| {
+                    outcome.alerts = alerts;
+                    let detail = json!({"alerts": outcome.alerts, "approval_id": outcome.approval_id, "rolled_back_at": at});
+                    let event = event(
+                        AuditKind::Call,
+                        now,
+                        req.principal,
+                        previous,
+                        Some(&record),
+                        &outcome,
+                        &cap.name,
+                        req.run_id,
+                        detail,
+                    );
+                    Decision {
+                        action,
+                        record: Some(record),
+                        approval,
+                        outcome,
+                        event,
+                    }
+                };
+                // Nothing is stored yet: a refusal must still write the record.
+                let refuse = |outcome: Outcome, alerts: Vec<Alert>| {
+                    finish(Action::Respond, record.clone(), None, outcome, alerts)
+                };
+                return unknown_path(
+                    record.clone(),
+                    true,
+                    req,
+                    cap,
+                    now,
+                    alerts,
+                    &finish,
+                    &refuse,
+                );
+            }
+            None => {
+                claim(&mut record, req.owner, cap, now);
+                (Action::Execute, None, Status::InFlight)
+            }
+        },
     };
     let mut outcome = outcome_of(&record, status, None);
     outcome.alerts = alerts;
@@ -640,8 +701,23 @@ fn fresh_record(
         breaker_tripped: false,
         settled_at: None,
         attempt_ended_at: None,
+        not_sent_reported: false,
         created_at: now,
         updated_at: now,
         version: 0,
     }
+}
+
+/// When the store was rolled back, if that was recent enough (within `cap`'s replay
+/// window) for an intent of `cap` to have run in what the rollback lost.
+fn forgotten_since(req: &CallRequest<'_>, cap: &Capability, now: Timestamp) -> Option<Timestamp> {
+    req.rolled_back_at
+        .filter(|at| now < *at + cap.replay_window)
+}
+
+fn rolled_back_reason() -> Reason {
+    Reason::new(
+        Code::UpstreamUnknown,
+        "the store was rolled back to an earlier state, and this intent may have run in what it lost: oncegate checks with the provider before anything executes; do not re-issue",
+    )
 }

@@ -5,10 +5,8 @@
 use jiff::Timestamp;
 use serde_json::json;
 
-use super::effect::settle_result;
-use super::{
-    Action, Decision, EffectResult, event, outcome_of, record_claim_effect, standing_outcome,
-};
+use super::effect::{Reporter, record_reported, settle_reported};
+use super::{Action, Decision, EffectResult, event, outcome_of, standing_outcome};
 use crate::audit::AuditKind;
 use crate::codes::Code;
 use crate::config::Capability;
@@ -133,7 +131,7 @@ pub fn stale_claim(
 }
 
 /// A completion from outside: what the holder of the claim `(generation, execution)`
-/// says its execution did. Strict, unlike [`record_claim_effect`] (the gate's own
+/// says its execution did. Strict, unlike [`super::record_claim_effect`] (the gate's own
 /// executions, whose late answers are still the truth): a claim that was superseded,
 /// whose lease expired by `now`, or whose intent is no longer in flight for it records
 /// nothing, whatever it says, so a worker that stalled past its lease can never
@@ -155,8 +153,14 @@ pub fn complete_claim(
     now: Timestamp,
 ) -> Completion {
     let Some(stale) = stale_claim(record, generation, execution, nonce, now) else {
-        return Completion::Record(record_claim_effect(
-            record, execution, result, cap, actor, now,
+        return Completion::Record(record_reported(
+            record,
+            execution,
+            result,
+            cap,
+            actor,
+            now,
+            Reporter::Worker,
         ));
     };
     if record.generation == generation
@@ -165,7 +169,7 @@ pub fn complete_claim(
     {
         // Would this result have written the record as it stands? Then it did.
         let mut probe = record.clone();
-        let status = settle_result(&mut probe, &result, now);
+        let status = settle_reported(&mut probe, &result, cap, Reporter::Worker, now);
         let same = probe.state == record.state
             && probe.effect_ref == record.effect_ref
             && probe.result == record.result

@@ -32,10 +32,33 @@ pub fn record_claim_effect(
     actor: &str,
     now: Timestamp,
 ) -> Decision {
+    record_reported(record, execution, result, cap, actor, now, Reporter::Gate)
+}
+
+/// Who says what an execution did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reporter {
+    /// The gate's own executor, whose `not_sent` means a connection that was refused
+    /// before any byte of the request left.
+    Gate,
+    /// A worker through the two-phase API, whose `not_sent` is its word only.
+    Worker,
+}
+
+/// [`record_claim_effect`], with the reporter's `not_sent` checked when it is a worker's.
+pub(super) fn record_reported(
+    record: &IntentRecord,
+    execution: u32,
+    result: EffectResult,
+    cap: &Capability,
+    actor: &str,
+    now: Timestamp,
+    reporter: Reporter,
+) -> Decision {
     let mut next = record.clone();
     next.lease = None;
     next.updated_at = now;
-    let status = settle_result(&mut next, &result, now);
+    let status = settle_reported(&mut next, &result, cap, reporter, now);
     // An effect that did happen is the truth whatever happened meanwhile. Anything else
     // may only settle the claim it belongs to: `executions` is the fencing token, so a
     // late timeout from an attempt whose lease expired cannot overwrite a newer claim.
@@ -82,6 +105,40 @@ pub fn record_claim_effect(
         approval: None,
         outcome,
         event,
+    }
+}
+
+/// [`settle_result`], except that a worker's `not_sent` on a capability with a
+/// reconciliation read is not taken at its word: the intent is `unknown` until a read
+/// checks it (a worker that mislabels a timeout as not sent, or an SDK that wraps a
+/// read timeout in a connect error, would otherwise make a second effect). Found: the
+/// effect is recorded and the report is evidence; not found: the next claim executes
+/// at once (see [`super::absence_unproven`]).
+pub(super) fn settle_reported(
+    next: &mut IntentRecord,
+    result: &EffectResult,
+    cap: &Capability,
+    reporter: Reporter,
+    now: Timestamp,
+) -> Status {
+    let status = settle_result(next, result, now);
+    match result {
+        EffectResult::NotSent { message }
+            if reporter == Reporter::Worker
+                && cap.reconcile.is_some()
+                && next.state == IntentState::NotApplied =>
+        {
+            next.state = IntentState::Unknown;
+            next.not_sent_reported = true;
+            next.error = Some(Reason::new(
+                Code::UpstreamUnknown,
+                format!(
+                    "{message}; the worker reports that nothing was sent, and oncegate reads the upstream before anything executes again: do not re-issue"
+                ),
+            ));
+            Status::Unknown
+        }
+        _ => status,
     }
 }
 

@@ -68,6 +68,13 @@ pub struct CallRequest<'a> {
     pub held: Option<&'a str>,
     /// The id to use if this call creates an approval (ids are random; decide is not).
     pub new_approval_id: &'a str,
+    /// When a rollback of the store to an earlier state was accepted (`serve
+    /// --accept-rollback`), if ever. Until a capability's replay window has passed
+    /// since then, an intent the store does not know, or knows as `not_applied` from
+    /// before then, may have run before the rollback: it is treated as `unknown` (read
+    /// from the provider, retried with its key, or held for approval, as the
+    /// capability's `on_unknown` says), never executed at once.
+    pub rolled_back_at: Option<Timestamp>,
 }
 
 /// What the shell must do after committing the decision.
@@ -271,6 +278,7 @@ fn claim(record: &mut IntentRecord, owner: &str, cap: &Capability, now: Timestam
     });
     record.executions += 1;
     record.error = None;
+    record.not_sent_reported = false;
     // A new attempt: its request has not ended yet. But an attempt before it whose
     // outcome is unknown (a retry or an approved re-execution of an unknown intent, a
     // keyed re-execution with the same key) may still land: its end is kept, so that if
@@ -337,4 +345,5 @@ fn settle_applied(
     record.effect_ref = effect_ref;
     record.result = Some(result);
     record.error = None;
+    record.not_sent_reported = false;
 }

@@ -33,6 +33,11 @@ pub fn absence_unproven(
             "the upstream has no record of the effect yet, but oncegate's call for the attempt is still running and may still take effect".into(),
         );
     }
+    if record.not_sent_reported {
+        // Nothing is said to have been sent, so no request can still land: the read
+        // checks the worker's word, and "not found" is absence at once.
+        return None;
+    }
     let until = attempt_end(record, now) + cap.settle_horizon;
     (now < until).then(|| {
         format!(
@@ -120,7 +125,7 @@ pub fn after_reconcile(
                 Action::Respond,
                 None,
                 outcome,
-                json!({"reconciled": "found", "effect_ref": next.effect_ref}),
+                json!({"reconciled": "found", "effect_ref": next.effect_ref, "not_sent_disproved": record.not_sent_reported}),
             )
         }
         ReconcileResult::NotFound => {
@@ -257,13 +262,14 @@ pub fn after_sweep(
             settle_applied(&mut next, effect_ref, result, now);
             (
                 Status::Replayed,
-                json!({"sweep": "found", "effect_ref": next.effect_ref}),
+                json!({"sweep": "found", "effect_ref": next.effect_ref, "not_sent_disproved": record.not_sent_reported}),
             )
         }
         ReconcileResult::NotFound => {
             next.state = IntentState::NotApplied;
             // Proven absent: no earlier attempt is pending any more.
             next.attempt_ended_at = None;
+            next.not_sent_reported = false;
             next.error = Some(Reason::new(
                 Code::UpstreamRejected,
                 "reconciled: the upstream has no such effect; a repeat executes it with the same key",

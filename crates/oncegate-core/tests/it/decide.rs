@@ -79,6 +79,7 @@ impl Fixture {
             kill_switch: None,
             held: None,
             new_approval_id: "ap_new",
+            rolled_back_at: None,
         }
     }
 

@@ -24,10 +24,14 @@ struct Gw {
 }
 
 async fn gateway(lease: &str) -> Gw {
+    gateway_over(lease, SandboxConfig::default()).await
+}
+
+async fn gateway_over(lease: &str, provider: SandboxConfig) -> Gw {
     install_crypto();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let sandbox = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(sandbox::serve(listener, SandboxConfig::default()));
+    tokio::spawn(sandbox::serve(listener, provider));
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
         r#"
@@ -60,6 +64,21 @@ key = {{ business_ref = "order_id", significant = [{{ arg = "amount", type = "mo
 [capabilities.reconcile]
 kind = "http"
 url = "{sandbox}/v1/charges?idempotency_key={{key}}"
+found = "/found"
+effect_ref = "/charge/id"
+result = "/charge"
+
+[[capabilities]]
+name = "payout"
+category = "non_idempotent"
+lease = "{lease}"
+settle_horizon = "1h"
+on_unknown = "reconcile"
+key = {{ business_ref = "order_id", significant = [{{ arg = "amount", type = "money", default_currency = "USD" }}] }}
+
+[capabilities.reconcile]
+kind = "http"
+url = "{sandbox}/v1/charges?order_id={{arg.order_id}}"
 found = "/found"
 effect_ref = "/charge/id"
 result = "/charge"
@@ -402,9 +421,11 @@ async fn not_sent_lets_the_next_claim_execute_and_unknown_without_a_read_waits_f
             json!({"outcome": "not_sent", "error": "connection refused"}),
         )
         .await;
+    // The charge has a reconciliation read: the worker's word is checked before the
+    // next claim executes (the sandbox has nothing, so it executes at once).
     assert_eq!(
         (status, ns["state"].as_str()),
-        (200, Some("not_applied")),
+        (202, Some("unknown")),
         "{ns}"
     );
     let (_, again) = gw.claim("charge", args).await;
@@ -603,4 +624,65 @@ async fn a_claim_s_token_is_its_claimer_s_alone() {
         "{done}"
     );
     assert_eq!(gw.charges("N-1").await, 1);
+}
+
+/// Issue 32: a worker that pays out and then reports `not_sent` (its own bug, or an
+/// SDK that wraps a read timeout in a connect error), at a provider without keys: the
+/// next claim reads the provider first, finds the payout and replays it. Before, the
+/// next claim executed at once: two payouts. A worker whose `not_sent` is true is then
+/// re-executed at once, with no settle horizon (an hour here) to wait for.
+#[tokio::test]
+async fn a_worker_s_not_sent_is_checked_by_the_read_before_anything_executes_again() {
+    let gw = gateway_over(
+        "30s",
+        SandboxConfig {
+            ignore_idempotency_key: vec![sandbox::Resource::Charges],
+            ..SandboxConfig::default()
+        },
+    )
+    .await;
+    for n in 0..3 {
+        let order = format!("o-lie-{n}");
+        let args = json!({"order_id": order, "amount": "12.50"});
+        let (_, claim) = gw.claim("payout", args.clone()).await;
+        assert_eq!(claim["status"], "execute", "{claim}");
+        let paid = gw
+            .charge(&order, claim["idempotency_key"].as_str().unwrap())
+            .await;
+        let (status, said) = gw
+            .complete(
+                &claim,
+                json!({"outcome": "not_sent", "error": "connect error: timed out"}),
+            )
+            .await;
+        assert_eq!(
+            (status, said["state"].as_str()),
+            (202, Some("unknown")),
+            "{said}"
+        );
+        let (_, next) = gw.claim("payout", args.clone()).await;
+        assert_eq!(next["status"], "replayed", "{next}");
+        assert_eq!(next["effect_ref"], paid["id"], "{next}");
+        let (_, again) = gw.claim("payout", args).await;
+        assert_eq!(again["status"], "replayed", "{again}");
+        assert_eq!(gw.charges(&order).await, 1, "one payout for {order}");
+    }
+
+    // The truth: nothing was sent. The read finds nothing and the next claim executes.
+    let args = json!({"order_id": "o-true", "amount": "3.00"});
+    let (_, claim) = gw.claim("payout", args.clone()).await;
+    let (status, said) = gw
+        .complete(
+            &claim,
+            json!({"outcome": "not_sent", "error": "connection refused"}),
+        )
+        .await;
+    assert_eq!(
+        (status, said["state"].as_str()),
+        (202, Some("unknown")),
+        "{said}"
+    );
+    let (_, next) = gw.claim("payout", args).await;
+    assert_eq!(next["status"], "execute", "{next}");
+    assert_eq!(gw.charges("o-true").await, 0);
 }

@@ -54,6 +54,9 @@ struct Inner {
     store_id: String,
     chain_key: Option<ChainKey>,
     audit_shards: u32,
+    /// When a rollback of this store was accepted, if ever (see
+    /// [`crate::serve_anchor`]).
+    rollback_accepted_at: Option<jiff::Timestamp>,
     /// The database's clock as this replica reads it (see clock.rs).
     clock: Arc<crate::clock::StoreClock>,
 }
@@ -179,11 +182,23 @@ impl PgStore {
             .map_err(unavailable)?
             .get(0);
         let clock = Arc::new(clock::first(&pool).await?);
+        let chain_key = match options.chain_key {
+            Some(key) => Some(trusting_history(&pool, key, &store_id).await?),
+            None => None,
+        };
+        let rollback_accepted_at =
+            sqlx::query_scalar::<_, String>("SELECT value FROM meta WHERE name = $1")
+                .bind(crate::serve_anchor::ROLLBACK_ACCEPTED_AT)
+                .fetch_optional(&pool)
+                .await
+                .map_err(db_error)?
+                .and_then(|v| v.parse().ok());
         let inner = Arc::new(Inner {
             pool,
             shown,
             store_id,
-            chain_key: options.chain_key,
+            chain_key,
+            rollback_accepted_at,
             audit_shards: options.audit_shards,
             clock,
         });
@@ -210,6 +225,11 @@ impl PgStore {
     /// The chain key this store seals with, if any.
     pub fn chain_key(&self) -> Option<&ChainKey> {
         self.inner.chain_key.as_ref()
+    }
+
+    /// When a rollback of this store to an earlier state was accepted, if ever.
+    pub fn rollback_accepted_at(&self) -> Option<jiff::Timestamp> {
+        self.inner.rollback_accepted_at
     }
 
     /// The database's clock as this replica reads it: the time every decision on this
@@ -573,4 +593,49 @@ mod url_tests {
         );
         assert_eq!(with_database("postgres://h", "og_1"), "postgres://h/og_1");
     }
+}
+
+/// `key`, trusting the records from before it was set as the store's key-since mark
+/// says (written now by the first replica to open the store with a key; the others
+/// read that one): see [`crate::key_since`].
+async fn trusting_history(
+    pool: &PgPool,
+    key: ChainKey,
+    store_id: &str,
+) -> Result<ChainKey, StoreError> {
+    let read = async || -> Result<Option<String>, StoreError> {
+        sqlx::query_scalar("SELECT value FROM meta WHERE name = $1")
+            .bind(crate::key_since::MARK)
+            .fetch_optional(pool)
+            .await
+            .map_err(db_error)
+    };
+    if read().await?.is_none() {
+        let shards = sqlx::query(
+            "SELECT shard, MAX(seq), MIN(CASE WHEN hash LIKE 'hmac-sha256:%' THEN seq END) FROM audit GROUP BY shard",
+        )
+        .fetch_all(pool)
+        .await
+        .map_err(db_error)?;
+        let (text, _) = crate::key_since::derive(
+            &key,
+            store_id,
+            shards.iter().map(|r| {
+                (
+                    r.get::<i64, _>(0) as u32,
+                    r.get::<i64, _>(1) as u64,
+                    r.get::<Option<i64>, _>(2).map(|seq| seq as u64),
+                )
+            }),
+        );
+        sqlx::query("INSERT INTO meta (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+            .bind(crate::key_since::MARK)
+            .bind(text)
+            .execute(pool)
+            .await
+            .map_err(db_error)?;
+    }
+    let text = read().await?.unwrap_or_default();
+    let heads = crate::key_since::read(&key, store_id, &text);
+    Ok(key.trusting_unkeyed_until(heads))
 }

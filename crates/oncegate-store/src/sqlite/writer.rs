@@ -213,6 +213,8 @@ pub(super) struct WriterFile {
     pub(super) shards: u32,
     /// What the loads need not check again: the rows this writer committed.
     pub(super) verified: Arc<Verified>,
+    /// The serve anchor, rewritten after every commit when this process serves the file.
+    pub(super) anchor: Option<crate::serve_anchor::AnchorFile>,
 }
 
 /// How long the checkpointer lets commits gather before it checkpoints them.
@@ -323,6 +325,12 @@ fn run(
         }
         match results {
             Ok(results) => {
+                // Before anyone hears of the commit: a restore that loses it is refused.
+                if let Some(anchor) = &file.anchor
+                    && let Err(e) = anchor.write(&heads)
+                {
+                    tracing::error!(anchor = %anchor.path().display(), error = %e, "the serve anchor could not be written; a restore of the store to before this commit would go unnoticed");
+                }
                 // Full: a checkpoint is already due.
                 let _ = kick.try_send(());
                 for (job, done) in batch.drain(..).zip(results) {

@@ -545,3 +545,81 @@ async fn a_row_changed_since_this_writer_committed_it_is_not_replaced() {
         .collect();
     assert_eq!(versions, [1, 1, 2], "only the untouched row moved on");
 }
+
+/// Issue 32: with a chain key set, a row whose newest audit record is sealed without it
+/// (someone with the software but not the secret re-sealed it) fails closed at load,
+/// while rows last written before the key was set still load (the store's key-since
+/// mark vouches for them). `open` opens the one store with or without the key.
+pub async fn a_row_resealed_without_the_chain_key_fails_closed<S, F>(open: F)
+where
+    S: StoreRead + StoreWrite,
+    F: AsyncFn(Option<ChainKey>) -> S,
+{
+    use oncegate_core::intent::IntentState;
+    use oncegate_core::key::IntentKey;
+
+    let key = ChainKey::new(b"the gateway's chain key").unwrap();
+    let commit = async |store: &S, rec: &oncegate_core::intent::IntentRecord| {
+        store
+            .commit(Commit::new(Some(rec.clone()), None, event(rec)))
+            .await
+            .unwrap();
+    };
+    let before = IntentKey::from_hex("dd01");
+    let after = IntentKey::from_hex("dd02");
+    {
+        let store = open(None).await;
+        commit(&store, &sample_record("dd01", 1)).await;
+    }
+    {
+        let store = open(Some(key.clone())).await;
+        assert!(
+            store.load(&before).await.is_ok(),
+            "a row from before the key was set still loads"
+        );
+        let mut rec = sample_record("dd02", 1);
+        rec.state = IntentState::Applied;
+        commit(&store, &rec).await;
+    }
+    {
+        // Without the key: the software re-seals both rows with plain hashes, links
+        // and row seals all consistent.
+        let store = open(None).await;
+        let mut rec = store.load(&before).await.unwrap().unwrap();
+        rec.state = IntentState::NotApplied;
+        commit(&store, &rec).await;
+        // (A keyed row cannot even be read or rewritten through the store without the
+        // key: `dd02` stays as the key sealed it.)
+    }
+    let store = open(Some(key)).await;
+    match store.load(&before).await {
+        Err(StoreError::Integrity(problem)) => {
+            assert!(
+                problem.contains("not sealed with the chain key"),
+                "{problem}"
+            )
+        }
+        other => panic!("a row re-sealed without the key must fail closed: {other:?}"),
+    }
+    assert!(
+        store.load(&after).await.unwrap().is_some(),
+        "the keyed row loads"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_refuses_at_load_a_row_resealed_without_the_chain_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("key.db");
+    a_row_resealed_without_the_chain_key_fails_closed(async |chain_key| {
+        scratch_with(
+            &db,
+            StoreOptions {
+                chain_key,
+                ..StoreOptions::default()
+            },
+        )
+        .await
+    })
+    .await;
+}

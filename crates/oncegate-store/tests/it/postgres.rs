@@ -540,3 +540,21 @@ async fn open_by_url_gives_a_postgres_store() {
     store.close().await;
     db.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refuses_at_load_a_row_resealed_without_the_chain_key() {
+    let db = TestDb::create().await;
+    crate::integrity::a_row_resealed_without_the_chain_key_fails_closed(async |chain_key| {
+        db.store(
+            OpenMode::CreateIfMissing,
+            StoreOptions {
+                chain_key,
+                ..StoreOptions::default()
+            },
+        )
+        .await
+        .unwrap()
+    })
+    .await;
+    db.drop().await;
+}

@@ -52,6 +52,7 @@ fn full_intent() -> IntentRecord {
         breaker_tripped: true,
         settled_at: Some(Timestamp::from_millisecond(1_700_000_040_500).unwrap()),
         attempt_ended_at: Some(at(50)),
+        not_sent_reported: false,
         created_at: at(0),
         updated_at: at(60),
         version: 4,
