@@ -15,6 +15,7 @@ use oncegate_core::Registry;
 mod bench;
 mod cmd;
 mod demo;
+mod logging;
 mod telemetry;
 mod verify;
 
@@ -163,10 +164,16 @@ pub fn run() -> ExitCode {
                 "warn,rmcp=off".into()
             }
         });
+    // What the gateway fills in from its environment never reaches the log, nor any
+    // URL's userinfo or query, whichever crate formatted the line.
+    let secrets = serving
+        .as_ref()
+        .map(oncegate_gateway::server::registry_secrets)
+        .unwrap_or_default();
     tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
+                .with_writer(logging::RedactedStderr::new(secrets))
                 .with_filter(log),
         )
         .with(exporter.as_ref().map(telemetry::Exporter::layer))

@@ -15,6 +15,7 @@ pub mod key;
 pub mod limits;
 pub mod normalise;
 pub mod policy;
+pub mod redact;
 pub mod template;
 
 pub use codes::Code;

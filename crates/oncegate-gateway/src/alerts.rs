@@ -8,6 +8,8 @@ use oncegate_core::intent::Outcome;
 use oncegate_core::template::{Part, Source, Template};
 use serde_json::json;
 
+use crate::upstream::client::secrets;
+
 /// The webhook URL: literals as written, `${env:NAME}` from the environment, any other
 /// placeholder empty.
 pub fn webhook_url(template: &Template) -> String {
@@ -41,7 +43,7 @@ pub fn send(
     let url = webhook_url(template);
     for alert in &outcome.alerts {
         let body = json!({"alert": alert, "capability": capability, "intent_key": outcome.key, "principal": principal});
-        let (client, url) = (http.clone(), url.clone());
+        let (client, url, template) = (http.clone(), url.clone(), template.clone());
         tokio::spawn(async move {
             if let Err(e) = client
                 .post(&url)
@@ -50,7 +52,9 @@ pub fn send(
                 .send()
                 .await
             {
-                tracing::warn!(error = %e, "alert webhook failed");
+                // reqwest's error names the URL, which carries the receiver's secret.
+                let error = secrets([&template]).text(&e.to_string());
+                tracing::warn!(%error, "alert webhook failed");
             }
         });
     }

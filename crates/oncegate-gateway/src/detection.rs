@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use oncegate_core::config::{Listing, UpstreamKind};
+use oncegate_core::redact::Redactor;
 use oncegate_engine::UpstreamEffect;
 use oncegate_store::{StoreRead, StoreWrite};
 use serde_json::Value;
 
 use crate::alerts::webhook_url;
 use crate::state::AppState;
+use crate::upstream::client::secrets;
 
 /// Every this many ticks the scheduler refreshes `oncegate_limit_remaining`.
 const LIMITS_GAUGE_TICKS: u64 = 15;
@@ -140,8 +142,24 @@ pub async fn fetch_listing(
 }
 
 /// [`fetch_listing`], calling `progress(pages, effects)` after each page read (for
-/// `oncegate detect`'s progress line on long scans).
+/// `oncegate detect`'s progress line on long scans). An error shows neither the
+/// credentials the listing's URL and headers carry nor the URL's query.
 pub async fn fetch_listing_with_progress(
+    http: &reqwest::Client,
+    listing: &Listing,
+    since: Timestamp,
+    progress: &mut (dyn FnMut(usize, usize) + Send),
+) -> Result<Vec<UpstreamEffect>, String> {
+    read_listing(http, listing, since, progress)
+        .await
+        .map_err(|e| listing_secrets(listing).text(&e))
+}
+
+fn listing_secrets(listing: &Listing) -> Redactor {
+    secrets(std::iter::once(&listing.url).chain(listing.headers.values()))
+}
+
+async fn read_listing(
     http: &reqwest::Client,
     listing: &Listing,
     since: Timestamp,
@@ -265,6 +283,7 @@ async fn mcp_page(
         timeout: listing.timeout,
         poolable: false,
         progress: None,
+        secrets: listing_secrets(listing),
     };
     // A read: no running-call registry, no shutdown wait, nothing pooled.
     match crate::upstream::mcp::call_tool(http.clone(), call, None, None, None).await {

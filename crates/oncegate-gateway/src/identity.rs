@@ -19,6 +19,7 @@ use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use oncegate_core::codes::Code;
 use oncegate_core::config::{IdentitySettings, IssuerConfig, JwksSource, Role};
+use oncegate_core::redact;
 use serde_json::Value;
 use tokio::sync::{Mutex, RwLock};
 
@@ -321,26 +322,29 @@ impl Issuer {
             JwksSource::File(path) => std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
             JwksSource::Url(url) => {
+                // The failure reaches an unauthenticated client (503) and the log: the
+                // URL's userinfo and query (a provider's key) are never in it, neither
+                // from the URL nor from reqwest's error naming it.
+                let failed = |why: &dyn std::fmt::Display| {
+                    redact::urls_in(&format!("GET {}: {why}", redact::url(url)))
+                };
                 let response = http
                     .get(url)
                     .timeout(FETCH_TIMEOUT)
                     .header(reqwest::header::ACCEPT, "application/json")
                     .send()
                     .await
-                    .map_err(|e| format!("GET {url}: {e}"))?;
+                    .map_err(|e| failed(&e))?;
                 if !response.status().is_success() {
-                    return Err(format!("GET {url}: HTTP {}", response.status()));
+                    return Err(failed(&format_args!("HTTP {}", response.status())));
                 }
-                let bytes = response
-                    .bytes()
-                    .await
-                    .map_err(|e| format!("GET {url}: {e}"))?;
+                let bytes = response.bytes().await.map_err(|e| failed(&e))?;
                 if bytes.len() > MAX_JWKS_BYTES {
-                    return Err(format!(
-                        "GET {url}: the key set exceeds {MAX_JWKS_BYTES} bytes"
-                    ));
+                    return Err(failed(&format_args!(
+                        "the key set exceeds {MAX_JWKS_BYTES} bytes"
+                    )));
                 }
-                String::from_utf8(bytes.to_vec()).map_err(|_| format!("GET {url}: not UTF-8"))?
+                String::from_utf8(bytes.to_vec()).map_err(|_| failed(&"not UTF-8"))?
             }
         };
         let set: JwkSet = serde_json::from_str(&text).map_err(|e| format!("not a JWKS: {e}"))?;

@@ -91,7 +91,25 @@ pub async fn probe(registry: &Registry, client: reqwest::Client) -> Vec<ProbeFin
     futures::future::join_all(probes).await
 }
 
+/// Probes one upstream; what it says shows no credential (the lines reach a terminal
+/// and serve's log): the values filled in from the environment and the URL's userinfo
+/// and query read `***`.
 async fn probe_one(
+    client: reqwest::Client,
+    cap: Arc<Capability>,
+    part: &'static str,
+    up: Upstream,
+) -> ProbeFinding {
+    let secrets = crate::upstream::client::secrets(cap.templates());
+    let found = probe_upstream(client, cap, part, up).await;
+    ProbeFinding {
+        target: secrets.text(&found.target),
+        problem: found.problem.map(|p| secrets.text(&p)),
+        ..found
+    }
+}
+
+async fn probe_upstream(
     client: reqwest::Client,
     cap: Arc<Capability>,
     part: &'static str,

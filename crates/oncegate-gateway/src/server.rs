@@ -11,5 +11,5 @@ pub use crate::routes::calls::{CallBody, DeriveBody};
 pub use crate::serve::{HEADER_READ_TIMEOUT, serve};
 pub use crate::state::{AppState, MAX_BODY_BYTES, Principal};
 pub use crate::sweep::sweep;
-pub use crate::upstream::client::{http_client, install_crypto};
+pub use crate::upstream::client::{http_client, install_crypto, registry_secrets};
 pub use crate::wire::{Envelope, model_line};

@@ -25,13 +25,14 @@ use oncegate_core::config::{
     BodyTemplate, Capability, KeyThreading, Reconcile, ToolErrors, Upstream, UpstreamKind,
 };
 use oncegate_core::limits::{AnswerSummary, Limits, answer_over_limit, bound_answer, json_depth};
+use oncegate_core::redact::Redactor;
 use oncegate_core::template::{Part, Source, Template};
 use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_engine::{Attempt, Executor, IntentHandle, LateAnswer};
 use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
-use self::client::reqwest_error_text;
+use self::client::{reqwest_error_text, secrets};
 use crate::inflight::InFlight;
 
 /// Why a template could not be rendered (nothing was sent).
@@ -425,7 +426,7 @@ impl Executor for UpstreamExecutor {
         let span = crate::trace::upstream_span(&self.cap, up.kind);
         let attempt = self.attempt(up, intent).instrument(span.clone()).await;
         crate::trace::record_effect(&span, &attempt.result);
-        attempt
+        self.redacted(attempt)
     }
     fn admit(&self, intent: &IntentHandle) -> Result<(), String> {
         let scope = Scope { intent };
@@ -468,7 +469,9 @@ impl Executor for UpstreamExecutor {
         .await;
         let answer = match read {
             Ok(r) => r,
-            Err(message) => ReconcileResult::Undecidable { message },
+            Err(message) => ReconcileResult::Undecidable {
+                message: self.secrets().text(&message),
+            },
         };
         crate::trace::record_reconcile(&span, &answer);
         answer
@@ -476,6 +479,25 @@ impl Executor for UpstreamExecutor {
 }
 
 impl UpstreamExecutor {
+    /// What this capability's requests are filled with from the environment: no
+    /// message of its results may show it (read when a result is an error).
+    fn secrets(&self) -> Redactor {
+        secrets(self.cap.templates())
+    }
+
+    /// `attempt` with the messages of its result and of its late answer redacted (the
+    /// provider's answer itself is stored as it came).
+    fn redacted(&self, attempt: Attempt) -> Attempt {
+        let Attempt { result, late } = attempt;
+        let secrets = self.secrets();
+        let result = redact_result(result, &secrets);
+        let late = late.map(|late| LateAnswer {
+            answer: Box::pin(async move { redact_result(late.answer.await, &secrets) }),
+            hold: late.hold,
+        });
+        Attempt { result, late }
+    }
+
     /// One upstream call (HTTP or MCP), inside its trace span.
     async fn attempt(&self, up: &Upstream, intent: IntentHandle) -> Attempt {
         let started = std::time::Instant::now();
@@ -657,6 +679,7 @@ impl UpstreamExecutor {
             poolable: same_for_every_call(&up.url, up.headers.values()),
             // The upstream's progress reaches the agents waiting on this intent.
             progress: Some(intent.intent_key.as_str().to_owned()),
+            secrets: self.secrets(),
         })
     }
 
@@ -710,6 +733,7 @@ impl UpstreamExecutor {
             timeout: up.timeout.unsigned_abs(),
             poolable: false,
             progress: None,
+            secrets: self.secrets(),
         };
         mcp::tool_schema(self.client.clone(), call).await
     }
@@ -773,6 +797,25 @@ impl UpstreamExecutor {
             }
         });
         Attempt { result, late }
+    }
+}
+
+/// `result` with its message passed through `secrets`: a client library's error names
+/// the URL it failed on, and the URL and headers were rendered with the gateway's
+/// credentials.
+fn redact_result(result: EffectResult, secrets: &Redactor) -> EffectResult {
+    match result {
+        EffectResult::Failed { result, message } => EffectResult::Failed {
+            result,
+            message: secrets.text(&message),
+        },
+        EffectResult::Unknown { message } => EffectResult::Unknown {
+            message: secrets.text(&message),
+        },
+        EffectResult::NotSent { message } => EffectResult::NotSent {
+            message: secrets.text(&message),
+        },
+        applied @ EffectResult::Applied { .. } => applied,
     }
 }
 
@@ -875,6 +918,7 @@ impl UpstreamExecutor {
             timeout: rec.timeout.unsigned_abs(),
             poolable: same_for_every_call(&rec.url, headers.values()),
             progress: None,
+            secrets: self.secrets(),
         };
         match mcp::call_tool(
             self.client.clone(),
@@ -961,5 +1005,6 @@ pub fn server_request(server: &oncegate_core::config::McpServer) -> Result<mcp::
         timeout: server.timeout.unsigned_abs(),
         poolable: false,
         progress: None,
+        secrets: secrets(std::iter::once(&server.url).chain(server.headers.values())),
     })
 }

@@ -18,12 +18,13 @@ use oncegate_core::Registry;
 use oncegate_core::audit::{AuditRecord, ChainKey, StoredRow};
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
 use oncegate_core::key::IntentKey;
+use oncegate_core::redact;
 use tracing::Instrument;
 
 use crate::clock::{Clock, SystemClock};
 use crate::memory::MemoryStore;
 use crate::options::{OpenMode, StoreOptions};
-use crate::postgres::{PgStore, redact};
+use crate::postgres::PgStore;
 use crate::sqlite::SqliteStore;
 use crate::{
     ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
@@ -197,7 +198,7 @@ pub enum Location {
     /// A SQLite database file.
     Sqlite(PathBuf),
     /// A PostgreSQL database: the URL as written (it may carry a password; `Display`
-    /// shows it as `***`).
+    /// shows its userinfo and query values as `***`).
     Postgres(String),
 }
 
@@ -205,7 +206,7 @@ impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Location::Sqlite(path) => write!(f, "{}", path.display()),
-            Location::Postgres(url) => write!(f, "{}", redact(url)),
+            Location::Postgres(url) => write!(f, "{}", redact::url(url)),
         }
     }
 }
@@ -218,7 +219,7 @@ pub fn location(url: &str, base_dir: &Path) -> Result<Location, StoreError> {
         .or_else(|| url.strip_prefix("postgresql://"))
     {
         if rest.is_empty() || rest.starts_with(['/', '?']) {
-            return Err(StoreError::UnsupportedUrl(redact(url)));
+            return Err(StoreError::UnsupportedUrl(redact::url(url)));
         }
         return Ok(Location::Postgres(url.to_owned()));
     }
@@ -226,7 +227,7 @@ pub fn location(url: &str, base_dir: &Path) -> Result<Location, StoreError> {
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))
         .filter(|rest| !rest.is_empty())
-        .ok_or_else(|| StoreError::UnsupportedUrl(redact(url)))?;
+        .ok_or_else(|| StoreError::UnsupportedUrl(redact::url(url)))?;
     let path = Path::new(rest);
     Ok(Location::Sqlite(if path.is_absolute() {
         path.to_owned()

@@ -3,6 +3,8 @@
 
 use std::process::ExitCode;
 
+use oncegate_core::redact;
+
 use crate::ConfigArg;
 
 #[derive(Debug, clap::Args)]
@@ -42,7 +44,8 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
         path.display(),
         registry.capabilities().len(),
         registry.principals.len(),
-        registry.store_url
+        // A PostgreSQL URL may carry its password; a JWKS URL a provider's key.
+        redact::url(&registry.store_url)
     );
     if let Some(identity) = &registry.identity {
         println!(
@@ -52,7 +55,7 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
         );
         for i in &identity.issuers {
             let keys = match &i.jwks {
-                oncegate_core::config::JwksSource::Url(u) => u.clone(),
+                oncegate_core::config::JwksSource::Url(u) => redact::url(u),
                 oncegate_core::config::JwksSource::File(f) => f.display().to_string(),
             };
             println!(

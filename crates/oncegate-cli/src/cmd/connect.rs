@@ -119,7 +119,10 @@ fn request_id(message: &ClientJsonRpcMessage) -> Option<rmcp::model::RequestId> 
 fn unreachable(id: rmcp::model::RequestId, url: &reqwest::Url, why: &str) -> ServerJsonRpcMessage {
     ServerJsonRpcMessage::error(
         ErrorData::internal_error(
-            format!("oncegate connect could not deliver the request to {url}: {why}"),
+            // rmcp's error names the URL as well: neither shows its userinfo or query.
+            oncegate_core::redact::urls_in(&format!(
+                "oncegate connect could not deliver the request to {url}: {why}"
+            )),
             None,
         ),
         Some(id),

@@ -7,6 +7,7 @@ mod args;
 mod clocks;
 mod conformance;
 mod console;
+mod credentials;
 mod demo;
 mod detection;
 mod gateway;

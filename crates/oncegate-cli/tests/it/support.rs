@@ -79,6 +79,11 @@ pub(crate) fn spawn_logged(cmd: Command) -> (Proc, Log) {
 pub(crate) struct Log(Arc<Mutex<Vec<String>>>);
 
 impl Log {
+    /// Every line logged so far.
+    pub(crate) fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Waits up to `deadline` for a line that satisfies `wanted`; answers it, or every
     /// line logged by then.
     pub(crate) fn wait_for(

@@ -440,6 +440,31 @@ impl Capability {
     pub fn policy_hash(&self) -> &str {
         self.policy.as_deref().map_or("none", PolicyEngine::hash)
     }
+
+    /// The templates this capability sends: its upstream's URL, headers and body, its
+    /// reconciliation read's and its listing's URLs, headers and arguments.
+    pub fn templates(&self) -> Vec<&Template> {
+        let mut out = Vec::new();
+        if let Some(up) = &self.upstream {
+            out.push(&up.url);
+            out.extend(up.headers.values());
+            if let Some(body) = &up.body {
+                body.templates(&mut out);
+            }
+        }
+        if let Some(rec) = &self.reconcile {
+            out.push(&rec.url);
+            out.extend(rec.headers.values());
+            if let Some(arguments) = &rec.arguments {
+                arguments.templates(&mut out);
+            }
+        }
+        if let Some(listing) = &self.listing {
+            out.push(&listing.url);
+            out.extend(listing.headers.values());
+        }
+        out
+    }
 }
 
 /// A principal: who calls, from authentication only.
@@ -563,6 +588,24 @@ impl Registry {
     /// The first principal with the agent role.
     pub fn first_agent(&self) -> Option<&PrincipalConfig> {
         self.principals.iter().find(|p| p.role == Role::Agent)
+    }
+
+    /// Every template whose rendering leaves the gateway: the capabilities' (see
+    /// [`Capability::templates`]), the fronted servers' URLs and headers, the alert
+    /// webhook's URL. What their `{env.NAME}` values are is what no error may show
+    /// ([`crate::redact::Redactor`]).
+    pub fn templates(&self) -> Vec<&Template> {
+        let mut out: Vec<&Template> = self
+            .capabilities
+            .iter()
+            .flat_map(|c| c.templates())
+            .collect();
+        for server in &self.mcp_servers {
+            out.push(&server.url);
+            out.extend(server.headers.values());
+        }
+        out.extend(self.gateway.alert_webhook.as_ref());
+        out
     }
 }
 

@@ -1,7 +1,12 @@
 //! The one reqwest client every upstream call of a process shares (one connection pool),
-//! the rustls crypto provider it needs, and how its errors read (both executors).
+//! the rustls crypto provider it needs, how its errors read (both executors), and the
+//! secrets no error text may show ([`secrets`], [`registry_secrets`]).
 
 use std::time::Duration;
+
+use oncegate_core::Registry;
+use oncegate_core::redact::Redactor;
+use oncegate_core::template::Template;
 
 /// A reqwest client for upstreams: rustls with ring, a connect timeout.
 pub fn http_client() -> reqwest::Client {
@@ -18,6 +23,31 @@ pub fn http_client() -> reqwest::Client {
 /// Installs ring as rustls's crypto provider, once per process.
 pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// What the templates' `{env.NAME}` placeholders are filled with in this process: the
+/// values an error about a request rendered from them must not show.
+pub fn secrets<'t>(templates: impl IntoIterator<Item = &'t Template>) -> Redactor {
+    Redactor::of_env(templates, |name| std::env::var(name).ok())
+}
+
+/// Every secret of a registry this process could send or sign with: the `{env.NAME}`
+/// values of all its templates ([`Registry::templates`]), the alert webhook's signing
+/// secret and the audit chain key. For text that is not about one request (the log).
+pub fn registry_secrets(registry: &Registry) -> Redactor {
+    let mut redactor = secrets(registry.templates());
+    let named = [
+        registry.gateway.alert_webhook_secret_env.as_deref(),
+        registry.audit_chain_key_env.as_deref(),
+    ];
+    for value in named
+        .into_iter()
+        .flatten()
+        .filter_map(|n| std::env::var(n).ok())
+    {
+        redactor.add(&value);
+    }
+    redactor
 }
 
 /// A transport error as the executors read it (never with the URL, which may carry

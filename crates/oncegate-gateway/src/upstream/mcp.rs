@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use oncegate_core::redact::Redactor;
 use rmcp::model::{
     CallToolRequest, CancelledNotificationParam, ClientRequest, RequestId, ServerResult,
 };
@@ -152,6 +153,9 @@ pub struct ToolCall {
     /// The intent whose waiting agents hear the upstream's progress for this call
     /// ([`ProgressRoutes`]); none for reads of the gateway's own.
     pub progress: Option<String>,
+    /// What the URL and headers were filled with from the environment: no error about
+    /// this call shows it (nor the URL's userinfo and query).
+    pub secrets: Redactor,
 }
 
 /// How a `tools/call` ended.
@@ -164,6 +168,19 @@ pub enum CallEnd {
     Rejected(String),
     /// It may have run.
     Unknown(String),
+}
+
+impl CallEnd {
+    /// With its message passed through `secrets` (a result is the server's answer, kept
+    /// as it came).
+    fn redacted(self, secrets: &Redactor) -> Self {
+        match self {
+            CallEnd::NotSent(m) => CallEnd::NotSent(secrets.text(&m)),
+            CallEnd::Rejected(m) => CallEnd::Rejected(secrets.text(&m)),
+            CallEnd::Unknown(m) => CallEnd::Unknown(secrets.text(&m)),
+            result @ CallEnd::Result(_) => result,
+        }
+    }
 }
 
 type Client = RunningService<RoleClient, Relay>;
@@ -471,7 +488,8 @@ async fn connect_as(
         .map_err(|e| error_chain(&e))
 }
 
-/// The error and its sources, without echoing a URL (it may carry credentials).
+/// The error and its sources. rmcp's wrappers print the reqwest error whole, URL
+/// included: the caller passes the text through the call's [`Redactor`].
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = String::new();
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -560,6 +578,7 @@ pub async fn call_tool(
     running: Option<RunningGuard>,
 ) -> (CallEnd, Option<LateEnd>) {
     let deadline = tokio::time::Instant::now() + call.timeout;
+    let secrets = call.secrets.clone();
     let connecting = async {
         match sessions {
             Some(pool) => pool.client(client, &call).await,
@@ -572,7 +591,8 @@ pub async fn call_tool(
         Ok(Ok(peer)) => peer,
         Ok(Err(e)) => {
             return (
-                CallEnd::NotSent(format!("could not connect to the MCP upstream: {e}")),
+                CallEnd::NotSent(format!("could not connect to the MCP upstream: {e}"))
+                    .redacted(&secrets),
                 None,
             );
         }
@@ -614,7 +634,10 @@ pub async fn call_tool(
         }
         answer
     });
-    let end = |joined: Result<Result<CallToolResponse, ServiceError>, tokio::task::JoinError>| {
+    let end = move |joined: Result<
+        Result<CallToolResponse, ServiceError>,
+        tokio::task::JoinError,
+    >| {
         match joined {
             Ok(Ok(CallToolResponse::Complete(result))) => CallEnd::Result(result),
             Ok(Ok(_)) => CallEnd::Unknown(
@@ -623,6 +646,7 @@ pub async fn call_tool(
             Ok(Err(e)) => classify(e),
             Err(join) => CallEnd::Unknown(format!("the upstream call task failed: {join}")),
         }
+        .redacted(&secrets)
     };
     match tokio::time::timeout_at(deadline, &mut task).await {
         Ok(joined) => (end(joined), None),

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use oncegate_core::audit::ChainKey;
+use oncegate_core::redact;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, Row};
 
@@ -59,24 +60,6 @@ struct Inner {
     rollback_accepted_at: Option<jiff::Timestamp>,
     /// The database's clock as this replica reads it (see clock.rs).
     clock: Arc<crate::clock::StoreClock>,
-}
-
-/// The URL with its password replaced by `***` (for logs and errors).
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
 }
 
 /// `url` naming database `name` instead (its query string kept): for tools that make
@@ -140,7 +123,7 @@ impl PgStore {
         mode: OpenMode,
         options: StoreOptions,
     ) -> Result<Self, StoreError> {
-        let shown = redact(url);
+        let shown = redact::url(url);
         // The statement timeout is a startup parameter of every connection the pool
         // opens (reconnections included), in milliseconds.
         let timeout_ms = options.statement_timeout.as_millis().max(1).to_string();
@@ -325,7 +308,7 @@ impl Drop for InTransaction {
 /// The migrations of this build that the database at `url` has not applied (none are
 /// applied here). An unreachable database is [`StoreError::Unavailable`].
 pub async fn pending_at(url: &str) -> Result<Vec<(i64, String)>, StoreError> {
-    let shown = redact(url);
+    let shown = redact::url(url);
     let connect = PgConnectOptions::from_str(url)
         .map_err(|e| StoreError::UnsupportedUrl(format!("{shown} ({e})")))?;
     let pool = PgPoolOptions::new()
@@ -384,7 +367,7 @@ pub struct ScratchDatabase {
 impl ScratchDatabase {
     /// Creates database `name` on the server `server` names.
     pub async fn create(server: &str, name: &str) -> Result<Self, StoreError> {
-        let shown = redact(server);
+        let shown = redact::url(server);
         let mut admin = sqlx::PgConnection::connect(server).await.map_err(|e| {
             StoreError::Unavailable(format!("cannot connect to PostgreSQL at {shown}: {e}"))
         })?;

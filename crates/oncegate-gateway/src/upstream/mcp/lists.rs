@@ -54,7 +54,14 @@ pub async fn with_peer<T>(
         .await
         .map_err(|_| {
             ErrorData::internal_error("the upstream did not answer before the timeout", None)
-        })?
+        })
+        .and_then(|answer| answer)
+        .map_err(|mut e| {
+            // rmcp's errors print the URL it failed on (and the server's own may echo
+            // a credential): what reaches an agent or the log shows neither.
+            e.message = call.secrets.text(&e.message).into();
+            e
+        })
 }
 
 /// Holds a connection to an MCP server open and wakes `changed` each time the server
@@ -63,6 +70,16 @@ pub async fn with_peer<T>(
 /// server cannot be subscribed to); the caller reconnects, and re-reads the list, since
 /// a change may have gone unheard meanwhile.
 pub async fn watch_tools(
+    client: reqwest::Client,
+    call: &ToolCall,
+    changed: Arc<tokio::sync::Notify>,
+) -> Result<(), String> {
+    watch(client, call, changed)
+        .await
+        .map_err(|e| call.secrets.text(&e))
+}
+
+async fn watch(
     client: reqwest::Client,
     call: &ToolCall,
     changed: Arc<tokio::sync::Notify>,
@@ -97,7 +114,7 @@ pub async fn watch_tools(
             Ok(None) => break,
             Err(e) => {
                 // It was watching: the caller re-reads, as a change may have gone unheard.
-                tracing::debug!(error = %error_chain(&e), "the tool-list subscription ended");
+                tracing::debug!(error = %call.secrets.text(&error_chain(&e)), "the tool-list subscription ended");
                 break;
             }
         }
