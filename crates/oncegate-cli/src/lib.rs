@@ -2,8 +2,10 @@
 //!
 //! `cmd` holds one module per subcommand (its arguments and its printing); `demo` (a
 //! sandbox and gateways driven as processes) and `verify` (the Gate against a simulated
-//! upstream) are the machinery behind the two red-team subcommands, and `bench` (a load
-//! generator and what it drives) the machinery behind `oncegate bench`.
+//! upstream) are the machinery behind the two red-team subcommands, `verify_live` (the
+//! gateway's executor against a provider's test mode) behind `oncegate verify --live`,
+//! and `bench` (a load generator and what it drives) the machinery behind `oncegate
+//! bench`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,6 +20,7 @@ mod demo;
 mod logging;
 mod telemetry;
 mod verify;
+mod verify_live;
 
 /// oncegate: one intent, at most one effect.
 #[derive(Debug, Parser)]
@@ -42,7 +45,8 @@ enum Command {
     Audit(cmd::audit::AuditCommand),
     /// Run the red-team scenarios: a naive executor vs oncegate, effects counted.
     Demo(cmd::demo::DemoArgs),
-    /// Prove one intent gives one effect for your registry, against a simulated upstream.
+    /// Prove one intent gives one effect for your registry, against a simulated upstream
+    /// (`--live`: check one capability's real provider honours the key).
     Verify(cmd::verify::VerifyArgs),
     /// Run the gateway: the JSON API in front of the registry's upstreams.
     Serve(cmd::serve::ServeArgs),

@@ -18,6 +18,7 @@ mod single_server;
 mod store_faults;
 mod support;
 mod telemetry;
+mod verify_live;
 
 fn oncegate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_oncegate"))
