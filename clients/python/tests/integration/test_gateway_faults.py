@@ -275,12 +275,14 @@ def test_an_exception_before_anything_left_is_not_sent_and_the_next_call_execute
     stack: Stack,
 ) -> None:
     """The first attempt's provider call is refused at connect (a closed port): nothing
-    left, so the client records not_sent, the intent reads not_applied, and the next
-    call executes at once (no unknown, no reconciliation wait): one charge.
+    left, so the client records not_sent. charge_card has a reconciliation read, so
+    the gateway keeps the intent unknown until the read checks that word (a worker may
+    mislabel a timeout); the provider has nothing, and the next call executes at once
+    (no settle-horizon wait): one charge.
 
-    Can fail: a client that recorded `unknown` would leave the intent unknown (the next
-    call answers OutcomeUnknown until the settle horizon); one that recorded `failed`
-    would replay the failure instead of executing.
+    Can fail: a client that recorded `unknown` would leave the intent unknown without
+    `not_sent_reported` (the next call answers OutcomeUnknown until the settle
+    horizon); one that recorded `failed` would replay the failure instead of executing.
     """
     order = new_order("notsent")
     provider = {"url": f"http://127.0.0.1:{closed_port()}"}
@@ -304,7 +306,7 @@ def test_an_exception_before_anything_left_is_not_sent_and_the_next_call_execute
             charge_card(order, "9.99", memo="first")
         key = stack.intent_key({"order_id": order, "amount": "9.99"})
         record = stack.intent(key)
-        assert record["state"] == "not_applied", record
+        assert record["state"] == "unknown" and record["not_sent_reported"], record
         assert stack.charges(order) == []
 
         provider["url"] = stack.sandbox_url

@@ -105,7 +105,18 @@ fn a_lost_store_stops_serve_and_nothing_is_sent_again() {
         "{}",
         String::from_utf8_lossy(&migrate.stderr)
     );
-    let _gw = crate::support::spawn(setup.serve_command(&[], "1h", &[]));
+    // The lost store's serve anchor is still beside the file: the new store is not
+    // the one it anchored, so serve says so (a fresh store forgets every intent of the
+    // lost one), and starts once that is accepted, reading forgotten intents first.
+    let out = setup.serve_command(&[], "1h", &[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("belongs to store")
+            && stderr.contains("--accept-rollback"),
+        "{stderr}"
+    );
+    let _gw = crate::support::spawn(setup.serve_command(&[], "1h", &["--accept-rollback"]));
 }
 
 fn sql_create(db: &Path) {

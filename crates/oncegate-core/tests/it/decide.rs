@@ -4,7 +4,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use oncegate_core::codes::Code;
-use oncegate_core::config::{Capability, Role};
+use oncegate_core::config::{Capability, OnUnknown, Role};
 use oncegate_core::decide::{
     Action, ApprovalDecision, CallRequest, Choice, EffectResult, Executes, ReconcileResult,
     after_reconcile, after_sweep, decide, decide_approval, record_effect,
@@ -1819,4 +1819,64 @@ fn a_claim_only_approval_executes_only_for_the_principal_it_was_asked_for_and_un
     );
     assert_eq!(late.outcome.status, Status::Unknown);
     assert_eq!(late.record.unwrap().state, IntentState::Unknown);
+}
+
+/// Issue 32: after a rollback of the store was accepted, an intent the store does not
+/// know, or knows as not applied from before the rollback, may have run in what the
+/// rollback lost: it is unknown (read first, or held), never executed at once, until
+/// the capability's replay window has passed since the rollback.
+#[test]
+fn after_an_accepted_rollback_a_forgotten_intent_is_read_before_it_executes() {
+    let rolled_back = t0() + mins(5);
+    for (capability, tweak) in [
+        ("send_email", OnUnknown::Reconcile),
+        ("send_email", OnUnknown::Escalate),
+    ] {
+        let f = fixture_with(capability, |mut c| {
+            c.on_unknown = tweak;
+            c
+        });
+        let req = CallRequest {
+            rolled_back_at: Some(rolled_back),
+            ..f.req(None, None)
+        };
+        let fresh = decide(
+            None,
+            &req,
+            &f.cap,
+            &PolicyVerdict::Allow,
+            rolled_back + mins(1),
+        );
+        let old = f.record(IntentState::NotApplied);
+        let again = decide(
+            Some(&old),
+            &req,
+            &f.cap,
+            &PolicyVerdict::Allow,
+            rolled_back + mins(1),
+        );
+        for d in [&fresh, &again] {
+            match tweak {
+                OnUnknown::Reconcile => assert_eq!(d.action, Action::Reconcile, "{d:?}"),
+                _ => {
+                    assert_eq!(d.action, Action::Respond, "{d:?}");
+                    assert_eq!(d.outcome.status, Status::PendingApproval, "{d:?}");
+                }
+            }
+            assert_ne!(d.action, Action::Execute);
+        }
+        // Past the replay window since the rollback: as ever.
+        let later = rolled_back + f.cap.replay_window + mins(1);
+        let d = decide(None, &req, &f.cap, &PolicyVerdict::Allow, later);
+        assert_eq!(d.action, Action::Execute, "{d:?}");
+        // Without a rollback: as ever.
+        let d = decide(
+            None,
+            &f.req(None, None),
+            &f.cap,
+            &PolicyVerdict::Allow,
+            rolled_back,
+        );
+        assert_eq!(d.action, Action::Execute, "{d:?}");
+    }
 }

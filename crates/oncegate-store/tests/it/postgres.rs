@@ -558,3 +558,39 @@ async fn postgres_refuses_at_load_a_row_resealed_without_the_chain_key() {
     .await;
     db.drop().await;
 }
+
+/// Issue 32: after a point-in-time restore the operator records the acceptance as the
+/// README says, and every replica that opens the store afterwards knows it (the engine
+/// then reads forgotten intents before they execute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_recorded_after_a_point_in_time_restore_reaches_every_replica() {
+    let db = TestDb::create().await;
+    let first = db
+        .store(OpenMode::CreateIfMissing, StoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(first.rollback_accepted_at(), None);
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    // The README's statement, as written there.
+    sqlx::query(
+        r#"INSERT INTO meta (name, value) VALUES ('rollback_accepted_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')) ON CONFLICT (name) DO UPDATE SET value = excluded.value"#,
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let _ = conn.close().await;
+    for _ in 0..2 {
+        let replica = db
+            .store(OpenMode::Existing, StoreOptions::default())
+            .await
+            .unwrap();
+        let at = replica
+            .rollback_accepted_at()
+            .expect("the acceptance is read");
+        assert!(
+            Timestamp::now().duration_since(at).abs() < SignedDuration::from_mins(5),
+            "{at}"
+        );
+    }
+    db.drop().await;
+}

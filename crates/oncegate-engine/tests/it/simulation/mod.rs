@@ -339,6 +339,12 @@ fn simulation_explores_seeded_schedules() {
     for (what, count) in &stats {
         eprintln!("  {what}: {count}");
     }
+    if seeds.len() >= 100 {
+        assert!(
+            stats.get(world::LIES).is_some_and(|n| *n > 0),
+            "the schedules had lying workers: {stats:?}"
+        );
+    }
     let shown: Vec<String> = failures
         .iter()
         .take(3)

@@ -81,6 +81,11 @@ pub struct Worker {
     pub dies_before: bool,
     /// Dies after the provider call, before completing.
     pub dies_after: bool,
+    /// Lies: an effect the provider applied is completed as `not_sent` (a worker whose
+    /// SDK wraps a read timeout in a connect error), on a capability with a
+    /// reconciliation read (without one, the lie is a second effect nobody can see:
+    /// documented, not simulated).
+    pub lies: bool,
 }
 
 /// A gateway crash: every task of the running instance dies at `at`; a new instance
@@ -184,6 +189,8 @@ impl Worker {
             stall_after: stall(rng),
             dies_before: rng.random_bool(0.05),
             dies_after: rng.random_bool(0.1),
+            // Drawn from a copy, so the seeds' other draws stay what they were.
+            lies: rng.clone().random_bool(0.15),
         }
     }
 }

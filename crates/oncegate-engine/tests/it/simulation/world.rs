@@ -32,6 +32,9 @@ use tokio::time::Instant;
 
 use super::plan::{CALM_AT, CallPlan, ControlKind, Host, IntentPlan, Plan, Worker};
 
+/// The stat that counts workers' lies (`not_sent` for an applied effect).
+pub const LIES: &str = "two-phase completions that said not_sent for an applied effect (lies)";
+
 /// Which clock the gates decide by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Clocks {
@@ -642,6 +645,8 @@ pub struct World {
     crashes_mid_call: AtomicU64,
     /// Completions of two-phase workers refused as stale.
     stale_completions: AtomicU64,
+    /// Two-phase completions that said `not_sent` for an effect the provider applied.
+    lies: AtomicU64,
     /// Executions the gateway ran itself for a two-phase intent's approval (must be 0).
     claim_only_executed: Arc<AtomicU64>,
     /// When each approval was first heard of (it was asked no later).
@@ -691,6 +696,7 @@ impl World {
             crashes_mid_effect: AtomicU64::new(0),
             crashes_mid_call: AtomicU64::new(0),
             stale_completions: AtomicU64::new(0),
+            lies: AtomicU64::new(0),
             claim_only_executed: Arc::default(),
             first_heard: Mutex::new(BTreeMap::new()),
             clicked: Mutex::new(BTreeSet::new()),
@@ -909,7 +915,17 @@ impl World {
         if worker.dies_before || self.clock.now() >= claim.lease_expires_at {
             return;
         }
-        let result = self.executor.send(claim.intent.clone()).await;
+        let mut result = self.executor.send(claim.intent.clone()).await;
+        let readable = self
+            .registry
+            .capability(&claim.intent.capability)
+            .is_some_and(|c| c.reconcile.is_some());
+        if worker.lies && readable && matches!(result, EffectResult::Applied { .. }) {
+            self.lies.fetch_add(1, Ordering::SeqCst);
+            result = EffectResult::NotSent {
+                message: "connect error (the worker lies: the provider applied it)".into(),
+            };
+        }
         tokio::time::sleep(worker.stall_after).await;
         if worker.dies_after {
             return;
@@ -1498,6 +1514,7 @@ impl World {
         *stats
             .entry("two-phase completions refused as stale".into())
             .or_default() += self.stale_completions.load(Ordering::SeqCst);
+        *stats.entry(LIES.into()).or_default() += self.lies.load(Ordering::SeqCst);
         let two_phase = self.plan.intents.iter().filter(|i| i.two_phase).count();
         *stats.entry("two-phase intents".into()).or_default() += two_phase as u64;
     }
