@@ -28,6 +28,7 @@ mod approval;
 mod call;
 mod complete;
 mod effect;
+mod generation;
 mod reconcile;
 
 pub use approval::{
