@@ -404,6 +404,13 @@ pub fn check_anchor(
 pub const ROW_INTENT: &str = "row_intent";
 /// The detail field where the store seals the approval row a commit wrote.
 pub const ROW_APPROVAL: &str = "row_approval";
+/// The detail field where the store seals the kill switch (or hold) row a commit wrote.
+pub const ROW_SWITCH: &str = "row_switch";
+/// The detail field where the store seals the finding row a commit wrote.
+pub const ROW_FINDING: &str = "row_finding";
+/// The detail field where the store seals the heads of the limit ledgers a commit
+/// appended to (a list of [`LimitSeal`]).
+pub const ROW_LIMITS: &str = "row_limits";
 
 /// What an audit event says about a row written in its transaction.
 ///
@@ -437,9 +444,39 @@ pub fn row_hash_of(body: &impl Serialize) -> String {
 
 /// Writes the seals of the rows a commit writes into its event (before it is chained).
 pub fn add_row_seals(event: &mut AuditEvent, intent: Option<RowSeal>, approval: Option<RowSeal>) {
-    if intent.is_none() && approval.is_none() {
+    if let Some(seal) = intent {
+        add_control_seal(event, RowKind::Intent, seal);
+    }
+    if let Some(seal) = approval {
+        add_control_seal(event, RowKind::Approval, seal);
+    }
+}
+
+/// Writes the seal of one row of `kind` into an event (before it is chained).
+pub fn add_control_seal(event: &mut AuditEvent, kind: RowKind, seal: RowSeal) {
+    detail_object(event).insert(
+        kind.field().into(),
+        serde_json::to_value(seal).expect("seals serialise"),
+    );
+}
+
+/// Writes the heads of the limit ledgers a commit appended to into its event.
+pub fn add_limit_seals(event: &mut AuditEvent, seals: &[LimitSeal]) {
+    if seals.is_empty() {
         return;
     }
+    detail_object(event).insert(
+        ROW_LIMITS.into(),
+        serde_json::to_value(seals).expect("seals serialise"),
+    );
+}
+
+/// Writes what an admin's reconciliation of a limit did into its event.
+pub fn add_reconciled(event: &mut AuditEvent, outcome: Value) {
+    detail_object(event).insert("limit_reconciled".into(), outcome);
+}
+
+fn detail_object(event: &mut AuditEvent) -> &mut serde_json::Map<String, Value> {
     if !event.detail.is_object() {
         let old = std::mem::take(&mut event.detail);
         event.detail = if old.is_null() {
@@ -448,19 +485,59 @@ pub fn add_row_seals(event: &mut AuditEvent, intent: Option<RowSeal>, approval: 
             json!({"value": old})
         };
     }
-    let detail = event.detail.as_object_mut().expect("made an object above");
-    if let Some(seal) = intent {
-        detail.insert(
-            ROW_INTENT.into(),
-            serde_json::to_value(seal).expect("seals serialise"),
-        );
-    }
-    if let Some(seal) = approval {
-        detail.insert(
-            ROW_APPROVAL.into(),
-            serde_json::to_value(seal).expect("seals serialise"),
-        );
-    }
+    event.detail.as_object_mut().expect("made an object above")
+}
+
+/// The limit ledger heads an event sealed.
+pub fn limit_seals(event: &AuditEvent) -> Vec<LimitSeal> {
+    event
+        .detail
+        .get(ROW_LIMITS)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The head of one budget's ledger of reservations, as a commit sealed it.
+///
+/// A storage form, like [`RowSeal`]: its field names are hashed bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitSeal {
+    /// The budget (`name` or `name@principal`).
+    pub scope: String,
+    /// The ledger's last entry, from 1.
+    pub seq: u64,
+    /// [`ledger_link`] of that entry.
+    pub chain: String,
+}
+
+/// One entry of a budget's ledger: a reservation made (or made again) or released.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    /// The budget.
+    pub scope: String,
+    /// Its place in the budget's ledger, from 1.
+    pub seq: u64,
+    /// The intent (key, generation) it is for.
+    pub key: String,
+    /// The generation.
+    pub generation: u32,
+    /// What was reserved (0 for a release).
+    pub amount: i64,
+    /// When, by the store's clock, in its own unit (milliseconds on SQLite,
+    /// microseconds on PostgreSQL: the unit of its reservations' `reserved_at`).
+    pub at: i64,
+    /// A reservation (true) or a release (false).
+    pub reserve: bool,
+}
+
+/// The chain value of `entry` after `prev` (the previous entry's, or [`GENESIS`]):
+/// SHA-256 over the previous value and the entry's canonical JSON.
+pub fn ledger_link(prev: &str, entry: &LedgerEntry) -> String {
+    let mut hasher = <Sha256 as sha2::Digest>::new();
+    sha2::Digest::update(&mut hasher, prev.as_bytes());
+    sha2::Digest::update(&mut hasher, b"\n");
+    sha2::Digest::update(&mut hasher, crate::key::canonical_json_of(entry).as_bytes());
+    hex::encode(sha2::Digest::finalize(hasher))
 }
 
 /// The seal of kind `field` ([`ROW_INTENT`] / [`ROW_APPROVAL`]) an event carries.
@@ -476,13 +553,44 @@ pub enum RowKind {
     Intent,
     /// `approvals`.
     Approval,
+    /// `kill_switches` (kill switches and holds; a cleared one stays as a row that says
+    /// so, so a deleted row is always tampering).
+    Switch,
+    /// `findings`.
+    Finding,
+    /// A budget's ledger of reservations (`limit_ledger`, its head and the
+    /// `reservations` it explains); the key is the budget.
+    Limit,
 }
 
 impl RowKind {
-    fn field(self) -> &'static str {
+    /// The detail field its seal is written in.
+    pub fn field(self) -> &'static str {
         match self {
             RowKind::Intent => ROW_INTENT,
             RowKind::Approval => ROW_APPROVAL,
+            RowKind::Switch => ROW_SWITCH,
+            RowKind::Finding => ROW_FINDING,
+            RowKind::Limit => ROW_LIMITS,
+        }
+    }
+
+    /// The kinds sealed one row per event, by a [`RowSeal`].
+    pub const SEALED: [RowKind; 4] = [
+        RowKind::Intent,
+        RowKind::Approval,
+        RowKind::Switch,
+        RowKind::Finding,
+    ];
+
+    /// A row of this kind as people name it.
+    pub fn name(self, key: &str, generation: u32) -> String {
+        match self {
+            RowKind::Intent => format!("intent {key} generation {generation}"),
+            RowKind::Approval => format!("approval {key}"),
+            RowKind::Switch => format!("kill switch {key}"),
+            RowKind::Finding => format!("finding {key}"),
+            RowKind::Limit => format!("the ledger of limit {key}"),
         }
     }
 }
@@ -529,7 +637,7 @@ pub fn sealed_rows(records: &[AuditRecord]) -> Vec<(RowKind, String, u32)> {
 fn newest_seals(records: &[AuditRecord]) -> HashMap<(RowKind, String, u32), (u32, u64, String)> {
     let mut newest = HashMap::new();
     for r in records {
-        for kind in [RowKind::Intent, RowKind::Approval] {
+        for kind in RowKind::SEALED {
             if let Some(seal) = row_seal(&r.event, kind.field()) {
                 let generation = if kind == RowKind::Intent {
                     seal.generation

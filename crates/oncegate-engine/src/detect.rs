@@ -292,6 +292,7 @@ impl Gate {
             delivered_at: None,
             attempts: 0,
             next_attempt_at: Some(now),
+            problem: None,
         });
         if let Some((target, _, _)) = &hold {
             commit.kill_switch = Some(KillSwitchChange {
@@ -335,6 +336,9 @@ impl Gate {
                 if let Value::Object(b) = &mut body {
                     b.insert("delivered_at".into(), json!(f.delivered_at));
                     b.insert("delivery_attempts".into(), json!(f.attempts));
+                    if let Some(problem) = &f.problem {
+                        b.insert("unreadable".into(), json!(problem));
+                    }
                 }
                 Ok(body)
             })

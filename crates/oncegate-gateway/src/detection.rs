@@ -346,6 +346,11 @@ pub async fn deliver_loop(state: AppState, tick: Duration) {
             }
         };
         for f in due {
+            if let Some(problem) = &f.problem {
+                // Never sent as evidence: its row is not what the chain recorded.
+                tracing::error!(alert = "store_integrity", finding = %f.id, %problem, "a finding's row does not match its audit seal; not delivering it");
+                continue;
+            }
             let work = format!("deliver:{}", f.id);
             if !matches!(
                 gate.store()

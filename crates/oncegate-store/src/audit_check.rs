@@ -230,6 +230,13 @@ async fn verify_full<S: StoreRead>(
         }
     }
     report.row_problems = verify_rows_through(&all, &rows, Some((&through, &later)));
+    let ledgers = store.ledgers().await?;
+    report.rows += ledgers.heads.len();
+    report
+        .row_problems
+        .extend(ledger_problems(&all, &ledgers, |(shard, seq)| {
+            seq > through.get(&shard).copied().unwrap_or(0)
+        }));
     Ok(report)
 }
 
@@ -312,6 +319,8 @@ async fn verify_from<S: StoreRead>(
                 .await
                 .map(|r| r.is_some()),
             RowKind::Approval => store.approval(&id).await.map(|a| a.is_some()),
+            // Controls are few: checked below against every stored one.
+            RowKind::Switch | RowKind::Finding | RowKind::Limit => continue,
         };
         let problem = match found {
             Ok(true) => continue,
@@ -326,8 +335,57 @@ async fn verify_from<S: StoreRead>(
             problem,
         });
     }
+    // Kill switches, findings and ledgers the new records wrote, against the rows as
+    // they are now (the newest seal of each is among the new records).
+    let controls: Vec<_> = store
+        .stored_rows()
+        .await?
+        .into_iter()
+        .filter(|r| matches!(r.kind, RowKind::Switch | RowKind::Finding))
+        .filter(|r| {
+            walked.iter().any(|w| {
+                oncegate_core::audit::row_seal(&w.event, r.kind.field())
+                    .is_some_and(|s| s.key == r.key)
+            })
+        })
+        .collect();
+    report.rows += controls.len();
+    report.row_problems.extend(
+        verify_rows_through(&walked, &controls, None)
+            .into_iter()
+            .filter(|p| matches!(p.kind, RowKind::Switch | RowKind::Finding)),
+    );
+    let mut ledgers = store.ledgers().await?;
+    let sealed: std::collections::BTreeSet<String> = walked
+        .iter()
+        .flat_map(|w| oncegate_core::audit::limit_seals(&w.event))
+        .map(|s| s.scope)
+        .collect();
+    ledgers.keep(|scope| sealed.contains(scope));
+    report.rows += ledgers.heads.len();
+    report
+        .row_problems
+        .extend(ledger_problems(&walked, &ledgers, |_| false));
     report.since = Some(from);
     Ok(report)
+}
+
+/// The ledgers' problems as row problems. `after_walk` says whether an audit record
+/// (shard, seq) was written after the walk read the chain.
+fn ledger_problems(
+    records: &[AuditRecord],
+    ledgers: &crate::LimitLedgers,
+    after_walk: impl Fn((u32, u64)) -> bool,
+) -> Vec<RowProblem> {
+    crate::ledger::verify_all(records, ledgers, |head| after_walk(head.link))
+        .into_iter()
+        .map(|(scope, problem)| RowProblem {
+            kind: RowKind::Limit,
+            key: scope,
+            generation: 0,
+            problem,
+        })
+        .collect()
 }
 
 /// Stores where a clean walk ended, for the next [`Walk::FromCheckpoint`]. A report

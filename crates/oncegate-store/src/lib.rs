@@ -29,7 +29,10 @@ use oncegate_core::key::IntentKey;
 pub mod audit_check;
 pub mod clock;
 pub mod conformance;
+mod controls;
 mod key_since;
+mod ledger;
+pub use ledger::LimitLedgers;
 mod listing;
 pub mod memory;
 mod open;
@@ -216,6 +219,22 @@ pub struct Commit {
     /// `now()` on PostgreSQL) and answers [`StoreError::Conflict`], writing nothing,
     /// once it has passed, so the engine decides again.
     pub valid_until: Option<jiff::Timestamp>,
+    /// A budget an admin reconciles (see [`LimitReconcile`]).
+    pub limit_reconcile: Option<LimitReconcile>,
+}
+
+/// An admin's reconciliation of a budget refused because its reservations and its
+/// ledger disagree. When the ledger holds (every entry linked, its head sealed by the
+/// chain), the budget's reservations are rewritten from it: deleted ones come back,
+/// edited ones are put right. When the ledger itself does not hold, nothing is trusted
+/// unless `accept_table` says the admin accepts the reservations as found: the ledger is
+/// then written again from them. Either way the commit's audit record says which.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitReconcile {
+    /// The budget (`name` or `name@principal`).
+    pub scope: String,
+    /// Accept the reservations as found when the ledger does not hold.
+    pub accept_table: bool,
 }
 
 /// Whether writing `record` releases its reservations: its effect definitely did not
@@ -264,6 +283,9 @@ pub struct FindingRow {
     pub attempts: u32,
     /// When the next delivery is due.
     pub next_attempt_at: Option<jiff::Timestamp>,
+    /// Why its stored row cannot be trusted (edited, not sealed by the audit chain), as
+    /// read; None when written or when it checks.
+    pub problem: Option<String>,
 }
 
 impl Commit {
@@ -282,6 +304,7 @@ impl Commit {
             reservations: Vec::new(),
             finding: None,
             valid_until: None,
+            limit_reconcile: None,
         }
     }
 
@@ -329,6 +352,10 @@ pub struct KillSwitch {
     pub set_by: String,
     /// When.
     pub set_at: jiff::Timestamp,
+    /// Why its stored row cannot be trusted (edited, deleted, not sealed by the audit
+    /// chain): such a switch is on, whatever its row says (fail closed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 /// A 2025-11-25 MCP session as the store keeps it, so a request that reaches another
@@ -435,6 +462,8 @@ pub trait StoreRead: Send + Sync {
     fn audit_checkpoint(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
     /// The kill switches that are on, by target.
     fn kill_switches(&self) -> impl Future<Output = Result<Vec<KillSwitch>, StoreError>> + Send;
+    /// Every budget's ledger, its head and its reservations, for `audit verify`.
+    fn ledgers(&self) -> impl Future<Output = Result<LimitLedgers, StoreError>> + Send;
     /// What a limit's scope holds in active reservations made at or after `since`.
     fn limit_used(
         &self,

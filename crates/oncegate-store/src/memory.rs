@@ -350,6 +350,7 @@ impl Data {
                             reason,
                             set_by: change.actor,
                             set_at: change.at,
+                            problem: None,
                         },
                     );
                 }
@@ -656,6 +657,11 @@ impl StoreRead for MemoryStore {
     async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
         let data = self.reach().await?;
         Ok(data.kill_switches.values().cloned().collect())
+    }
+
+    /// The memory store keeps no ledgers: nothing outside the process can edit it.
+    async fn ledgers(&self) -> Result<crate::LimitLedgers, StoreError> {
+        Ok(crate::LimitLedgers::default())
     }
 
     async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {

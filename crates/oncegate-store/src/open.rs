@@ -505,6 +505,14 @@ impl StoreRead for Store {
         }
     }
 
+    async fn ledgers(&self) -> Result<crate::LimitLedgers, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.ledgers().await,
+            Store::Postgres(s) => s.ledgers().await,
+            Store::Memory(s) => s.ledgers().await,
+        }
+    }
+
     async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
         match self {
             Store::Sqlite(s) => s.mcp_session(id).await,

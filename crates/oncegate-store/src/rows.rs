@@ -29,10 +29,7 @@ pub(crate) struct RowData {
 impl RowData {
     /// The row as people name it in errors.
     pub(crate) fn what(&self, kind: RowKind) -> String {
-        match kind {
-            RowKind::Intent => format!("intent {} generation {}", self.id, self.generation),
-            RowKind::Approval => format!("approval {}", self.id),
-        }
+        kind.name(&self.id, self.generation)
     }
 }
 
@@ -149,11 +146,7 @@ pub(crate) fn check_sealed(
             ),
         ));
     }
-    let field = match kind {
-        RowKind::Intent => oncegate_core::audit::ROW_INTENT,
-        RowKind::Approval => oncegate_core::audit::ROW_APPROVAL,
-    };
-    match row_seal(&record.event, field) {
+    match row_seal(&record.event, kind.field()) {
         Some(seal)
             if seal.hash == hash && i64::try_from(seal.version).ok() == Some(row.version) => {}
         _ => {
@@ -163,20 +156,31 @@ pub(crate) fn check_sealed(
             ));
         }
     }
-    check_record(&record, key).map_err(|p| integrity(&what, format!("its audit record: {p}")))?;
+    trusted_record(&what, &record, key)?;
+    Ok(value)
+}
+
+/// Checks the audit record that sealed `what`: its own hash holds, and with a chain key
+/// it is sealed with the key (or the store's key-since mark vouches for it).
+pub(crate) fn trusted_record(
+    what: &str,
+    record: &AuditRecord,
+    key: Option<&ChainKey>,
+) -> Result<(), StoreError> {
+    check_record(record, key).map_err(|p| integrity(what, format!("its audit record: {p}")))?;
     if let Some(key) = key
         && !record.hash.starts_with(KEYED_PREFIX)
         && !key.trusts_unkeyed(record.shard, record.seq)
     {
         return Err(integrity(
-            &what,
+            what,
             format!(
                 "its audit record (shard {} seq {}) is not sealed with the chain key, and the store's key-since mark does not vouch for it (a record written without the key after the key was set)",
                 record.shard, record.seq
             ),
         ));
     }
-    Ok(value)
+    Ok(())
 }
 
 /// Decodes a checked intent body.

@@ -39,10 +39,12 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::controls;
+use crate::ledger::{self, LimitLedgers};
 use crate::listing::{self, Dialect};
 pub use crate::options::{OpenMode, StoreOptions};
 use crate::rows::{RowData, body_hash, listed};
-use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
+use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, SwitchRowV1};
 use crate::{
     ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
     StoreWrite, UnreadableRow,
@@ -84,6 +86,8 @@ struct Inner {
     path: PathBuf,
     store_id: String,
     chain_key: Option<ChainKey>,
+    /// The store's `controls_sealed_at` (ms): controls from before it may be unsealed.
+    legacy_before: Option<i64>,
     /// When a rollback of this store was accepted (`serve --accept-rollback`), if ever.
     rollback_accepted_at: Option<jiff::Timestamp>,
     /// The store's clock: every instant a decision on this store takes or judges.
@@ -246,6 +250,12 @@ impl SqliteStore {
             .await
             .map_err(unavailable)?
             .get(0);
+        let legacy_before: Option<i64> =
+            sqlx::query("SELECT value FROM meta WHERE name = 'controls_sealed_at'")
+                .fetch_optional(&mut migrator)
+                .await
+                .map_err(unavailable)?
+                .and_then(|r| r.get::<String, _>(0).parse().ok());
         let (clock, continuity, resumption) = clock::open(&mut migrator).await?;
         if let clock::Continuity::Resumed { at, wall, newest } = &continuity {
             tracing::info!(store = %path.display(), resumes_at = %at, wall_clock = %wall, newest = ?newest, "the store's clock starts a timeline for this boot (its time never runs back from the newest instant it holds)");
@@ -265,6 +275,7 @@ impl SqliteStore {
             inode: std::fs::metadata(path).map_err(unavailable)?.ino(),
             key: chain_key.clone(),
             shards: options.audit_shards,
+            legacy_before,
             verified: Arc::default(),
             // Only the server keeps the anchor (CLI commands beside it only add records,
             // which leave the store ahead of it).
@@ -297,6 +308,7 @@ impl SqliteStore {
                 path: path.to_owned(),
                 store_id,
                 chain_key,
+                legacy_before,
                 rollback_accepted_at,
                 clock: Arc::new(clock),
                 continuity,
@@ -560,7 +572,7 @@ fn row_data(row: &sqlx::sqlite::SqliteRow, kind: RowKind) -> RowData {
     RowData {
         id: match kind {
             RowKind::Intent => row.get("key"),
-            RowKind::Approval => row.get("id"),
+            _ => row.get("id"),
         },
         generation: row.get::<i64, _>("generation") as u32,
         version: row.get("version"),
@@ -699,15 +711,16 @@ impl StoreRead for SqliteStore {
 
     async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
         let mut out = Vec::new();
-        for kind in [RowKind::Intent, RowKind::Approval] {
-            let sql = match kind {
-                RowKind::Intent => {
-                    "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents ORDER BY key, generation"
-                }
-                RowKind::Approval => {
-                    "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals ORDER BY id"
-                }
-            };
+        for (kind, sql) in [
+            (
+                RowKind::Intent,
+                "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents ORDER BY key, generation",
+            ),
+            (
+                RowKind::Approval,
+                "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals ORDER BY id",
+            ),
+        ] {
             let rows = sqlx::query(sql)
                 .fetch_all(&self.inner.readers)
                 .await
@@ -726,6 +739,40 @@ impl StoreRead for SqliteStore {
                     link: row.link,
                     key: row.id,
                 });
+            }
+        }
+        for r in sqlx::query(
+            "SELECT target, reason, set_by, set_at, audit_shard, audit_seq, row_hash FROM kill_switches",
+        )
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?
+        {
+            let switch = switch_read(&r);
+            if switch.row_hash.is_some()
+                || self
+                    .inner
+                    .legacy_before
+                    .is_none_or(|t| switch.row.set_at_ms >= t)
+            {
+                out.push(switch.stored());
+            }
+        }
+        for r in sqlx::query(
+            "SELECT id, rule, raised_at, body, delivered_at, attempts, next_attempt_at, audit_shard, audit_seq, row_hash FROM findings",
+        )
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?
+        {
+            let finding = finding_row(&r)?;
+            if finding.row_hash.is_some()
+                || self
+                    .inner
+                    .legacy_before
+                    .is_none_or(|t| finding.finding.raised_at.as_millisecond() >= t)
+            {
+                out.push(finding.stored());
             }
         }
         Ok(out)
@@ -829,14 +876,16 @@ impl StoreRead for SqliteStore {
 
     async fn findings(&self, limit: u32) -> Result<Vec<crate::FindingRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, rule, raised_at, body, delivered_at, attempts, next_attempt_at FROM findings
+            "SELECT id, rule, raised_at, body, delivered_at, attempts, next_attempt_at, audit_shard, audit_seq, row_hash FROM findings
              ORDER BY raised_at DESC, id LIMIT ?",
         )
         .bind(i64::from(limit.max(1)))
         .fetch_all(&self.inner.readers)
         .await
         .map_err(unavailable)?;
-        rows.iter().map(finding_row).collect()
+        rows.iter()
+            .map(|r| Ok(finding_row(r)?.listed(self.inner.legacy_before)))
+            .collect()
     }
 
     async fn findings_due(
@@ -845,7 +894,7 @@ impl StoreRead for SqliteStore {
         limit: u32,
     ) -> Result<Vec<crate::FindingRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, rule, raised_at, body, delivered_at, attempts, next_attempt_at FROM findings
+            "SELECT id, rule, raised_at, body, delivered_at, attempts, next_attempt_at, audit_shard, audit_seq, row_hash FROM findings
              WHERE delivered_at IS NULL AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?",
         )
         .bind(now.as_millisecond())
@@ -853,25 +902,132 @@ impl StoreRead for SqliteStore {
         .fetch_all(&self.inner.readers)
         .await
         .map_err(unavailable)?;
-        rows.iter().map(finding_row).collect()
+        rows.iter()
+            .map(|r| Ok(finding_row(r)?.listed(self.inner.legacy_before)))
+            .collect()
     }
 
     async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
-        let rows =
-            sqlx::query("SELECT target, reason, set_by, set_at FROM kill_switches ORDER BY target")
-                .fetch_all(&self.inner.readers)
-                .await
-                .map_err(unavailable)?;
-        rows.iter()
-            .map(|r| {
-                Ok(KillSwitch {
-                    target: r.get(0),
-                    reason: r.get(1),
-                    set_by: r.get(2),
-                    set_at: jiff::Timestamp::from_millisecond(r.get(3)).map_err(corrupt)?,
-                })
-            })
-            .collect()
+        let rows = sqlx::query(
+            "SELECT target, reason, set_by, set_at, audit_shard, audit_seq, row_hash FROM kill_switches ORDER BY target",
+        )
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        let mut read = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let switch = switch_read(r);
+            let newest = sqlx::query(
+                "SELECT shard, seq, prev_hash, hash, body FROM audit
+                 WHERE json_extract(body, '$.detail.row_switch.key') = ? ORDER BY id DESC LIMIT 1",
+            )
+            .bind(&switch.row.target)
+            .fetch_optional(&self.inner.readers)
+            .await
+            .map_err(unavailable)?
+            .as_ref()
+            .map(audit_row)
+            .transpose()?;
+            read.push((switch, newest));
+        }
+        // Every target the chain ever sealed (an index scan): one with no row was deleted.
+        let sealed = sqlx::query(
+            "SELECT json_extract(body, '$.detail.row_switch.key') AS target, MAX(id) FROM audit
+             WHERE json_extract(body, '$.detail.row_switch.key') IS NOT NULL GROUP BY target",
+        )
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        let mut deleted = Vec::new();
+        for r in &sealed {
+            let target: String = r.get(0);
+            if read.iter().any(|(s, _)| s.row.target == target) {
+                continue;
+            }
+            let at =
+                sqlx::query("SELECT shard, seq, prev_hash, hash, body FROM audit WHERE id = ?")
+                    .bind(r.get::<i64, _>(1))
+                    .fetch_one(&self.inner.readers)
+                    .await
+                    .map_err(unavailable)
+                    .and_then(|row| audit_row(&row))
+                    .map_or(jiff::Timestamp::UNIX_EPOCH, |record| record.event.at);
+            deleted.push((target, at));
+        }
+        Ok(controls::switches_on(
+            read,
+            deleted,
+            self.inner.chain_key.as_ref(),
+            self.inner.legacy_before,
+        ))
+    }
+
+    async fn ledgers(&self) -> Result<LimitLedgers, StoreError> {
+        let mut ledgers = LimitLedgers::default();
+        for r in sqlx::query("SELECT scope, seq, chain, audit_shard, audit_seq FROM limit_heads")
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(unavailable)?
+        {
+            ledgers.heads.insert(
+                r.get(0),
+                ledger::Head {
+                    seq: r.get::<i64, _>(1) as u64,
+                    chain: r.get(2),
+                    link: (r.get::<i64, _>(3) as u32, r.get::<i64, _>(4) as u64),
+                },
+            );
+        }
+        for r in sqlx::query(
+            "SELECT scope, seq, key, generation, amount, at, reserve, chain FROM limit_ledger ORDER BY scope, seq",
+        )
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?
+        {
+            let scope: String = r.get(0);
+            ledgers
+                .entries
+                .entry(scope.clone())
+                .or_default()
+                .push(ledger::StoredEntry {
+                    entry: oncegate_core::audit::LedgerEntry {
+                        scope,
+                        seq: r.get::<i64, _>(1) as u64,
+                        key: r.get(2),
+                        generation: r.get::<i64, _>(3) as u32,
+                        amount: r.get(4),
+                        at: r.get(5),
+                        reserve: r.get(6),
+                    },
+                    chain: r.get(7),
+                });
+        }
+        for r in sqlx::query(
+            "SELECT scope, key, generation, amount, active, reserved_at FROM reservations ORDER BY scope",
+        )
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?
+        {
+            let scope: String = r.get(0);
+            let legacy = self
+                .inner
+                .legacy_before
+                .is_some_and(|t| r.get::<i64, _>(5) < t);
+            if legacy && !ledgers.entries.contains_key(&scope) {
+                continue;
+            }
+            ledgers.table.entry(scope).or_default().push((
+                ledger::Active {
+                    key: r.get(1),
+                    generation: r.get::<i64, _>(2) as u32,
+                    amount: r.get(3),
+                },
+                r.get::<i64, _>(4) == 1,
+            ));
+        }
+        Ok(ledgers)
     }
 
     async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
@@ -1047,19 +1203,41 @@ impl SqliteStore {
     }
 }
 
-fn finding_row(r: &sqlx::sqlite::SqliteRow) -> Result<crate::FindingRow, StoreError> {
+fn finding_row(r: &sqlx::sqlite::SqliteRow) -> Result<controls::FindingRead, StoreError> {
     let at = |v: Option<i64>| {
         v.map(jiff::Timestamp::from_millisecond)
             .transpose()
             .map_err(corrupt)
     };
-    Ok(crate::FindingRow {
-        id: r.get(0),
-        rule: r.get(1),
-        raised_at: jiff::Timestamp::from_millisecond(r.get(2)).map_err(corrupt)?,
-        body: r.get(3),
-        delivered_at: at(r.get(4))?,
-        attempts: u32::try_from(r.get::<i64, _>(5)).unwrap_or(u32::MAX),
-        next_attempt_at: at(r.get(6))?,
+    Ok(controls::FindingRead {
+        finding: crate::FindingRow {
+            id: r.get(0),
+            rule: r.get(1),
+            raised_at: jiff::Timestamp::from_millisecond(r.get(2)).map_err(corrupt)?,
+            body: r.get(3),
+            delivered_at: at(r.get(4))?,
+            attempts: u32::try_from(r.get::<i64, _>(5)).unwrap_or(u32::MAX),
+            next_attempt_at: at(r.get(6))?,
+            problem: None,
+        },
+        row_hash: r.get(9),
+        link: link(r.get(7), r.get(8)),
     })
+}
+
+fn switch_read(r: &sqlx::sqlite::SqliteRow) -> controls::SwitchRead {
+    controls::SwitchRead {
+        row: SwitchRowV1 {
+            target: r.get(0),
+            reason: r.get(1),
+            set_by: r.get(2),
+            set_at_ms: r.get(3),
+        },
+        row_hash: r.get(6),
+        link: link(r.get(4), r.get(5)),
+    }
+}
+
+fn link(shard: Option<i64>, seq: Option<i64>) -> Option<(u32, u64)> {
+    Some((shard? as u32, seq? as u64))
 }

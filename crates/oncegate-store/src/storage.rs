@@ -407,3 +407,78 @@ impl From<AuditRowV1> for AuditRecord {
         }
     }
 }
+
+/// What a kill switch (or hold) row's seal covers: the row's columns, a cleared switch
+/// with `reason` None (the row stays, so a deleted row is always tampering).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchRowV1 {
+    /// `capability:NAME`, `agent:NAME` or `hold:...`.
+    pub target: String,
+    /// Why it is on; None: cleared.
+    pub reason: Option<String>,
+    /// Who set or cleared it last.
+    pub set_by: String,
+    /// When (milliseconds since the epoch).
+    pub set_at_ms: i64,
+}
+
+/// What a finding row's seal covers: everything but its delivery state (attempts and
+/// times, which the outbox moves without an audit record).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FindingRowV1 {
+    /// The finding's id.
+    pub id: String,
+    /// The rule that raised it.
+    pub rule: String,
+    /// When (milliseconds since the epoch).
+    pub raised_at_ms: i64,
+    /// The finding as JSON text.
+    pub body: String,
+}
+
+impl SwitchRowV1 {
+    /// The seal of this row (version 0: a switch's newest seal is found by the audit
+    /// order, not by a version).
+    pub fn seal(&self) -> oncegate_core::audit::RowSeal {
+        oncegate_core::audit::RowSeal {
+            key: self.target.clone(),
+            generation: 0,
+            version: 0,
+            hash: oncegate_core::audit::row_hash_of(self),
+        }
+    }
+}
+
+impl FindingRowV1 {
+    /// The seal of this row (as [`SwitchRowV1::seal`]).
+    pub fn seal(&self) -> oncegate_core::audit::RowSeal {
+        oncegate_core::audit::RowSeal {
+            key: self.id.clone(),
+            generation: 0,
+            version: 0,
+            hash: oncegate_core::audit::row_hash_of(self),
+        }
+    }
+}
+
+impl From<&crate::KillSwitchChange> for SwitchRowV1 {
+    fn from(c: &crate::KillSwitchChange) -> Self {
+        Self {
+            target: c.target.clone(),
+            reason: c.reason.clone(),
+            set_by: c.actor.clone(),
+            set_at_ms: c.at.as_millisecond(),
+        }
+    }
+}
+
+impl From<&crate::FindingRow> for FindingRowV1 {
+    fn from(f: &crate::FindingRow) -> Self {
+        Self {
+            id: f.id.clone(),
+            rule: f.rule.clone(),
+            raised_at_ms: f.raised_at.as_millisecond(),
+            body: f.body.clone(),
+        }
+    }
+}

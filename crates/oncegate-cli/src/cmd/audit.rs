@@ -92,13 +92,10 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
                 println!("BROKEN: shard {} at seq {}: {}", b.shard, b.seq, b.problem);
             }
             for p in &report.row_problems {
-                let kind = match p.kind {
-                    oncegate_core::audit::RowKind::Intent => "intent",
-                    oncegate_core::audit::RowKind::Approval => "approval",
-                };
                 println!(
-                    "BROKEN ROW: {kind} {} generation {}: {}",
-                    p.key, p.generation, p.problem
+                    "BROKEN ROW: {}: {}",
+                    p.kind.name(&p.key, p.generation),
+                    p.problem
                 );
             }
             if !report.ok() {

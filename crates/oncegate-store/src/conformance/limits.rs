@@ -129,6 +129,7 @@ fn finding(id: &str) -> FindingRow {
         delivered_at: None,
         attempts: 0,
         next_attempt_at: Some(at(10)),
+        problem: None,
     }
 }
 

@@ -1,20 +1,21 @@
 //! Writes: the commit transaction (rows, their checks, the audit append under the
 //! shard head's row lock) and the small writes outside the chain.
 
-use oncegate_core::audit::{AuditRecord, ChainHead, RowKind, add_row_seals, seal_with};
+use oncegate_core::audit::{
+    AuditRecord, ChainHead, RowKind, add_control_seal, add_limit_seals, add_reconciled,
+    add_row_seals, seal_with,
+};
 use oncegate_core::key::IntentKey;
 use sqlx::{PgConnection, Row};
 
+use super::controls::{Sealing, insert_finding, reconcile, release, reserve, write_kill_switch};
 use super::read::{
     check_row, fetch_approval, fetch_intent, newest_approval_seal, newest_intent_seal,
 };
 use super::{PgStore, db_error, from_micros, ts, unavailable};
 use crate::rows::{self, PreparedApproval, PreparedIntent};
-use crate::storage::{AuditRowV1, IntentRowV1};
-use crate::{
-    ClientKeyBinding, Commit, FindingRow, KillSwitchChange, McpSession, Reservation, StoreError,
-    StoreWrite,
-};
+use crate::storage::{AuditRowV1, FindingRowV1, IntentRowV1, SwitchRowV1};
+use crate::{ClientKeyBinding, Commit, McpSession, Reservation, StoreError, StoreWrite};
 
 impl StoreWrite for PgStore {
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
@@ -295,6 +296,20 @@ impl PgStore {
             intent_row.as_ref().map(|r| r.seal.clone()),
             approval_row.as_ref().map(|r| r.seal.clone()),
         );
+        let switch = commit
+            .kill_switch
+            .as_ref()
+            .map(|c| SwitchRowV1::from(c).seal());
+        let finding = commit
+            .finding
+            .as_ref()
+            .map(|f| FindingRowV1::from(f).seal());
+        if let Some(seal) = &switch {
+            add_control_seal(&mut event, RowKind::Switch, seal.clone());
+        }
+        if let Some(seal) = &finding {
+            add_control_seal(&mut event, RowKind::Finding, seal.clone());
+        }
         let shard = event.shard_in(shards);
         let head = lock_head(conn, shard).await?;
         let seq = head.seq + 1;
@@ -304,25 +319,57 @@ impl PgStore {
         if let Some(prepared) = &approval_row {
             write_approval(conn, prepared, shard, seq).await?;
         }
-        if let Some(change) = &commit.kill_switch {
-            write_kill_switch(conn, change).await?;
+        let mut sealing = Sealing {
+            link: (shard, seq),
+            key,
+            legacy_before: self.inner.legacy_before,
+            limits: Vec::new(),
+            reconciled: None,
+        };
+        if let Some(r) = &commit.limit_reconcile {
+            reconcile(conn, r, &mut sealing).await?;
+        }
+        if let (Some(change), Some(seal)) = (&commit.kill_switch, &switch) {
+            write_kill_switch(conn, change, seal, &sealing).await?;
         }
         if let Some(record) = &commit.record {
             if crate::releases(record) {
-                release(conn, record.key.as_str(), record.generation).await?;
+                release(
+                    conn,
+                    record.key.as_str(),
+                    record.generation,
+                    db_now,
+                    &mut sealing,
+                )
+                .await?;
             }
-            for r in &commit.reservations {
+            let mut reservations = commit.reservations.clone();
+            // Budgets are locked in one order by every commit (no deadlock between two).
+            reservations.sort_by(|a, b| a.scope.cmp(&b.scope));
+            for r in &reservations {
                 // The window is the database's: it starts the limit's length before
                 // `now()`, and the reservation is made at `now()`.
                 let r = Reservation {
                     since: retime(r.since),
                     ..r.clone()
                 };
-                reserve(conn, record.key.as_str(), record.generation, &r, db_now).await?;
+                reserve(
+                    conn,
+                    record.key.as_str(),
+                    record.generation,
+                    &r,
+                    db_now,
+                    &mut sealing,
+                )
+                .await?;
             }
         }
-        if let Some(finding) = &commit.finding {
-            insert_finding(conn, finding).await?;
+        if let (Some(f), Some(seal)) = (&commit.finding, &finding) {
+            insert_finding(conn, f, seal, &sealing).await?;
+        }
+        add_limit_seals(&mut event, &sealing.limits);
+        if let Some(outcome) = sealing.reconciled.take() {
+            add_reconciled(&mut event, outcome);
         }
         let sealed = seal_with(event, &head, key, shards);
         debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
@@ -353,13 +400,13 @@ async fn lock_head(conn: &mut PgConnection, shard: u32) -> Result<ChainHead, Sto
 
 /// Inserts the sealed record (with its row-seal columns) and moves the shard's head.
 async fn append(conn: &mut PgConnection, sealed: &AuditRecord) -> Result<(), StoreError> {
-    let intent = oncegate_core::audit::row_seal(&sealed.event, oncegate_core::audit::ROW_INTENT);
-    let approval =
-        oncegate_core::audit::row_seal(&sealed.event, oncegate_core::audit::ROW_APPROVAL);
+    let seal = |kind: RowKind| oncegate_core::audit::row_seal(&sealed.event, kind.field());
+    let (intent, approval) = (seal(RowKind::Intent), seal(RowKind::Approval));
+    let (switch, finding) = (seal(RowKind::Switch), seal(RowKind::Finding));
     let row = AuditRowV1::from(sealed.clone());
     sqlx::query(
-        "INSERT INTO audit (shard, seq, prev_hash, hash, body, row_intent_key, row_intent_generation, row_approval_key, intent_key)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO audit (shard, seq, prev_hash, hash, body, row_intent_key, row_intent_generation, row_approval_key, intent_key, row_switch_key, row_finding_key)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(i64::from(row.shard))
     .bind(row.seq as i64)
@@ -370,6 +417,8 @@ async fn append(conn: &mut PgConnection, sealed: &AuditRecord) -> Result<(), Sto
     .bind(intent.as_ref().map(|s| i64::from(s.generation)))
     .bind(approval.as_ref().map(|s| s.key.clone()))
     .bind(sealed.event.key.as_ref().map(|k| k.as_str().to_owned()))
+    .bind(switch.map(|s| s.key))
+    .bind(finding.map(|s| s.key))
     .execute(&mut *conn)
     .await
     .map_err(db_error)?;
@@ -488,131 +537,4 @@ async fn write_approval(
         return Err(StoreError::Conflict);
     }
     Ok(())
-}
-
-/// Sets or clears a kill switch inside a commit's transaction.
-async fn write_kill_switch(
-    conn: &mut PgConnection,
-    change: &KillSwitchChange,
-) -> Result<(), StoreError> {
-    match &change.reason {
-        Some(reason) => sqlx::query(
-            "INSERT INTO kill_switches (target, reason, set_by, set_at) VALUES ($1, $2, $3, $4::timestamptz)
-             ON CONFLICT (target) DO UPDATE SET reason = EXCLUDED.reason, set_by = EXCLUDED.set_by, set_at = EXCLUDED.set_at",
-        )
-        .bind(&change.target)
-        .bind(reason)
-        .bind(&change.actor)
-        .bind(ts(change.at)),
-        None => sqlx::query("DELETE FROM kill_switches WHERE target = $1").bind(&change.target),
-    }
-    .execute(&mut *conn)
-    .await
-    .map_err(db_error)?;
-    Ok(())
-}
-
-/// One reservation inside a commit's transaction. The budget's row in `limit_scopes` is
-/// locked first (FOR UPDATE), so two replicas reserving against the same budget take
-/// turns: the second reads the sum after the first committed (READ COMMITTED reads
-/// each statement's own snapshot) and cannot spend what the first just took.
-async fn reserve(
-    conn: &mut PgConnection,
-    key: &str,
-    generation: u32,
-    r: &Reservation,
-    at: jiff::Timestamp,
-) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO limit_scopes (scope) VALUES ($1) ON CONFLICT DO NOTHING")
-        .bind(&r.scope)
-        .execute(&mut *conn)
-        .await
-        .map_err(db_error)?;
-    sqlx::query("SELECT scope FROM limit_scopes WHERE scope = $1 FOR UPDATE")
-        .bind(&r.scope)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(db_error)?;
-    let active: Option<bool> = sqlx::query(
-        "SELECT active FROM reservations WHERE scope = $1 AND key = $2 AND generation = $3",
-    )
-    .bind(&r.scope)
-    .bind(key)
-    .bind(i64::from(generation))
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(db_error)?
-    .map(|row| row.get(0));
-    if active == Some(true) {
-        return Ok(());
-    }
-    let used: i64 = sqlx::query(
-        "SELECT COALESCE(SUM(amount), 0)::int8 FROM reservations
-         WHERE scope = $1 AND active AND reserved_at >= $2::timestamptz",
-    )
-    .bind(&r.scope)
-    .bind(ts(r.since))
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(db_error)?
-    .get(0);
-    if r.enforce && used.saturating_add(r.amount) > r.max {
-        return Err(StoreError::LimitReached {
-            scope: r.scope.clone(),
-            used,
-            max: r.max,
-            amount: r.amount,
-        });
-    }
-    sqlx::query(
-        "INSERT INTO reservations (scope, key, generation, amount, reserved_at, active)
-         VALUES ($1, $2, $3, $4, $5::timestamptz, true)
-         ON CONFLICT (scope, key, generation) DO UPDATE
-             SET amount = EXCLUDED.amount, reserved_at = EXCLUDED.reserved_at, active = true",
-    )
-    .bind(&r.scope)
-    .bind(key)
-    .bind(i64::from(generation))
-    .bind(r.amount)
-    .bind(ts(at))
-    .execute(&mut *conn)
-    .await
-    .map_err(db_error)?;
-    Ok(())
-}
-
-/// Releases what (key, generation) reserved.
-async fn release(conn: &mut PgConnection, key: &str, generation: u32) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE reservations SET active = false WHERE key = $1 AND generation = $2 AND active",
-    )
-    .bind(key)
-    .bind(i64::from(generation))
-    .execute(&mut *conn)
-    .await
-    .map_err(db_error)?;
-    Ok(())
-}
-
-/// Records a finding unless its id is taken (`Conflict`).
-async fn insert_finding(conn: &mut PgConnection, f: &FindingRow) -> Result<(), StoreError> {
-    let done = sqlx::query(
-        "INSERT INTO findings (id, rule, raised_at, body, delivered_at, attempts, next_attempt_at)
-         VALUES ($1, $2, $3::timestamptz, $4, $5::timestamptz, $6, $7::timestamptz) ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(&f.id)
-    .bind(&f.rule)
-    .bind(ts(f.raised_at))
-    .bind(&f.body)
-    .bind(f.delivered_at.map(ts))
-    .bind(i64::from(f.attempts))
-    .bind(f.next_attempt_at.map(ts))
-    .execute(&mut *conn)
-    .await
-    .map_err(db_error)?;
-    if done.rows_affected() == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::Conflict)
-    }
 }

@@ -26,6 +26,7 @@
 
 mod clock;
 mod commit;
+mod controls;
 
 pub use clock::AUTHORITY as CLOCK_AUTHORITY;
 mod read;
@@ -54,6 +55,8 @@ struct Inner {
     shown: String,
     store_id: String,
     chain_key: Option<ChainKey>,
+    /// The store's `controls_sealed_at` (µs): controls from before it may be unsealed.
+    legacy_before: Option<i64>,
     audit_shards: u32,
     /// When a rollback of this store was accepted, if ever (see
     /// [`crate::serve_anchor`]).
@@ -176,11 +179,19 @@ impl PgStore {
                 .await
                 .map_err(db_error)?
                 .and_then(|v| v.parse().ok());
+        let legacy_before = sqlx::query_scalar::<_, String>(
+            "SELECT value FROM meta WHERE name = 'controls_sealed_at'",
+        )
+        .fetch_optional(&pool)
+        .await
+        .map_err(db_error)?
+        .and_then(|v| v.parse().ok());
         let inner = Arc::new(Inner {
             pool,
             shown,
             store_id,
             chain_key,
+            legacy_before,
             rollback_accepted_at,
             audit_shards: options.audit_shards,
             clock,

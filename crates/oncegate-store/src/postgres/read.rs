@@ -9,8 +9,9 @@ use sqlx::{PgConnection, Row};
 use super::{PgStore, corrupt, from_micros, ts, unavailable};
 use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
-use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
+use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, SwitchRowV1};
 use crate::{IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead, UnreadableRow};
+use crate::{controls, ledger};
 
 fn row_data(row: &PgRow, kind: RowKind) -> RowData {
     let shard: Option<i64> = row.get("audit_shard");
@@ -18,7 +19,7 @@ fn row_data(row: &PgRow, kind: RowKind) -> RowData {
     RowData {
         id: match kind {
             RowKind::Intent => row.get("key"),
-            RowKind::Approval => row.get("id"),
+            _ => row.get("id"),
         },
         generation: row.get::<i64, _>("generation") as u32,
         version: row.get("version"),
@@ -28,7 +29,7 @@ fn row_data(row: &PgRow, kind: RowKind) -> RowData {
     }
 }
 
-fn audit_row(row: &PgRow) -> Result<AuditRecord, StoreError> {
+pub(super) fn audit_row(row: &PgRow) -> Result<AuditRecord, StoreError> {
     AuditRowV1::from_columns(
         row.get::<i64, _>("shard") as u32,
         row.get::<i64, _>("seq") as u64,
@@ -114,6 +115,25 @@ pub(super) async fn newest_approval_seal(
     row.map(|r| audit_row(&r)).transpose()
 }
 
+/// The newest audit record that sealed the kill switch or finding `id`.
+pub(super) async fn newest_control_seal(
+    conn: &mut PgConnection,
+    kind: RowKind,
+    id: &str,
+) -> Result<Option<AuditRecord>, StoreError> {
+    let sql = if kind == RowKind::Switch {
+        "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE row_switch_key = $1 ORDER BY id DESC LIMIT 1"
+    } else {
+        "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE row_finding_key = $1 ORDER BY id DESC LIMIT 1"
+    };
+    let row = sqlx::query(sql)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(super::db_error)?;
+    row.map(|r| audit_row(&r)).transpose()
+}
+
 /// Checks a row against the newest audit record that sealed it.
 pub(super) async fn check_row(
     conn: &mut PgConnection,
@@ -124,11 +144,22 @@ pub(super) async fn check_row(
     let newest = match kind {
         RowKind::Intent => newest_intent_seal(conn, &row.id, row.generation).await?,
         RowKind::Approval => newest_approval_seal(conn, &row.id).await?,
+        RowKind::Switch | RowKind::Finding => newest_control_seal(conn, kind, &row.id).await?,
+        RowKind::Limit => {
+            return Err(StoreError::Corrupt(
+                "a limit's ledger is checked by its head, not as a row".into(),
+            ));
+        }
     };
     rows::check_sealed(kind, row, newest, key)
 }
 
 impl PgStore {
+    /// The store's `controls_sealed_at` in milliseconds.
+    fn legacy_before_ms(&self) -> Option<i64> {
+        self.inner.legacy_before.map(|us| us.div_euclid(1000))
+    }
+
     /// Runs `read` in one REPEATABLE READ, READ ONLY transaction: the row and the
     /// chain's seals come from one snapshot.
     async fn snapshot<T>(
@@ -309,15 +340,10 @@ impl StoreRead for PgStore {
     async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
         self.snapshot(async |conn: &mut PgConnection| {
             let mut out = Vec::new();
-            for kind in [RowKind::Intent, RowKind::Approval] {
-                let sql = match kind {
-                    RowKind::Intent => {
-                        "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents ORDER BY key, generation"
-                    }
-                    RowKind::Approval => {
-                        "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals ORDER BY id"
-                    }
-                };
+            for (kind, sql) in [
+                    (RowKind::Intent, "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents ORDER BY key, generation"),
+                    (RowKind::Approval, "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals ORDER BY id"),
+                ] {
                 let rows = sqlx::query(sql)
                     .fetch_all(&mut *conn)
                     .await
@@ -336,6 +362,35 @@ impl StoreRead for PgStore {
                         link: row.link,
                         key: row.id,
                     });
+                }
+            }
+            let legacy_before = self.legacy_before_ms();
+            for r in sqlx::query(
+                "SELECT target, reason, set_by, (extract(epoch from set_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM kill_switches",
+            )
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?
+            {
+                let switch = switch_read(&r);
+                if switch.row_hash.is_some()
+                    || legacy_before.is_none_or(|t| switch.row.set_at_ms >= t)
+                {
+                    out.push(switch.stored());
+                }
+            }
+            for r in sqlx::query(
+                "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings",
+            )
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?
+            {
+                let finding = finding_row(&r)?;
+                if finding.row_hash.is_some()
+                    || legacy_before.is_none_or(|t| finding.finding.raised_at.as_millisecond() >= t)
+                {
+                    out.push(finding.stored());
                 }
             }
             Ok(out)
@@ -442,13 +497,15 @@ impl StoreRead for PgStore {
 
     async fn findings(&self, limit: u32) -> Result<Vec<crate::FindingRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8 FROM findings ORDER BY raised_at DESC, id LIMIT $1",
+            "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings ORDER BY raised_at DESC, id LIMIT $1",
         )
         .bind(i64::from(limit.max(1)))
         .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(unavailable)?;
-        rows.iter().map(finding_row).collect()
+        rows.iter()
+            .map(|r| Ok(finding_row(r)?.listed(self.legacy_before_ms())))
+            .collect()
     }
 
     async fn findings_due(
@@ -457,34 +514,129 @@ impl StoreRead for PgStore {
         limit: u32,
     ) -> Result<Vec<crate::FindingRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8 FROM findings WHERE delivered_at IS NULL AND next_attempt_at <= $1::timestamptz ORDER BY next_attempt_at, id LIMIT $2",
+            "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings WHERE delivered_at IS NULL AND next_attempt_at <= $1::timestamptz ORDER BY next_attempt_at, id LIMIT $2",
         )
         .bind(ts(now))
         .bind(i64::from(limit.max(1)))
         .fetch_all(&mut *self.conn().await?)
         .await
         .map_err(unavailable)?;
-        rows.iter().map(finding_row).collect()
+        rows.iter()
+            .map(|r| Ok(finding_row(r)?.listed(self.legacy_before_ms())))
+            .collect()
     }
 
     async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT target, reason, set_by, (extract(epoch from set_at) * 1000000)::int8
-             FROM kill_switches ORDER BY target",
-        )
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(unavailable)?;
-        rows.iter()
-            .map(|r| {
-                Ok(KillSwitch {
-                    target: r.get(0),
-                    reason: r.get(1),
-                    set_by: r.get(2),
-                    set_at: from_micros(r.get(3))?,
+        let key = self.chain_key();
+        let legacy_before = self.legacy_before_ms();
+        self.snapshot(async |conn: &mut PgConnection| {
+            let rows = sqlx::query(
+                "SELECT target, reason, set_by, (extract(epoch from set_at) * 1000000)::int8, audit_shard, audit_seq, row_hash
+                 FROM kill_switches ORDER BY target",
+            )
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            let mut read = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let switch = switch_read(r);
+                let newest = newest_control_seal(conn, RowKind::Switch, &switch.row.target).await?;
+                read.push((switch, newest));
+            }
+            // Every target the chain ever sealed: one with no row was deleted.
+            let sealed = sqlx::query(
+                "SELECT a.row_switch_key, a.body, a.shard, a.seq, a.prev_hash, a.hash FROM audit a
+                 JOIN (SELECT row_switch_key, MAX(id) AS id FROM audit WHERE row_switch_key IS NOT NULL GROUP BY row_switch_key) n
+                   ON a.id = n.id
+                 WHERE NOT EXISTS (SELECT 1 FROM kill_switches k WHERE k.target = a.row_switch_key)",
+            )
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            let deleted = sealed
+                .iter()
+                .map(|r| {
+                    let at = audit_row(r).map_or(jiff::Timestamp::UNIX_EPOCH, |rec| rec.event.at);
+                    (r.get::<String, _>(0), at)
                 })
-            })
-            .collect()
+                .collect();
+            Ok(controls::switches_on(read, deleted, key, legacy_before))
+        })
+        .await
+    }
+
+    async fn ledgers(&self) -> Result<crate::LimitLedgers, StoreError> {
+        let legacy_before = self.inner.legacy_before;
+        self.snapshot(async |conn: &mut PgConnection| {
+            let mut ledgers = crate::LimitLedgers::default();
+            for r in sqlx::query(
+                "SELECT scope, seq, chain, audit_shard, audit_seq FROM limit_scopes WHERE seq > 0",
+            )
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?
+            {
+                ledgers.heads.insert(
+                    r.get(0),
+                    ledger::Head {
+                        seq: r.get::<i64, _>(1) as u64,
+                        chain: r.get::<Option<String>, _>(2).unwrap_or_default(),
+                        link: (
+                            r.get::<Option<i64>, _>(3).unwrap_or(-1) as u32,
+                            r.get::<Option<i64>, _>(4).unwrap_or(0) as u64,
+                        ),
+                    },
+                );
+            }
+            for r in sqlx::query(
+                "SELECT scope, seq, key, generation, amount, at, reserve, chain FROM limit_ledger ORDER BY scope, seq",
+            )
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?
+            {
+                let scope: String = r.get(0);
+                ledgers
+                    .entries
+                    .entry(scope.clone())
+                    .or_default()
+                    .push(ledger::StoredEntry {
+                        entry: oncegate_core::audit::LedgerEntry {
+                            scope,
+                            seq: r.get::<i64, _>(1) as u64,
+                            key: r.get(2),
+                            generation: r.get::<i64, _>(3) as u32,
+                            amount: r.get(4),
+                            at: r.get(5),
+                            reserve: r.get(6),
+                        },
+                        chain: r.get(7),
+                    });
+            }
+            for r in sqlx::query(
+                "SELECT scope, key, generation, amount, active, (extract(epoch from reserved_at) * 1000000)::int8 FROM reservations ORDER BY scope",
+            )
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?
+            {
+                let scope: String = r.get(0);
+                let legacy = legacy_before.is_some_and(|t| r.get::<i64, _>(5) < t);
+                if legacy && !ledgers.entries.contains_key(&scope) {
+                    continue;
+                }
+                ledgers.table.entry(scope).or_default().push((
+                    ledger::Active {
+                        key: r.get(1),
+                        generation: r.get::<i64, _>(2) as u32,
+                        amount: r.get(3),
+                    },
+                    r.get::<bool, _>(4),
+                ));
+            }
+            Ok(ledgers)
+        })
+        .await
     }
 
     async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
@@ -537,15 +689,37 @@ impl StoreRead for PgStore {
     }
 }
 
-fn finding_row(r: &sqlx::postgres::PgRow) -> Result<crate::FindingRow, StoreError> {
+fn finding_row(r: &sqlx::postgres::PgRow) -> Result<controls::FindingRead, StoreError> {
     let at = |v: Option<i64>| v.map(from_micros).transpose();
-    Ok(crate::FindingRow {
-        id: r.get(0),
-        rule: r.get(1),
-        raised_at: from_micros(r.get(2))?,
-        body: r.get(3),
-        delivered_at: at(r.get(4))?,
-        attempts: u32::try_from(r.get::<i64, _>(5)).unwrap_or(u32::MAX),
-        next_attempt_at: at(r.get(6))?,
+    Ok(controls::FindingRead {
+        finding: crate::FindingRow {
+            id: r.get(0),
+            rule: r.get(1),
+            raised_at: from_micros(r.get(2))?,
+            body: r.get(3),
+            delivered_at: at(r.get(4))?,
+            attempts: u32::try_from(r.get::<i64, _>(5)).unwrap_or(u32::MAX),
+            next_attempt_at: at(r.get(6))?,
+            problem: None,
+        },
+        row_hash: r.get(9),
+        link: link(r.get(7), r.get(8)),
     })
+}
+
+fn switch_read(r: &sqlx::postgres::PgRow) -> controls::SwitchRead {
+    controls::SwitchRead {
+        row: SwitchRowV1 {
+            target: r.get(0),
+            reason: r.get(1),
+            set_by: r.get(2),
+            set_at_ms: r.get::<i64, _>(3).div_euclid(1000),
+        },
+        row_hash: r.get(6),
+        link: link(r.get(4), r.get(5)),
+    }
+}
+
+fn link(shard: Option<i64>, seq: Option<i64>) -> Option<(u32, u64)> {
+    Some((shard? as u32, seq? as u64))
 }

@@ -1,7 +1,7 @@
 //! Sealing rows from before row seals existed: run once when an old store is opened.
 
 use oncegate_core::audit::{
-    AuditEvent, AuditKind, ChainKey, RowKind, RowSeal, add_row_seals, row_hash,
+    AuditEvent, AuditKind, ChainKey, RowKind, RowSeal, add_control_seal, row_hash,
 };
 use oncegate_core::key::IntentKey;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -95,19 +95,12 @@ pub(super) fn adopt_unsealed_rows(
             code: None,
             detail: serde_json::json!({"adopted": "row written before row seals existed, sealed as found"}),
         };
-        let (intent_seal, approval_seal) = match row.kind {
-            RowKind::Intent => (Some(seal.clone()), None),
-            RowKind::Approval => (None, Some(seal.clone())),
-        };
-        add_row_seals(&mut event, intent_seal, approval_seal);
+        add_control_seal(&mut event, row.kind, seal.clone());
         let sealed = append_audit(&tx, &Sealable::new(event), &mut heads, key, shards)?;
-        let sql = match row.kind {
-            RowKind::Intent => {
-                "UPDATE intents SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE key = ?4 AND generation = ?5"
-            }
-            RowKind::Approval => {
-                "UPDATE approvals SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE id = ?4 AND ?5 = ?5"
-            }
+        let sql = if row.kind == RowKind::Intent {
+            "UPDATE intents SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE key = ?4 AND generation = ?5"
+        } else {
+            "UPDATE approvals SET audit_shard = ?1, audit_seq = ?2, row_hash = ?3 WHERE id = ?4 AND ?5 = ?5"
         };
         tx.execute(
             sql,

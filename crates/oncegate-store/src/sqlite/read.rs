@@ -244,7 +244,7 @@ fn row_data(row: &Row<'_>, kind: RowKind) -> rusqlite::Result<RowData> {
     Ok(RowData {
         id: match kind {
             RowKind::Intent => row.get("key")?,
-            RowKind::Approval => row.get("id")?,
+            _ => row.get("id")?,
         },
         generation: row.get::<_, i64>("generation")? as u32,
         version: row.get("version")?,
@@ -301,6 +301,45 @@ pub(super) fn newest_intent_seal(
     .map_err(read_failed)
 }
 
+/// The newest audit record that sealed the kill switch or finding `id`. The query text
+/// repeats the expressions of the indexes `audit_by_row_switch` / `audit_by_row_finding`.
+pub(super) fn newest_control_seal(
+    conn: &Connection,
+    kind: RowKind,
+    id: &str,
+) -> Result<Option<RawRecord>, StoreError> {
+    let sql = match kind {
+        RowKind::Switch => {
+            "SELECT shard, seq, prev_hash, hash, body FROM audit
+             WHERE json_extract(body, '$.detail.row_switch.key') = ?1 ORDER BY id DESC LIMIT 1"
+        }
+        _ => {
+            "SELECT shard, seq, prev_hash, hash, body FROM audit
+             WHERE json_extract(body, '$.detail.row_finding.key') = ?1 ORDER BY id DESC LIMIT 1"
+        }
+    };
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.query_row(params![id], RawRecord::from_row).optional())
+        .map_err(read_failed)
+}
+
+/// The audit record at (shard, seq), parsed.
+pub(super) fn record_at(
+    conn: &Connection,
+    (shard, seq): (u32, u64),
+) -> Result<Option<AuditRecord>, StoreError> {
+    conn.prepare_cached(
+        "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE shard = ?1 AND seq = ?2",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![i64::from(shard), seq as i64], RawRecord::from_row)
+            .optional()
+    })
+    .map_err(read_failed)?
+    .map(|r| r.parse())
+    .transpose()
+}
+
 /// The newest generation of `key` the audit chain sealed.
 fn newest_sealed_generation(conn: &Connection, key: &str) -> Result<Option<u32>, StoreError> {
     conn.prepare_cached(
@@ -339,6 +378,12 @@ pub(super) fn check_row(
     let raw = match kind {
         RowKind::Intent => newest_intent_seal(conn, &row.id, row.generation)?,
         RowKind::Approval => newest_approval_seal(conn, &row.id)?,
+        RowKind::Switch | RowKind::Finding => newest_control_seal(conn, kind, &row.id)?,
+        RowKind::Limit => {
+            return Err(StoreError::Corrupt(
+                "a limit's ledger is checked by its head, not as a row".into(),
+            ));
+        }
     };
     let fp = raw.as_ref().map(|r| {
         fingerprint(

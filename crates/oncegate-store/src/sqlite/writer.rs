@@ -26,7 +26,8 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use oncegate_core::audit::{
-    AuditEvent, ChainHead, ChainKey, EncodedEvent, RowKind, RowSeal, add_row_seals,
+    AuditEvent, ChainHead, ChainKey, EncodedEvent, RowKind, RowSeal, add_control_seal,
+    add_limit_seals, add_reconciled, add_row_seals,
 };
 use rusqlite::{Connection, params};
 use tokio::sync::{mpsc, oneshot};
@@ -36,13 +37,15 @@ use super::read::{
     newest_approval_seal, newest_intent_seal, unavailable,
 };
 use crate::rows::{self, PreparedApproval, PreparedIntent};
-use crate::storage::AuditRowV1;
+use crate::storage::{AuditRowV1, FindingRowV1, SwitchRowV1};
 use crate::{ClientKeyBinding, Commit, StoreError};
 
 mod shared;
 
 pub(super) use shared::Small;
-use shared::{bind, insert_finding, release, reserve, small, write_kill_switch};
+mod controls;
+use controls::{Sealing, insert_finding, reconcile, release, reserve, write_kill_switch};
+use shared::{bind, small};
 
 /// Jobs applied in one transaction at most.
 const MAX_BATCH: usize = 256;
@@ -116,6 +119,9 @@ pub(super) struct Prepared {
     commit: Commit,
     intent: Option<PreparedIntent>,
     approval: Option<PreparedApproval>,
+    /// The seals of the kill switch and the finding the commit writes.
+    switch: Option<RowSeal>,
+    finding: Option<RowSeal>,
     event: Sealable,
 }
 
@@ -132,9 +138,25 @@ impl Prepared {
             intent.as_ref().map(|r| r.seal.clone()),
             approval.as_ref().map(|r| r.seal.clone()),
         );
+        let switch = commit
+            .kill_switch
+            .as_ref()
+            .map(|c| SwitchRowV1::from(c).seal());
+        let finding = commit
+            .finding
+            .as_ref()
+            .map(|f| FindingRowV1::from(f).seal());
+        if let Some(seal) = &switch {
+            add_control_seal(&mut event, RowKind::Switch, seal.clone());
+        }
+        if let Some(seal) = &finding {
+            add_control_seal(&mut event, RowKind::Finding, seal.clone());
+        }
         Self {
             intent,
             approval,
+            switch,
+            finding,
             event: Sealable::new(event),
             commit,
         }
@@ -211,6 +233,9 @@ pub(super) struct WriterFile {
     pub(super) inode: u64,
     pub(super) key: Option<ChainKey>,
     pub(super) shards: u32,
+    /// When the store was upgraded to chained controls (ms): reservations before it may
+    /// have no ledger ([`controls::Sealing::legacy_before`]).
+    pub(super) legacy_before: Option<i64>,
     /// What the loads need not check again: the rows this writer committed.
     pub(super) verified: Arc<Verified>,
     /// The serve anchor, rewritten after every commit when this process serves the file.
@@ -545,6 +570,8 @@ fn apply_one(
         commit,
         intent,
         approval,
+        switch,
+        finding,
         event,
     } = prepared;
     // The engine's clock is this store's clock (one process): a decision whose deadline
@@ -676,12 +703,28 @@ fn apply_one(
             return Err(StoreError::Conflict);
         }
     }
-    if let Some(change) = &commit.kill_switch {
-        write_kill_switch(conn, change)?;
+    let mut sealing = Sealing {
+        link: (shard, seq),
+        key,
+        legacy_before: file.legacy_before,
+        limits: Vec::new(),
+        reconciled: None,
+    };
+    if let Some(r) = &commit.limit_reconcile {
+        reconcile(conn, r, &mut sealing)?;
+    }
+    if let (Some(change), Some(seal)) = (&commit.kill_switch, switch) {
+        write_kill_switch(conn, change, seal, &sealing)?;
     }
     if let Some(record) = &commit.record {
         if crate::releases(record) {
-            release(conn, record.key.as_str(), record.generation)?;
+            release(
+                conn,
+                record.key.as_str(),
+                record.generation,
+                commit.event.at,
+                &mut sealing,
+            )?;
         }
         reserve(
             conn,
@@ -689,11 +732,26 @@ fn apply_one(
             record.generation,
             &commit.reservations,
             commit.event.at,
+            &mut sealing,
         )?;
     }
-    if let Some(finding) = &commit.finding {
-        insert_finding(conn, finding)?;
+    if let (Some(f), Some(seal)) = (&commit.finding, finding) {
+        insert_finding(conn, f, seal, &sealing)?;
     }
+    // The ledger heads are known only now: the event is encoded again with them (only
+    // commits that reserve or release pay for it).
+    let resealed;
+    let event = if sealing.limits.is_empty() && sealing.reconciled.is_none() {
+        event
+    } else {
+        let mut with_limits = event.encoded.event().clone();
+        add_limit_seals(&mut with_limits, &sealing.limits);
+        if let Some(outcome) = sealing.reconciled.take() {
+            add_reconciled(&mut with_limits, outcome);
+        }
+        resealed = Sealable::new(with_limits);
+        &resealed
+    };
     let raw = append_audit(conn, event, heads, key, shards)?;
     debug_assert_eq!((raw.shard, raw.seq), (i64::from(shard), seq as i64));
     // What the loads need not check again: exactly the bytes just written.

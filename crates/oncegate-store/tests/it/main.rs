@@ -1,6 +1,7 @@
 //! oncegate-store integration tests (real SQLite files), compiled as one binary.
 
 mod conformance;
+mod controls;
 mod integrity;
 mod open;
 mod postgres;

@@ -594,3 +594,25 @@ async fn a_rollback_recorded_after_a_point_in_time_restore_reaches_every_replica
     }
     db.drop().await;
 }
+
+/// Issue 32: kill switches, holds, reservations and findings deleted or edited in the
+/// database are refused at load and reported by `audit verify`, as on SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_controls_deleted_or_edited_are_refused_and_reported() {
+    let db = TestDb::create().await;
+    let store = db
+        .store(OpenMode::CreateIfMissing, StoreOptions::default())
+        .await
+        .unwrap();
+    crate::controls::controls_are_chained(&store, async |sql: &str| {
+        let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let _ = conn.close().await;
+    })
+    .await;
+    store.close().await;
+    db.drop().await;
+}

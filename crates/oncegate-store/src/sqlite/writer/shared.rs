@@ -1,13 +1,13 @@
 //! The writer's jobs outside a commit's audit event: client-key bindings, MCP sessions,
-//! work claims, the verify checkpoint, and a commit's kill-switch change. They run on
-//! the writer's thread, inside its transaction, like commits.
+//! work claims and the verify checkpoint. They run on the writer's thread, inside its
+//! transaction, like commits.
 
 use oncegate_core::key::IntentKey;
 use rusqlite::{Connection, params};
 
 use super::millis;
 use crate::sqlite::read::unavailable;
-use crate::{ClientKeyBinding, FindingRow, KillSwitchChange, McpSession, Reservation, StoreError};
+use crate::{ClientKeyBinding, McpSession, StoreError};
 
 /// A small write outside the audit chain (answers a bool: work claimed, else true).
 pub(in crate::sqlite) enum Small {
@@ -144,120 +144,4 @@ pub(super) fn small(conn: &Connection, job: &Small) -> Result<bool, StoreError> 
             true
         }
     })
-}
-
-/// Sets or clears a kill switch inside a commit's transaction.
-pub(super) fn write_kill_switch(
-    conn: &Connection,
-    change: &KillSwitchChange,
-) -> Result<(), StoreError> {
-    match &change.reason {
-        Some(reason) => conn
-            .prepare_cached(
-                "INSERT INTO kill_switches (target, reason, set_by, set_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (target) DO UPDATE SET reason = ?2, set_by = ?3, set_at = ?4",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    change.target,
-                    reason,
-                    change.actor,
-                    millis(change.at)
-                ])
-            }),
-        None => conn
-            .prepare_cached("DELETE FROM kill_switches WHERE target = ?1")
-            .and_then(|mut s| s.execute(params![change.target])),
-    }
-    .map(drop)
-    .map_err(unavailable)
-}
-
-/// A commit's reservations for (key, generation), checked and made inside its
-/// transaction (the writer is the file's only writer, so the sum it reads cannot move
-/// before the commit ends).
-pub(super) fn reserve(
-    conn: &Connection,
-    key: &str,
-    generation: u32,
-    reservations: &[Reservation],
-    at: jiff::Timestamp,
-) -> Result<(), StoreError> {
-    for r in reservations {
-        let active: Option<i64> = conn
-            .prepare_cached(
-                "SELECT active FROM reservations WHERE scope = ?1 AND key = ?2 AND generation = ?3",
-            )
-            .and_then(|mut s| {
-                s.query_row(params![r.scope, key, generation], |row| row.get(0))
-                    .map(Some)
-                    .or_else(|e| match e {
-                        rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                        e => Err(e),
-                    })
-            })
-            .map_err(unavailable)?;
-        if active == Some(1) {
-            continue;
-        }
-        let used: i64 = conn
-            .prepare_cached(
-                "SELECT COALESCE(SUM(amount), 0) FROM reservations
-                 WHERE scope = ?1 AND active = 1 AND reserved_at >= ?2",
-            )
-            .and_then(|mut s| s.query_row(params![r.scope, millis(r.since)], |row| row.get(0)))
-            .map_err(unavailable)?;
-        if r.enforce && used.saturating_add(r.amount) > r.max {
-            return Err(StoreError::LimitReached {
-                scope: r.scope.clone(),
-                used,
-                max: r.max,
-                amount: r.amount,
-            });
-        }
-        conn.prepare_cached(
-            "INSERT INTO reservations (scope, key, generation, amount, reserved_at, active)
-             VALUES (?1, ?2, ?3, ?4, ?5, 1)
-             ON CONFLICT (scope, key, generation) DO UPDATE SET amount = ?4, reserved_at = ?5, active = 1",
-        )
-        .and_then(|mut s| s.execute(params![r.scope, key, generation, r.amount, millis(at)]))
-        .map_err(unavailable)?;
-    }
-    Ok(())
-}
-
-/// Releases what (key, generation) reserved: its effect definitely did not happen.
-pub(super) fn release(conn: &Connection, key: &str, generation: u32) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "UPDATE reservations SET active = 0 WHERE key = ?1 AND generation = ?2 AND active = 1",
-    )
-    .and_then(|mut s| s.execute(params![key, generation]))
-    .map(drop)
-    .map_err(unavailable)
-}
-
-/// Records a finding unless one with its id exists ([`StoreError::Conflict`]).
-pub(super) fn insert_finding(conn: &Connection, f: &FindingRow) -> Result<(), StoreError> {
-    let rows = conn
-        .prepare_cached(
-            "INSERT INTO findings (id, rule, raised_at, body, delivered_at, attempts, next_attempt_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO NOTHING",
-        )
-        .and_then(|mut s| {
-            s.execute(params![
-                f.id,
-                f.rule,
-                millis(f.raised_at),
-                f.body,
-                f.delivered_at.map(millis),
-                f.attempts,
-                f.next_attempt_at.map(millis)
-            ])
-        })
-        .map_err(unavailable)?;
-    if rows == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::Conflict)
-    }
 }
