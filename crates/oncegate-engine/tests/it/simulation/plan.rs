@@ -1,5 +1,6 @@
 //! One schedule, drawn from a seed: which intents, when agents call, what the provider
-//! does with each request, when the gateway crashes and when the store is lost.
+//! does with each request, when the gateway crashes and when the store is lost, and what
+//! a principal that steals fencing tokens tries.
 //!
 //! The plan is data, printed whole when a schedule fails, so a reader sees the schedule
 //! the seed stands for. Draws happen here, up front, except the provider's fault per
@@ -86,6 +87,53 @@ pub struct Worker {
     /// reconciliation read (without one, the lie is a second effect nobody can see:
     /// documented, not simulated).
     pub lies: bool,
+    /// Its claim's token leaks (its memory, its logs) to another principal, who uses
+    /// it once per entry.
+    pub leaks: Vec<Leak>,
+}
+
+/// Who steals: a principal other than the claimer, always. With the claimer's identity
+/// too ([`Plan::thieves_hold_the_claimers_identity`]) the thief is the claimer as far
+/// as the gateway can tell: the variant that shows what the principal check prevents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Thief {
+    /// `mallory`, an agent of its own that never claims anything.
+    Mallory,
+    /// The other of the schedule's two agents (`agent1` steals `agent2`'s claims and
+    /// the other way round), an agent that claims intents of its own.
+    OtherAgent,
+}
+
+/// What a thief does with a fencing token it learnt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Theft {
+    /// Completes it `not_sent`, to have the intent executed again: a second effect.
+    NotSent,
+    /// Completes it `applied` with an effect reference it made up: an intent applied
+    /// with no effect (the real one suppressed).
+    Applied,
+    /// Completes it `unknown`: the intent sent to reconciliation, or to a human.
+    Unknown,
+    /// Heartbeats it: a dead worker's lease kept alive.
+    Heartbeat,
+}
+
+/// A worker's token in another principal's hands, used `after` the claim.
+#[derive(Clone, Debug)]
+pub struct Leak {
+    pub thief: Thief,
+    pub after: Duration,
+    pub theft: Theft,
+}
+
+/// The thief reads the intents in flight through the read API, as an approver can (the
+/// lease's owner: the gate and the claim's seal, never its nonce), rebuilds a token for
+/// each from what it read, and tries `theft` with it at `at`, through host `host`.
+#[derive(Clone, Debug)]
+pub struct Snoop {
+    pub at: Duration,
+    pub host: usize,
+    pub theft: Theft,
 }
 
 /// A gateway crash: every task of the running instance dies at `at`; a new instance
@@ -162,6 +210,12 @@ pub struct Plan {
     pub store_latency: Duration,
     /// Whether the provider may commit after the gateway's timeout.
     pub late_commits: bool,
+    /// When `mallory` rebuilds tokens from the intents it reads, and tries them.
+    pub snoops: Vec<Snoop>,
+    /// The thieves of leaked tokens present the claimer's own identity (its bearer
+    /// token stolen too), which no gateway can tell from the claimer: set by the test
+    /// that shows what the principal check prevents, never drawn.
+    pub thieves_hold_the_claimers_identity: bool,
 }
 
 /// Faults stop here (virtual time from the start); afterwards the provider answers
@@ -191,6 +245,19 @@ impl Worker {
             dies_after: rng.random_bool(0.1),
             // Drawn from a copy, so the seeds' other draws stay what they were.
             lies: rng.clone().random_bool(0.15),
+            // Drawn by `Plan::draw_thefts`, from a generator of its own.
+            leaks: Vec::new(),
+        }
+    }
+}
+
+impl Theft {
+    fn draw(rng: &mut StdRng) -> Theft {
+        match rng.random_range(0..4) {
+            0 => Theft::NotSent,
+            1 => Theft::Applied,
+            2 => Theft::Unknown,
+            _ => Theft::Heartbeat,
         }
     }
 }
@@ -289,9 +356,63 @@ impl Plan {
             controls: Vec::new(),
             store_latency,
             late_commits,
+            snoops: Vec::new(),
+            thieves_hold_the_claimers_identity: false,
         };
         plan.draw_hosts_and_controls();
+        plan.draw_thefts();
         plan
+    }
+
+    /// The thief's moments: leaks of two-phase workers' tokens and reads of the intents
+    /// in flight. From a generator of their own, so adding them kept every earlier draw.
+    fn draw_thefts(&mut self) {
+        let mut rng = StdRng::seed_from_u64(self.seed ^ 0x7e_f700);
+        for intent in self.intents.iter_mut().filter(|i| i.two_phase) {
+            for call in &mut intent.calls {
+                if !rng.random_bool(0.4) {
+                    continue;
+                }
+                call.worker.leaks = (0..rng.random_range(1..=2))
+                    .map(|_| Leak {
+                        thief: if rng.random_bool(0.5) {
+                            Thief::Mallory
+                        } else {
+                            Thief::OtherAgent
+                        },
+                        // Mostly while the claim is live (its worker is calling the
+                        // provider or stalling), sometimes after its lease ran out.
+                        after: match rng.random_range(0..10) {
+                            0..=4 => secs(&mut rng, 0.0, 1.0),
+                            5..=7 => secs(&mut rng, 1.0, 10.0),
+                            _ => secs(&mut rng, 10.0, 45.0),
+                        },
+                        theft: Theft::draw(&mut rng),
+                    })
+                    .collect();
+            }
+        }
+        let hosts = self.hosts.len();
+        let call_times: Vec<Duration> = self
+            .intents
+            .iter()
+            .flat_map(|i| i.calls.iter().map(|c| c.at))
+            .collect();
+        self.snoops = (0..rng.random_range(0..=4))
+            .map(|_| Snoop {
+                // Half just after a call, while its claim is likely in flight; the rest
+                // anywhere before the calm point.
+                at: if rng.random_bool(0.5) {
+                    call_times[rng.random_range(0..call_times.len())]
+                        + Duration::from_millis(rng.random_range(0..1500))
+                } else {
+                    secs(&mut rng, 0.0, CALM_AT.as_secs_f64())
+                }
+                .min(CALM_AT - Duration::from_secs(1)),
+                host: rng.random_range(0..hosts),
+                theft: Theft::draw(&mut rng),
+            })
+            .collect();
     }
 
     /// The hosts, their clocks, the routing of calls and crashes, payouts and the

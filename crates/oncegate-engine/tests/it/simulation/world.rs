@@ -3,7 +3,9 @@
 //! process), the agents and approvers, and the invariant checks.
 //!
 //! Why one file: the provider, the gateway instances and the checks share one world
-//! state that every schedule mutates; plan.rs (what happens) is apart.
+//! state that every schedule mutates; plan.rs (what happens) is apart, and so is the
+//! thief (world/thief.rs), an actor with a model of its own (what it can learn) that
+//! only calls the gates and reports what they answered.
 //!
 //! Everything runs on one current-thread tokio runtime with a paused clock, so the only
 //! sources of order are the plan, the seeded generators and tokio's deterministic
@@ -31,6 +33,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::plan::{CALM_AT, CallPlan, ControlKind, Host, IntentPlan, Plan, Worker};
+
+mod thief;
+
+pub use thief::{STEALS, STEALS_ACCEPTED, read_steals_accepted};
 
 /// The stat that counts workers' lies (`not_sent` for an applied effect).
 pub const LIES: &str = "two-phase completions that said not_sent for an applied effect (lies)";
@@ -647,6 +653,10 @@ pub struct World {
     stale_completions: AtomicU64,
     /// Two-phase completions that said `not_sent` for an effect the provider applied.
     lies: AtomicU64,
+    /// The thief's attempts on other principals' claims, with the gateway's answers.
+    steals: Mutex<Vec<thief::Steal>>,
+    /// The thief's attempts no gateway answered (none up, the store down throughout).
+    steals_unanswered: AtomicU64,
     /// Executions the gateway ran itself for a two-phase intent's approval (must be 0).
     claim_only_executed: Arc<AtomicU64>,
     /// When each approval was first heard of (it was asked no later).
@@ -697,6 +707,8 @@ impl World {
             crashes_mid_call: AtomicU64::new(0),
             stale_completions: AtomicU64::new(0),
             lies: AtomicU64::new(0),
+            steals: Mutex::new(Vec::new()),
+            steals_unanswered: AtomicU64::new(0),
             claim_only_executed: Arc::default(),
             first_heard: Mutex::new(BTreeMap::new()),
             clicked: Mutex::new(BTreeSet::new()),
@@ -890,7 +902,7 @@ impl World {
     /// the gateway's: a gateway crash does not stop it. Its completion is retried while
     /// no gateway answers (the client's retry); a stale claim's completion is refused,
     /// which the checks then prove changed nothing.
-    async fn work(&self, claim: Claim, call: &CallPlan) {
+    async fn work(self: &Arc<Self>, claim: Claim, call: &CallPlan) {
         lock(&self.executor.starts).push(Start {
             at: self.now(),
             capability: claim.intent.capability.clone(),
@@ -905,6 +917,9 @@ impl World {
         } else {
             &call.worker
         };
+        for leak in &worker.leaks {
+            self.leak(&claim, leak, call.host);
+        }
         tokio::time::sleep(worker.stall_before).await;
         // A worker checks its lease before it sends anything (the Python client does,
         // by the lease left, which the gateway answers): a claim whose lease ran out may
@@ -1345,6 +1360,8 @@ impl World {
             }
             Err(e) => bad.push(format!("the audit cannot be read at the end: {e}")),
         }
+        // Last, so a schedule's first line names what a taken steal broke, if anything.
+        bad.extend(self.stolen());
         bad
     }
 
@@ -1515,6 +1532,7 @@ impl World {
             .entry("two-phase completions refused as stale".into())
             .or_default() += self.stale_completions.load(Ordering::SeqCst);
         *stats.entry(LIES.into()).or_default() += self.lies.load(Ordering::SeqCst);
+        self.steal_stats(stats);
         let two_phase = self.plan.intents.iter().filter(|i| i.two_phase).count();
         *stats.entry("two-phase intents".into()).or_default() += two_phase as u64;
     }
@@ -1591,6 +1609,10 @@ async fn drive(plan: Plan, registry: Registry, clocks: Clocks) -> Arc<World> {
     for control in &plan.controls {
         let (w, control) = (world.clone(), control.clone());
         tokio::spawn(async move { w.control(control).await });
+    }
+    for snoop in &plan.snoops {
+        let (w, snoop) = (world.clone(), snoop.clone());
+        tokio::spawn(async move { w.snoop(snoop).await });
     }
     if let Some(outage) = plan.outage.clone() {
         let w = world.clone();
