@@ -22,7 +22,9 @@ use oncegate_core::intent::IntentRecord;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use oncegate_store::{Commit, KillSwitchChange, Reservation, StoreError, StoreRead, StoreWrite};
+use oncegate_store::{
+    Commit, KillSwitchChange, LimitReconcile, Reservation, StoreError, StoreRead, StoreWrite,
+};
 
 use crate::gate::Gate;
 use crate::kill_switches::Switches;
@@ -220,6 +222,38 @@ impl Gate {
         self.store.commit(commit).await?;
         self.kill_switches.changed(&target, None);
         Ok(Some(hold))
+    }
+
+    /// Reconciles the budget `scope` (a limit's name, or `name@principal`) whose
+    /// reservations disagree with its ledger: they are restored from the ledger when it
+    /// holds; when it does not, only with `accept_table` (the reservations are then
+    /// accepted as found). One commit with its audit record, which says which.
+    pub async fn reconcile_limit(
+        &self,
+        actor: &str,
+        scope: &str,
+        accept_table: bool,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let mut commit = Commit::event(AuditEvent {
+            at: self.clock.now(),
+            kind: AuditKind::Admin,
+            key: None,
+            generation: 0,
+            capability: None,
+            actor: actor.to_owned(),
+            run_id: None,
+            from: None,
+            to: None,
+            status: None,
+            code: None,
+            detail: json!({"reconcile_limit": scope, "accept_table": accept_table, "reason": reason}),
+        });
+        commit.limit_reconcile = Some(LimitReconcile {
+            scope: scope.to_owned(),
+            accept_table,
+        });
+        self.store.commit(commit).await
     }
 
     /// The reservations an execution of `record` makes, and a refusal's reason when

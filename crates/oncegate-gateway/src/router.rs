@@ -41,6 +41,10 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/admin/holds/{id}/clear", post(detection::clear_hold))
         .route("/v1/findings", get(detection::list_findings))
         .route("/v1/limits", get(detection::list_limits))
+        .route(
+            "/v1/admin/limits/{scope}/reconcile",
+            post(detection::reconcile_limit),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics_route))

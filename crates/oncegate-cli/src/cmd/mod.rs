@@ -11,6 +11,7 @@ pub mod holds;
 pub mod init;
 pub mod intents;
 pub mod keys;
+pub mod limits;
 pub mod migrate;
 pub mod sandbox;
 pub mod serve;

@@ -286,3 +286,110 @@ fn readyz_is_not_ready_while_another_process_holds_the_write_lock() {
     });
     assert_eq!(ready(&gw), 200, "ready again once the lock is released");
 }
+
+/// Issue 32: a control deleted behind the gateway's back never reopens what it closed.
+/// A deleted reservation does not make room in its budget: the budget refuses
+/// (`OG-0030`) until an admin reconciles it (`oncegate limits reconcile`), after which
+/// it is full again. A deleted kill switch stays on. `audit verify` reports both. (On
+/// the code before, the third charge went through and the switched-off email was sent.)
+#[test]
+fn a_deleted_reservation_or_kill_switch_never_reopens_what_it_closed() {
+    let setup = Setup::with_registry(&[], |text| {
+        text.replacen(
+            "# --- refund:",
+            "[[capabilities.limits]]\nname = \"daily\"\nmax = 2\nwindow = \"24h\"\n\n# --- refund:",
+            1,
+        )
+    });
+    let gw = setup.gateway();
+    let charge = |order: &str| {
+        let r = client()
+            .post(format!("{}/v1/calls", gw.url))
+            .bearer_auth("tok-planner")
+            .json(&json!({"capability": "charge_card", "arguments": {"order_id": order, "amount": "10.00"}}))
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().unwrap_or(Value::Null))
+    };
+    // A refusal's code, as a call's reason or as an error envelope.
+    let code = |v: &Value| {
+        [&v["reason"]["code"], &v["error"]["code"], &v["code"]]
+            .into_iter()
+            .find(|c| c.is_string())
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    for order in ["L-1", "L-2"] {
+        let (_, done) = charge(order);
+        assert_eq!(done["status"], "applied", "{done}");
+    }
+    let (_, full) = charge("L-3");
+    assert_eq!(code(&full), "OG-0027", "the budget holds two: {full}");
+
+    sql(
+        &setup.db(),
+        &["DELETE FROM reservations WHERE rowid = (SELECT MIN(rowid) FROM reservations)"],
+    );
+    let (status, refused) = charge("L-3");
+    assert_eq!(
+        code(&refused),
+        "OG-0030",
+        "a deleted reservation makes no room: {status} {refused}"
+    );
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 2);
+    let (ok, report) = verify(&setup, &[]);
+    assert!(
+        !ok && report.contains("the ledger of limit daily"),
+        "{report}"
+    );
+
+    let reconciled = oncegate(&[
+        "limits",
+        "reconcile",
+        "daily",
+        "--url",
+        &gw.url,
+        "--token",
+        "tok-ops",
+        "--reason",
+        "restored after the incident",
+    ]);
+    assert!(
+        reconciled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reconciled.stderr)
+    );
+    let (_, full) = charge("L-3");
+    assert_eq!(
+        code(&full),
+        "OG-0027",
+        "full again after reconciling: {full}"
+    );
+    assert_eq!(effects(&setup.sandbox, "charge").len(), 2);
+
+    let killed = client()
+        .put(format!(
+            "{}/v1/admin/kill-switches/capability:send_email",
+            gw.url
+        ))
+        .bearer_auth("tok-ops")
+        .json(&json!({"killed": true, "reason": "phishing"}))
+        .send()
+        .unwrap();
+    assert!(killed.status().is_success());
+    sql(&setup.db(), &["DELETE FROM kill_switches"]);
+    // Past the cache's freshness: the gateway reads the switches again.
+    std::thread::sleep(Duration::from_millis(700));
+    let (_, email) = call(&gw, email());
+    assert_ne!(
+        email["status"], "applied",
+        "a deleted switch stays on: {email}"
+    );
+    assert_eq!(effects(&setup.sandbox, "email").len(), 0);
+    let (ok, report) = verify(&setup, &[]);
+    assert!(
+        !ok && report.contains("kill switch capability:send_email"),
+        "{report}"
+    );
+}

@@ -82,6 +82,46 @@ pub(crate) async fn clear_hold(
     }
 }
 
+/// `POST /v1/admin/limits/{scope}/reconcile` body (optional).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileBody {
+    /// When the budget's ledger itself does not hold: accept its reservations as found
+    /// (the ledger is written again from them). Without it such a budget stays refused.
+    #[serde(default)]
+    accept_table: bool,
+    /// Why (kept in the audit chain).
+    reason: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/admin/limits/{scope}/reconcile", tag = "detection", params(("scope" = String, Path, description = "the budget: a limit's name, or name@principal")), request_body = ReconcileBody, responses((status = 200, description = "the budget reconciled (its audit record says how)"), (status = 503, description = "OG-0030: the budget's ledger does not hold and accept_table was not given")), security(("bearer" = [])))]
+pub(crate) async fn reconcile_limit(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(scope): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers).await?;
+    require(&p, &[Role::Admin])?;
+    let body: ReconcileBody = if body.is_empty() {
+        ReconcileBody::default()
+    } else {
+        json_body(&body)?
+    };
+    let reason = body
+        .reason
+        .unwrap_or_else(|| format!("reconciled by {}", p.name));
+    state
+        .gate()
+        .reconcile_limit(&p.name, &scope, body.accept_table, &reason)
+        .await?;
+    tracing::warn!(limit = %scope, by = %p.name, accept_table = body.accept_table, "limit reconciled");
+    Ok(
+        Json(json!({"reconciled": scope, "accept_table": body.accept_table, "reason": reason}))
+            .into_response(),
+    )
+}
+
 #[utoipa::path(get, path = "/v1/limits", tag = "detection", responses((status = 200, description = "every limit's budget: max, used and remaining in its window")), security(("bearer" = [])))]
 pub(crate) async fn list_limits(
     State(state): State<AppState>,

@@ -312,10 +312,7 @@ async fn write_from_table(
 
 /// Every reservation of a budget, oldest first: (key, generation, amount, reserved_at
 /// in µs, active).
-async fn table_rows(
-    conn: &mut PgConnection,
-    scope: &str,
-) -> Result<Vec<TableRow>, StoreError> {
+async fn table_rows(conn: &mut PgConnection, scope: &str) -> Result<Vec<TableRow>, StoreError> {
     Ok(sqlx::query(
         "SELECT key, generation, amount, (extract(epoch from reserved_at) * 1000000)::int8, active
          FROM reservations WHERE scope = $1 ORDER BY reserved_at, key, generation",

@@ -269,10 +269,7 @@ fn write_from_table(
 
 /// Every reservation of a budget (active or not), oldest first: (key, generation,
 /// amount, reserved_at, active).
-fn table_rows(
-    conn: &Connection,
-    scope: &str,
-) -> Result<Vec<TableRow>, StoreError> {
+fn table_rows(conn: &Connection, scope: &str) -> Result<Vec<TableRow>, StoreError> {
     conn.prepare_cached(
         "SELECT key, generation, amount, reserved_at, active FROM reservations
          WHERE scope = ?1 ORDER BY reserved_at, key, generation",
