@@ -66,6 +66,10 @@ enum Command {
     /// List and clear holds on a running gateway (admin).
     #[command(subcommand)]
     Holds(cmd::holds::HoldsCommand),
+    /// List and clear doubts about providers on a running gateway (admin): reads that
+    /// could not find an applied effect, idempotency keys not honoured.
+    #[command(subcommand)]
+    Doubts(cmd::doubts::DoubtsCommand),
     /// Measure what the gateway costs next to its upstream and the raw store floor.
     Bench(cmd::bench::BenchArgs),
     /// Bridge a stdio MCP client (a desktop app) to a gateway's /mcp.
@@ -199,6 +203,7 @@ pub fn run() -> ExitCode {
         Command::Approvals(c) => runtime().and_then(|rt| rt.block_on(cmd::approvals::run(c))),
         Command::Detect(a) => runtime().and_then(|rt| rt.block_on(cmd::detect::run(a))),
         Command::Holds(c) => runtime().and_then(|rt| rt.block_on(cmd::holds::run(c))),
+        Command::Doubts(c) => runtime().and_then(|rt| rt.block_on(cmd::doubts::run(c))),
         Command::Bench(a) => runtime().and_then(|rt| rt.block_on(cmd::bench::run(a))),
         Command::Connect(a) => runtime().and_then(|rt| rt.block_on(cmd::connect::run(a))),
     };
