@@ -285,7 +285,7 @@ impl Gate {
             "effects": evidence.get("effects").cloned().unwrap_or(json!([])),
             "evidence": evidence,
             "escalation": "doubt",
-            "message": explained,
+            "summary": explained,
             "raised_at": now,
         });
         let mut commit = Commit::event(doubt_event(
