@@ -70,6 +70,10 @@ enum Command {
     /// disagree with its ledger, on a running gateway (admin).
     #[command(subcommand)]
     Limits(cmd::limits::LimitsCommand),
+    /// List and clear doubts about providers on a running gateway (admin): reads that
+    /// could not find an applied effect, idempotency keys not honoured.
+    #[command(subcommand)]
+    Doubts(cmd::doubts::DoubtsCommand),
     /// Measure what the gateway costs next to its upstream and the raw store floor.
     Bench(cmd::bench::BenchArgs),
     /// Bridge a stdio MCP client (a desktop app) to a gateway's /mcp.
@@ -204,6 +208,7 @@ pub fn run() -> ExitCode {
         Command::Detect(a) => runtime().and_then(|rt| rt.block_on(cmd::detect::run(a))),
         Command::Holds(c) => runtime().and_then(|rt| rt.block_on(cmd::holds::run(c))),
         Command::Limits(c) => runtime().and_then(|rt| rt.block_on(cmd::limits::run(c))),
+        Command::Doubts(c) => runtime().and_then(|rt| rt.block_on(cmd::doubts::run(c))),
         Command::Bench(a) => runtime().and_then(|rt| rt.block_on(cmd::bench::run(a))),
         Command::Connect(a) => runtime().and_then(|rt| rt.block_on(cmd::connect::run(a))),
     };

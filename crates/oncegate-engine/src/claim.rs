@@ -290,6 +290,15 @@ impl Gate {
             }
             Err((_, last_known)) => last_known,
         };
+        // A provider seen ignoring idempotency keys: the capability is non_idempotent
+        // until an admin clears the doubt (read like the switches, failing closed).
+        let cap = match self.doubts_or_error(&cap.name).await {
+            Ok(doubts) => doubts.applied_to(cap),
+            Err(e) if cap.category.is_consequential() => {
+                return Ok(Step::Settled(store_down(None, Some(&derived.key), &e)));
+            }
+            Err(_) => cap,
+        };
         let held = match self
             .held_for(
                 &cap.name,
@@ -681,6 +690,10 @@ impl Gate {
         // Judged at the moment the read was asked (see `sweep_one`).
         let asked_at = self.clock.earliest();
         let answer = executor.reconcile(handle).await;
+        // An unproven read's "not found" proves nothing.
+        let answer = match self.doubts_on(&cap.name).await {
+            Ok(doubts) | Err(doubts) => doubts.weigh(answer),
+        };
         // Apply the one answer; a lost race re-reads this generation and applies
         // it again (after_reconcile answers with the standing outcome once someone
         // else has resolved the intent) instead of re-deciding the whole call,

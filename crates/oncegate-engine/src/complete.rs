@@ -73,6 +73,8 @@ impl Gate {
                         // does not know about, or a second one. Into the audit chain (the
                         // intent unchanged), a metric and an error a human must act on.
                         metrics::counter!("oncegate_stale_effects_total", "capability" => cap.name.clone()).increment(1);
+                        self.notice_second_effect(&record, &result, fence.execution, principal)
+                            .await;
                         tracing::error!(alert = "stale_effect", key = %fence.intent_key, generation = fence.generation, execution = fence.execution, result = ?result, state = record.state.as_str(), recorded_ref = ?record.effect_ref, "a worker whose claim was lost reports an effect the intent does not record; nothing recorded, check the provider");
                         if let Err(e) = self
                             .store
@@ -218,6 +220,10 @@ impl Gate {
                 .await
             {
                 Ok(()) => {
+                    // The intent already recorded another effect for this key: the
+                    // provider made a second one.
+                    self.notice_second_effect(&current, &result, claimed.executions, actor)
+                        .await;
                     let mut outcome = outcome;
                     outcome.attempt = current.attempts;
                     return outcome;

@@ -90,10 +90,13 @@ impl Gate {
             .collect();
         self.kill_switches
             .loaded(Arc::new(switches.clone()), at, changes);
-        // Holds share the store and the cache; they are listed by `holds()`.
+        // Holds and doubts share the store and the cache; they are listed by `holds()`
+        // and `doubts()`.
         Ok(switches
             .into_iter()
-            .filter(|(target, _)| !crate::limits::is_hold(target))
+            .filter(|(target, _)| {
+                !crate::limits::is_hold(target) && !crate::doubts::is_doubt(target)
+            })
             .collect())
     }
 

@@ -102,6 +102,8 @@ impl Gate {
                 unreadable: None,
             })
             .collect();
+        // Evidence of effects the upstream made twice under one intent's key.
+        let mut twins = Vec::new();
         for u in upstream {
             if effects
                 .iter()
@@ -111,12 +113,23 @@ impl Gate {
             }
             if let Some(e) = self.intent_behind(&u).await? {
                 // Oncegate's execution (an intent the upstream committed while
-                // oncegate still waits for its answer): not a bypass.
-                if !effects
+                // oncegate still waits for its answer): not a bypass. But a second
+                // effect under one intent's key is a provider that ignored the key.
+                match effects
                     .iter()
-                    .any(|x| x.intent_key == e.intent_key && x.generation == e.generation)
+                    .find(|x| x.intent_key == e.intent_key && x.generation == e.generation)
                 {
-                    effects.push(e);
+                    None => effects.push(e),
+                    Some(twin) => {
+                        if let Some(known) = &twin.effect_ref {
+                            twins.push(json!({
+                                "seen": "detection",
+                                "intent_key": e.intent_key,
+                                "generation": e.generation,
+                                "effects": [known, u.effect_ref],
+                            }));
+                        }
+                    }
                 }
                 continue;
             }
@@ -137,6 +150,17 @@ impl Gate {
                 at: u.at,
                 unreadable,
             });
+        }
+        if let Some(evidence) = twins.into_iter().next()
+            && oncegate_core::decide::dedupe_is_proof(&cap)
+        {
+            self.raise_doubt(
+                &cap.name,
+                crate::doubts::Doubt::KeysIgnored,
+                "detection",
+                evidence,
+            )
+            .await?;
         }
         let mut run = DetectRun {
             compared: effects.len(),

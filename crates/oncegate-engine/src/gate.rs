@@ -67,6 +67,8 @@ pub struct Gate {
     /// The capabilities of fronted MCP servers' undeclared tools, by name, with the
     /// alias of their server: they come from the servers' tool lists, not the config.
     pub(crate) fronted: Arc<std::sync::RwLock<FrontedCapabilities>>,
+    /// The read-back slot each capability was last looked at in (read_back.rs).
+    pub(crate) read_backs: Arc<std::sync::Mutex<HashMap<String, i64>>>,
 }
 
 /// The fronted servers' undeclared tools: those offered now, and those a server stopped
@@ -92,6 +94,7 @@ impl Clone for Gate {
             read_buckets: self.read_buckets.clone(),
             process: self.process.clone(),
             fronted: self.fronted.clone(),
+            read_backs: self.read_backs.clone(),
         }
     }
 }
@@ -146,6 +149,7 @@ impl Gate {
             read_buckets: Arc::default(),
             process: None,
             fronted: Arc::default(),
+            read_backs: Arc::default(),
         }
     }
 

@@ -46,7 +46,8 @@
 //! reconciliation on the way), invoke.rs (claim -> execute in a task -> record),
 //! complete.rs (complete, heartbeat, recording), approvals.rs, controls.rs (kill
 //! switches, breakers, read cap, client keys), kill_switches.rs (the gate's cache of
-//! the stored switches), sweep.rs, storms.rs (replay storms),
+//! the stored switches), sweep.rs, read_back.rs (the sweep proves reconciliation reads), doubts.rs (what a provider failed to prove: unproven reads, ignored keys),
+//! storms.rs (replay storms),
 //! call.rs, executor.rs, error.rs, clock.rs, process.rs (the simulation's processes),
 //! who.rs (a principal: a registry name, or a name and role authentication proved).
 
@@ -57,6 +58,7 @@ pub mod clock;
 mod complete;
 mod controls;
 mod detect;
+mod doubts;
 mod error;
 mod executor;
 mod gap;
@@ -65,6 +67,7 @@ mod invoke;
 mod kill_switches;
 mod limits;
 pub mod process;
+mod read_back;
 mod storms;
 mod sweep;
 mod who;
@@ -73,6 +76,7 @@ pub use call::{Call, IntentHandle};
 pub use claim::{Claim, Claimed, Fence};
 pub use clock::{Clock, ManualClock, StoreClock, SystemClock, Ticks, TokioClock};
 pub use detect::{DetectRun, UpstreamEffect};
+pub use doubts::{Doubt, Doubted};
 pub use error::GateError;
 pub use executor::{Attempt, Executor, LateAnswer};
 pub use gate::Gate;

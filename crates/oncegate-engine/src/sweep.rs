@@ -105,6 +105,10 @@ impl Gate {
         // The earliest that moment can be by the store's clock: a horizon never ends early.
         let asked_at = self.clock.earliest();
         let answer = executor.reconcile(handle).await;
+        // An unproven read's "not found" proves nothing: the intent stays unknown.
+        let answer = match self.doubts_on(&cap.name).await {
+            Ok(doubts) | Err(doubts) => doubts.weigh(answer),
+        };
         let Some(d) = decide::after_sweep(record, answer, cap, running, asked_at) else {
             return Ok(None);
         };
@@ -180,8 +184,9 @@ impl Gate {
     /// intents, then the oldest in-flight intents whose lease has expired by the gate's
     /// clock, each resolved by [`Gate::sweep_one`] with the executor `executor_for`
     /// gives for its capability (`None`: skipped, e.g. no upstream in this process).
-    /// Answers how many intents it changed; failures are logged and left for the next
-    /// pass.
+    /// Then, at the bounded rate of each capability's `read_back`, it reads back a few
+    /// applied intents ([`Gate::read_back_pass`]). Answers how many intents it changed;
+    /// failures are logged and left for the next pass.
     pub async fn sweep_pass<E: Executor>(
         &self,
         executor_for: impl Fn(&str) -> Option<Arc<E>>,
@@ -224,6 +229,8 @@ impl Gate {
                 }
             }
         }
+        // Now and then, prove the reconciliation reads this pass relied on.
+        self.read_back_pass(&executor_for).await;
         changed
     }
 }

@@ -39,6 +39,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/admin/kill-switches/{target}", put(admin::kill_switch))
         .route("/v1/admin/holds", get(detection::list_holds))
         .route("/v1/admin/holds/{id}/clear", post(detection::clear_hold))
+        .route("/v1/admin/doubts", get(detection::list_doubts))
+        .route(
+            "/v1/admin/doubts/{capability}/{doubt}/clear",
+            post(detection::clear_doubt),
+        )
         .route("/v1/findings", get(detection::list_findings))
         .route("/v1/limits", get(detection::list_limits))
         .route(

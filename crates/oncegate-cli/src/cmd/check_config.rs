@@ -12,8 +12,10 @@ pub struct CheckConfigArgs {
     #[command(flatten)]
     config: ConfigArg,
     /// Also connect to every upstream and reconciliation read: report an unreachable
-    /// one and an MCP tool the server does not list. No effect is ever sent (HTTP
-    /// upstreams get a TCP connection only, MCP servers a `tools/list`).
+    /// one and an MCP tool the server does not list, and the doubts the store holds
+    /// (a reconciliation read that could not find an applied effect, keys not
+    /// honoured). No effect is ever sent (HTTP upstreams get a TCP connection only, MCP
+    /// servers a `tools/list`).
     #[arg(long)]
     probe: bool,
 }
@@ -156,6 +158,7 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    problems += runtime.block_on(doubts(&registry));
     if problems > 0 {
         eprintln!(
             "{}: {problems} upstream problem(s) found by --probe",
@@ -173,6 +176,47 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the running gateways have seen the providers fail at, from the store (its
+/// doubts, see `oncegate doubts`): each is a problem until an admin clears it. A store
+/// that cannot be opened here is noted, not counted.
+async fn doubts(registry: &oncegate_core::Registry) -> usize {
+    let store = match crate::open_store(registry).await {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!(
+                "note: probe: the store was not read, so doubts about providers are not shown: {e}"
+            );
+            return 0;
+        }
+    };
+    let gate = oncegate_engine::Gate::on_store(registry.clone(), store);
+    let doubts = match gate.doubts().await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("note: probe: the store's doubts could not be read: {e}");
+            return 0;
+        }
+    };
+    for d in &doubts {
+        let part = match d.doubt {
+            oncegate_engine::Doubt::ReconciliationUnproven => "reconcile",
+            oncegate_engine::Doubt::KeysIgnored => "upstream",
+        };
+        eprintln!(
+            "error: probe: {} {part}: {} since {} ({}): {}; clear with `oncegate doubts clear {} {}` once fixed",
+            d.capability,
+            d.doubt.as_str(),
+            d.set_at,
+            d.set_by,
+            d.reason,
+            d.capability,
+            d.doubt.as_str(),
+        );
+    }
+    gate.store().close().await;
+    doubts.len()
 }
 
 /// Who executes a capability's effects, as `check-config` lists it.

@@ -7,6 +7,7 @@ pub mod check_config;
 pub mod connect;
 pub mod demo;
 pub mod detect;
+pub mod doubts;
 pub mod holds;
 pub mod init;
 pub mod intents;

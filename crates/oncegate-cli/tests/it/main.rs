@@ -10,6 +10,7 @@ mod console;
 mod credentials;
 mod demo;
 mod detection;
+mod doubts;
 mod gateway;
 mod late;
 mod mcp;

@@ -368,7 +368,25 @@ pub struct Reconcile {
     pub tool: Option<String>,
     /// The MCP tool arguments.
     pub arguments: Option<BodyTemplate>,
+    /// How the read itself is proven: the sweep reads back at most `count` recently
+    /// applied intents every `every` (one replica per interval); a read that does not
+    /// find one marks the capability's "not found" unproven.
+    pub read_back: ReadBack,
 }
+
+/// The bounded rate at which the sweep reads back applied intents (reads only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadBack {
+    /// Intents read back per interval (0: never).
+    pub count: u32,
+    /// The interval.
+    pub every: SignedDuration,
+}
+
+/// The default `read_back`: intents read back per interval.
+pub const DEFAULT_READ_BACK: u32 = 3;
+/// The default `read_back_every`.
+pub const DEFAULT_READ_BACK_EVERY: SignedDuration = SignedDuration::from_mins(10);
 
 /// A capability: a tool as agents see it, with its policy.
 #[derive(Clone, Debug)]

@@ -280,4 +280,6 @@ pub(super) struct RawReconcile {
     pub(super) result: Option<String>,
     pub(super) tool: Option<String>,
     pub(super) arguments: Option<toml::Value>,
+    pub(super) read_back: Option<u32>,
+    pub(super) read_back_every: Option<String>,
 }

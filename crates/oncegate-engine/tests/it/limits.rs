@@ -1,7 +1,8 @@
 //! Limits and detection on a real SQLite file: a budget reserved atomically with the
 //! claim (parallel subagents cannot each spend the last of it), released by a failed
 //! effect, rolling with the window and surviving a restart; a duplicate found through
-//! a broken recipe, held and cleared; an upstream effect that bypassed the gateway.
+//! a broken recipe, held and cleared; an upstream effect that bypassed the gateway; two
+//! effects under one intent's key, which doubt the provider's keys.
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use jiff::{SignedDuration, Timestamp};
 use oncegate_core::EffectResult;
 use oncegate_core::codes::Code;
 use oncegate_core::intent::Status;
-use oncegate_engine::{Call, Claim, Claimed, Clock, Gate, ManualClock, UpstreamEffect};
+use oncegate_engine::{Call, Claim, Claimed, Clock, Doubt, Gate, ManualClock, UpstreamEffect};
 use oncegate_store::StoreRead;
 use serde_json::json;
 
@@ -270,6 +271,69 @@ async fn an_effect_that_bypassed_the_gateway_is_a_bypass_finding() {
     assert_eq!(run.raised[0]["effects"].as_array().unwrap().len(), 2);
     let stopped = claim(&gate, charge("C-1", "y")).await.unwrap_err();
     assert_eq!(stopped.reason.map(|r| r.code), Some(Code::Held));
+}
+
+#[tokio::test]
+async fn two_effects_under_one_key_doubt_the_providers_keys_until_an_admin_clears_it() {
+    let (_dir, gate, clock) = world().await;
+    let since = clock.now();
+    let c = claim(&gate, charge("K-1", "x")).await.unwrap();
+    let key = c.intent.key.clone();
+    gate.complete(&c, applied("ch_1")).await.unwrap();
+    let listed = |id: &str| UpstreamEffect {
+        effect_ref: id.into(),
+        key: Some(key.clone()),
+        at: clock.now(),
+        arguments: json!({"order_id": "K-1", "amount": {"minor": 1250, "currency": "USD"}, "memo": "x"}),
+    };
+    // The provider lists a second charge under the intent's one key.
+    gate.detect("charge", since, vec![listed("ch_1"), listed("ch_2")])
+        .await
+        .unwrap();
+    let doubts = gate.doubts().await.unwrap();
+    assert_eq!(
+        doubts
+            .iter()
+            .map(|d| (d.capability.as_str(), d.doubt))
+            .collect::<Vec<_>>(),
+        [("charge", Doubt::KeysIgnored)]
+    );
+    let findings = gate.findings(10).await.unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["rule"] == "keys_ignored" && f["effects"] == json!(["ch_1", "ch_2"])),
+        "{findings:?}"
+    );
+
+    // `keyed` retries an unknown outcome at once with its key; treated as
+    // `non_idempotent` (no read to ask), the repeat goes to a human instead.
+    let unknown = EffectResult::Unknown {
+        message: "timed out".into(),
+    };
+    let c = claim(&gate, charge("K-2", "x")).await.unwrap();
+    gate.complete(&c, unknown.clone()).await.unwrap();
+    let held = claim(&gate, charge("K-2", "x")).await.unwrap_err();
+    assert_eq!(held.status, Status::PendingApproval, "{held:?}");
+
+    // Only an admin clears it, and then keys are trusted again.
+    assert!(
+        gate.clear_doubt("agent", "charge", Doubt::KeysIgnored, "no")
+            .await
+            .is_err()
+    );
+    let cleared = gate
+        .clear_doubt("ops", "charge", Doubt::KeysIgnored, "provider fixed")
+        .await
+        .unwrap();
+    assert!(cleared.is_some());
+    assert!(gate.doubts().await.unwrap().is_empty());
+    let c = claim(&gate, charge("K-3", "x")).await.unwrap();
+    gate.complete(&c, unknown).await.unwrap();
+    assert!(
+        claim(&gate, charge("K-3", "x")).await.is_ok(),
+        "retried at once with its key"
+    );
 }
 
 #[tokio::test]

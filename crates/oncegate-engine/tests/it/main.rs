@@ -6,6 +6,7 @@ mod crash;
 mod gate;
 mod limits;
 mod postgres;
+mod read_back;
 mod shared_store;
 mod simulation;
 

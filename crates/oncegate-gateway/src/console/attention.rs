@@ -138,10 +138,22 @@ pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Respo
         .iter()
         .filter(|a| a.reason == ApprovalReason::CrossRun)
         .collect();
+    // What a provider failed to prove: each stays on until an admin clears it.
+    let doubts = match state.gate().doubts().await {
+        Ok(d) => d,
+        Err(e) => return failure(&session, &ApiError::from(e)),
+    };
     let alerts = state.console_alerts().newest_first();
     let admin = session.principal.role == Role::Admin;
     let tz = tz(&state);
     let body = html! {
+        @if !doubts.is_empty() {
+            h2 { "Providers in doubt (" (doubts.len()) ")" }
+            p.muted { "Cleared by an admin once fixed: " code { "oncegate doubts clear CAPABILITY DOUBT" } "." }
+            ul { @for d in &doubts {
+                li { strong { (d.capability) } " · " code { (d.doubt.as_str()) } " · " (d.reason) " · " (when(d.set_at, tz)) }
+            } }
+        }
         h2 { "Escalated: unknown outcome, a human decides (" (escalated.len()) ")" }
         @if escalated.is_empty() { p.muted { "None." } } @else {
             ul { @for a in &escalated {

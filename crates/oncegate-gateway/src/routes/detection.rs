@@ -1,11 +1,12 @@
-//! Detection and limits for admins: findings, holds (listed and cleared), and what is
-//! left of every limit's budget.
+//! Detection and limits for admins: findings, holds and doubts about providers (listed
+//! and cleared), and what is left of every limit's budget.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use oncegate_core::config::Role;
+use oncegate_engine::Doubt;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -79,6 +80,52 @@ pub(crate) async fn clear_hold(
             Ok(Json(json!({"cleared": hold, "reason": reason})).into_response())
         }
         None => Err(ApiError::NotFound(format!("no hold `{id}` is on"))),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/admin/doubts", tag = "detection", responses((status = 200, description = "the doubts about providers that are on: a reconciliation read that could not find an applied effect, idempotency keys not honoured")), security(("bearer" = [])))]
+pub(crate) async fn list_doubts(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers).await?;
+    require(&p, &[Role::Admin])?;
+    let doubts = state.gate().doubts().await?;
+    Ok(Json(json!({"doubts": doubts})).into_response())
+}
+
+#[utoipa::path(post, path = "/v1/admin/doubts/{capability}/{doubt}/clear", tag = "detection", params(("capability" = String, Path), ("doubt" = String, Path, description = "`reconciliation_unproven` or `keys_ignored`")), request_body = ClearBody, responses((status = 200, description = "the doubt cleared: the capability's reads (or keys) are trusted again"), (status = 404, description = "no such doubt is on")), security(("bearer" = [])))]
+pub(crate) async fn clear_doubt(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((capability, doubt)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers).await?;
+    require(&p, &[Role::Admin])?;
+    let Some(kind) = Doubt::parse(&doubt) else {
+        return Err(ApiError::NotFound(format!(
+            "`{doubt}` is not a doubt: `reconciliation_unproven` or `keys_ignored`"
+        )));
+    };
+    let body: ClearBody = if body.is_empty() {
+        ClearBody::default()
+    } else {
+        json_body(&body)?
+    };
+    let reason = body
+        .reason
+        .unwrap_or_else(|| format!("cleared by {}", p.name));
+    match state
+        .gate()
+        .clear_doubt(p.who(), &capability, kind, &reason)
+        .await
+        .map_err(ApiError::Gate)?
+    {
+        Some(cleared) => Ok(Json(json!({"cleared": cleared, "reason": reason})).into_response()),
+        None => Err(ApiError::NotFound(format!(
+            "no `{doubt}` doubt is on for `{capability}`"
+        ))),
     }
 }
 

@@ -8,7 +8,8 @@ use super::{Builder, DEFAULT_TIMEOUT, DURATION_HELP, k};
 use crate::config::locate::Seg;
 use crate::config::raw::{RawReconcile, RawUpstream};
 use crate::config::{
-    Category, KeyThreading, Pattern, Reconcile, ToolErrors, Upstream, UpstreamKind,
+    Category, DEFAULT_READ_BACK, DEFAULT_READ_BACK_EVERY, KeyThreading, Pattern, ReadBack,
+    Reconcile, ToolErrors, Upstream, UpstreamKind,
 };
 use crate::template::Template;
 
@@ -239,6 +240,21 @@ impl Builder<'_> {
         self.check_pointer(&at(&["effect_ref"]), raw.effect_ref.as_deref());
         let timeout = self.duration(&at(&["timeout"]), raw.timeout.as_deref(), DEFAULT_TIMEOUT);
         let headers = self.headers(base, raw.headers);
+        let read_back = ReadBack {
+            count: raw.read_back.unwrap_or(DEFAULT_READ_BACK),
+            every: self.duration(
+                &at(&["read_back_every"]),
+                raw.read_back_every.as_deref(),
+                DEFAULT_READ_BACK_EVERY,
+            ),
+        };
+        if read_back.count > 0 && !read_back.every.is_positive() {
+            self.err(
+                &at(&["read_back_every"]),
+                "a zero interval would read back without pause",
+                Some("use e.g. \"10m\", or read_back = 0 to never read back"),
+            );
+        }
         let arguments = raw.arguments.as_ref().map(|b| {
             let mut p = at(&["arguments"]);
             self.body(&mut p, b)
@@ -257,6 +273,7 @@ impl Builder<'_> {
             result: raw.result,
             tool: raw.tool,
             arguments,
+            read_back,
         }
     }
 
