@@ -8,7 +8,7 @@
 //! with its problem and never delivered. Rows from before controls were sealed (no
 //! seal, older than the store's `controls_sealed_at`) are taken as found.
 
-use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow};
+use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow, add_control_seal};
 
 use crate::rows::{self, RowData, body_hash};
 use crate::storage::{FindingRowV1, SwitchRowV1};
@@ -90,6 +90,32 @@ fn stored(kind: RowKind, data: &RowData) -> StoredRow {
         sealed_hash: data.row_hash.clone(),
         link: data.link,
     }
+}
+
+/// Writes the seals of the kill switch and the finding `commit` writes into its event
+/// (before it is chained), and returns them.
+pub(crate) fn seal_controls(
+    commit: &crate::Commit,
+    event: &mut oncegate_core::audit::AuditEvent,
+) -> (
+    Option<oncegate_core::audit::RowSeal>,
+    Option<oncegate_core::audit::RowSeal>,
+) {
+    let switch = commit
+        .kill_switch
+        .as_ref()
+        .map(|c| SwitchRowV1::from(c).seal());
+    let finding = commit
+        .finding
+        .as_ref()
+        .map(|f| FindingRowV1::from(f).seal());
+    if let Some(seal) = &switch {
+        add_control_seal(event, RowKind::Switch, seal.clone());
+    }
+    if let Some(seal) = &finding {
+        add_control_seal(event, RowKind::Finding, seal.clone());
+    }
+    (switch, finding)
 }
 
 /// The switches that are on: each stored row checked against `newest` (the newest audit

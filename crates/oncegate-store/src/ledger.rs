@@ -46,6 +46,58 @@ impl LimitLedgers {
     }
 }
 
+/// Where a commit's audit record lands and the chain key: what the controls it writes
+/// are sealed with (both backends' writers fill it in as they go).
+pub(crate) struct Sealing<'a> {
+    pub(crate) link: (u32, u64),
+    pub(crate) key: Option<&'a ChainKey>,
+    /// Reservations made before this instant (the store's unit) with no ledger are
+    /// from before ledgers existed and are adopted as found.
+    pub(crate) legacy_before: Option<i64>,
+    /// The ledger heads this commit moved (the audit record seals the last of each).
+    pub(crate) limits: Vec<LimitSeal>,
+    /// What a reconciliation did, for the audit record's detail.
+    pub(crate) reconciled: Option<serde_json::Value>,
+}
+
+impl<'a> Sealing<'a> {
+    /// Nothing sealed yet, for a record landing at `link`.
+    pub(crate) fn new(
+        link: (u32, u64),
+        key: Option<&'a ChainKey>,
+        legacy_before: Option<i64>,
+    ) -> Self {
+        Self {
+            link,
+            key,
+            legacy_before,
+            limits: Vec::new(),
+            reconciled: None,
+        }
+    }
+
+    /// A budget's head moved to `seal` (the last move of each budget is what is sealed).
+    pub(crate) fn moved(&mut self, seal: LimitSeal) {
+        match self.limits.iter_mut().find(|s| s.scope == seal.scope) {
+            Some(s) => *s = seal,
+            None => self.limits.push(seal),
+        }
+    }
+
+    /// Nothing for the audit record to carry.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.limits.is_empty() && self.reconciled.is_none()
+    }
+
+    /// Writes the moved heads and what a reconciliation did into `event`.
+    pub(crate) fn seal_into(&mut self, event: &mut oncegate_core::audit::AuditEvent) {
+        oncegate_core::audit::add_limit_seals(event, &self.limits);
+        if let Some(outcome) = self.reconciled.take() {
+            oncegate_core::audit::add_reconciled(event, outcome);
+        }
+    }
+}
+
 /// A budget's head as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Head {

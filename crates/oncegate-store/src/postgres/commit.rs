@@ -1,20 +1,18 @@
 //! Writes: the commit transaction (rows, their checks, the audit append under the
 //! shard head's row lock) and the small writes outside the chain.
 
-use oncegate_core::audit::{
-    AuditRecord, ChainHead, RowKind, add_control_seal, add_limit_seals, add_reconciled,
-    add_row_seals, seal_with,
-};
+use oncegate_core::audit::{AuditRecord, ChainHead, RowKind, add_row_seals, seal_with};
 use oncegate_core::key::IntentKey;
 use sqlx::{PgConnection, Row};
 
-use super::controls::{Sealing, insert_finding, reconcile, release, reserve, write_kill_switch};
+use super::controls::{insert_finding, reconcile, release, reserve, write_kill_switch};
 use super::read::{
     check_row, fetch_approval, fetch_intent, newest_approval_seal, newest_intent_seal,
 };
 use super::{PgStore, db_error, from_micros, ts, unavailable};
+use crate::ledger::Sealing;
 use crate::rows::{self, PreparedApproval, PreparedIntent};
-use crate::storage::{AuditRowV1, FindingRowV1, IntentRowV1, SwitchRowV1};
+use crate::storage::{AuditRowV1, IntentRowV1};
 use crate::{ClientKeyBinding, Commit, McpSession, Reservation, StoreError, StoreWrite};
 
 impl StoreWrite for PgStore {
@@ -296,20 +294,7 @@ impl PgStore {
             intent_row.as_ref().map(|r| r.seal.clone()),
             approval_row.as_ref().map(|r| r.seal.clone()),
         );
-        let switch = commit
-            .kill_switch
-            .as_ref()
-            .map(|c| SwitchRowV1::from(c).seal());
-        let finding = commit
-            .finding
-            .as_ref()
-            .map(|f| FindingRowV1::from(f).seal());
-        if let Some(seal) = &switch {
-            add_control_seal(&mut event, RowKind::Switch, seal.clone());
-        }
-        if let Some(seal) = &finding {
-            add_control_seal(&mut event, RowKind::Finding, seal.clone());
-        }
+        let (switch, finding) = crate::controls::seal_controls(commit, &mut event);
         let shard = event.shard_in(shards);
         let head = lock_head(conn, shard).await?;
         let seq = head.seq + 1;
@@ -319,13 +304,7 @@ impl PgStore {
         if let Some(prepared) = &approval_row {
             write_approval(conn, prepared, shard, seq).await?;
         }
-        let mut sealing = Sealing {
-            link: (shard, seq),
-            key,
-            legacy_before: self.inner.legacy_before,
-            limits: Vec::new(),
-            reconciled: None,
-        };
+        let mut sealing = Sealing::new((shard, seq), key, self.inner.legacy_before);
         if let Some(r) = &commit.limit_reconcile {
             reconcile(conn, r, &mut sealing).await?;
         }
@@ -367,10 +346,7 @@ impl PgStore {
         if let (Some(f), Some(seal)) = (&commit.finding, &finding) {
             insert_finding(conn, f, seal, &sealing).await?;
         }
-        add_limit_seals(&mut event, &sealing.limits);
-        if let Some(outcome) = sealing.reconciled.take() {
-            add_reconciled(&mut event, outcome);
-        }
+        sealing.seal_into(&mut event);
         let sealed = seal_with(event, &head, key, shards);
         debug_assert_eq!((sealed.shard, sealed.seq), (shard, seq));
         append(conn, &sealed).await

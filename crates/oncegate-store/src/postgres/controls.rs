@@ -4,34 +4,13 @@
 //! ledger are microseconds of the database's clock.
 
 use futures::TryStreamExt;
-use oncegate_core::audit::{AuditRecord, ChainKey, LedgerEntry, LimitSeal, RowKind, RowSeal};
+use oncegate_core::audit::{AuditRecord, LedgerEntry, LimitSeal, RowKind, RowSeal};
 use sqlx::{PgConnection, Row};
 
 use super::{db_error, from_micros, ts};
-use crate::ledger::{self, Active, Head, StoredEntry, TableRow};
+use crate::ledger::{self, Active, Head, Sealing, StoredEntry, TableRow};
 use crate::rows;
 use crate::{FindingRow, KillSwitchChange, Reservation, StoreError};
-
-/// Where the commit's audit record lands: what its controls are sealed with.
-pub(super) struct Sealing<'a> {
-    pub(super) link: (u32, u64),
-    pub(super) key: Option<&'a ChainKey>,
-    /// Reservations made before this instant (µs) with no ledger predate ledgers.
-    pub(super) legacy_before: Option<i64>,
-    /// The ledger heads this commit moved.
-    pub(super) limits: Vec<LimitSeal>,
-    /// What a reconciliation did, for the audit record's detail.
-    pub(super) reconciled: Option<serde_json::Value>,
-}
-
-impl Sealing<'_> {
-    fn moved(&mut self, seal: LimitSeal) {
-        match self.limits.iter_mut().find(|s| s.scope == seal.scope) {
-            Some(s) => *s = seal,
-            None => self.limits.push(seal),
-        }
-    }
-}
 
 /// Sets or clears a kill switch; a cleared one keeps its row.
 pub(super) async fn write_kill_switch(

@@ -26,8 +26,7 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use oncegate_core::audit::{
-    AuditEvent, ChainHead, ChainKey, EncodedEvent, RowKind, RowSeal, add_control_seal,
-    add_limit_seals, add_reconciled, add_row_seals,
+    AuditEvent, ChainHead, ChainKey, EncodedEvent, RowKind, RowSeal, add_row_seals,
 };
 use rusqlite::{Connection, params};
 use tokio::sync::{mpsc, oneshot};
@@ -37,14 +36,15 @@ use super::read::{
     newest_approval_seal, newest_intent_seal, unavailable,
 };
 use crate::rows::{self, PreparedApproval, PreparedIntent};
-use crate::storage::{AuditRowV1, FindingRowV1, SwitchRowV1};
+use crate::storage::AuditRowV1;
 use crate::{ClientKeyBinding, Commit, StoreError};
 
 mod shared;
 
 pub(super) use shared::Small;
 mod controls;
-use controls::{Sealing, insert_finding, reconcile, release, reserve, write_kill_switch};
+use crate::ledger::Sealing;
+use controls::{insert_finding, reconcile, release, reserve, write_kill_switch};
 use shared::{bind, small};
 
 /// Jobs applied in one transaction at most.
@@ -138,20 +138,7 @@ impl Prepared {
             intent.as_ref().map(|r| r.seal.clone()),
             approval.as_ref().map(|r| r.seal.clone()),
         );
-        let switch = commit
-            .kill_switch
-            .as_ref()
-            .map(|c| SwitchRowV1::from(c).seal());
-        let finding = commit
-            .finding
-            .as_ref()
-            .map(|f| FindingRowV1::from(f).seal());
-        if let Some(seal) = &switch {
-            add_control_seal(&mut event, RowKind::Switch, seal.clone());
-        }
-        if let Some(seal) = &finding {
-            add_control_seal(&mut event, RowKind::Finding, seal.clone());
-        }
+        let (switch, finding) = crate::controls::seal_controls(&commit, &mut event);
         Self {
             intent,
             approval,
@@ -703,13 +690,7 @@ fn apply_one(
             return Err(StoreError::Conflict);
         }
     }
-    let mut sealing = Sealing {
-        link: (shard, seq),
-        key,
-        legacy_before: file.legacy_before,
-        limits: Vec::new(),
-        reconciled: None,
-    };
+    let mut sealing = Sealing::new((shard, seq), key, file.legacy_before);
     if let Some(r) = &commit.limit_reconcile {
         reconcile(conn, r, &mut sealing)?;
     }
@@ -739,16 +720,13 @@ fn apply_one(
         insert_finding(conn, f, seal, &sealing)?;
     }
     // The ledger heads are known only now: the event is encoded again with them (only
-    // commits that reserve or release pay for it).
+    // commits that reserve, release or reconcile pay for it).
     let resealed;
-    let event = if sealing.limits.is_empty() && sealing.reconciled.is_none() {
+    let event = if sealing.is_empty() {
         event
     } else {
         let mut with_limits = event.encoded.event().clone();
-        add_limit_seals(&mut with_limits, &sealing.limits);
-        if let Some(outcome) = sealing.reconciled.take() {
-            add_reconciled(&mut with_limits, outcome);
-        }
+        sealing.seal_into(&mut with_limits);
         resealed = Sealable::new(with_limits);
         &resealed
     };

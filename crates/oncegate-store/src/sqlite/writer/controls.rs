@@ -2,38 +2,15 @@
 //! (shard, seq): the kill switch it sets or clears, the finding it raises, and the
 //! reservations it makes or releases, each with its budget's ledger (crate::ledger).
 
-use oncegate_core::audit::{ChainKey, LimitSeal, RowSeal};
+use oncegate_core::audit::{LimitSeal, RowSeal};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::millis;
-use crate::ledger::{self, Active, Head, StoredEntry, TableRow};
+use crate::ledger::{self, Active, Head, Sealing, StoredEntry, TableRow};
 use crate::rows;
 use crate::sqlite::read::{newest_control_seal, record_at, unavailable};
 use crate::{FindingRow, KillSwitchChange, Reservation, StoreError};
 use oncegate_core::audit::{LedgerEntry, RowKind};
-
-/// Where the commit's audit record lands, and the chain key: what the controls it
-/// writes are sealed with.
-pub(super) struct Sealing<'a> {
-    pub(super) link: (u32, u64),
-    pub(super) key: Option<&'a ChainKey>,
-    /// Reservations made before this instant (ms) with no ledger are from before
-    /// ledgers existed and are adopted as found.
-    pub(super) legacy_before: Option<i64>,
-    /// The ledger heads this commit moved (the audit record seals the last of each).
-    pub(super) limits: Vec<LimitSeal>,
-    /// What a reconciliation did, for the audit record's detail.
-    pub(super) reconciled: Option<serde_json::Value>,
-}
-
-impl Sealing<'_> {
-    fn moved(&mut self, seal: LimitSeal) {
-        match self.limits.iter_mut().find(|s| s.scope == seal.scope) {
-            Some(s) => *s = seal,
-            None => self.limits.push(seal),
-        }
-    }
-}
 
 /// Sets or clears a kill switch. A cleared switch keeps its row (no reason), so a row
 /// that is missing is always a deletion.
