@@ -18,6 +18,7 @@
 //! reservations' `reserved_at`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 use oncegate_core::audit::{
     AuditRecord, ChainKey, GENESIS, LedgerEntry, LimitSeal, RowKind, ledger_link, limit_seals,
@@ -51,6 +52,8 @@ impl LimitLedgers {
 pub(crate) struct Sealing<'a> {
     pub(crate) link: (u32, u64),
     pub(crate) key: Option<&'a ChainKey>,
+    /// The entries this process already checked.
+    pub(crate) known: &'a Known,
     /// Reservations made before this instant (the store's unit) with no ledger are
     /// from before ledgers existed and are adopted as found.
     pub(crate) legacy_before: Option<i64>,
@@ -66,10 +69,12 @@ impl<'a> Sealing<'a> {
         link: (u32, u64),
         key: Option<&'a ChainKey>,
         legacy_before: Option<i64>,
+        known: &'a Known,
     ) -> Self {
         Self {
             link,
             key,
+            known,
             legacy_before,
             limits: Vec::new(),
             reconciled: None,
@@ -97,6 +102,13 @@ impl<'a> Sealing<'a> {
         }
     }
 }
+
+/// The ledger entries this process checked, by budget and sequence number, exactly as
+/// they were read: a link between two entries read again unchanged needs no hash. (An
+/// edited entry reads differently and is checked again; an entry of a commit that
+/// rolled back reads differently or not at all.)
+#[derive(Default)]
+pub(crate) struct Known(Mutex<HashMap<String, BTreeMap<u64, StoredEntry>>>);
 
 /// A budget's head as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,7 +187,13 @@ pub(crate) fn window_usage(
     entries: &[StoredEntry],
     since: i64,
     table: &[Active],
+    known: &Known,
 ) -> Result<i64, StoreError> {
+    let mut checked = known.0.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = checked.remove(scope).unwrap_or_default();
+    // A link between two entries read exactly as this process checked them before is
+    // not hashed again; any other is.
+    let unchanged = |e: &StoredEntry| seen.get(&e.entry.seq) == Some(e);
     let Some(head) = head else {
         if entries.is_empty() && table.is_empty() {
             return Ok(0);
@@ -210,7 +228,9 @@ pub(crate) fn window_usage(
                 ),
             ));
         }
-        if ledger_link(&older.chain, &newer.entry) != newer.chain {
+        if !(unchanged(newer) && unchanged(older))
+            && ledger_link(&older.chain, &newer.entry) != newer.chain
+        {
             return Err(refused(
                 scope,
                 format!("ledger entry {} was edited", newer.entry.seq),
@@ -232,7 +252,10 @@ pub(crate) fn window_usage(
                 ),
             ));
         }
-        if oldest.entry.seq == 1 && ledger_link(GENESIS, &oldest.entry) != oldest.chain {
+        if oldest.entry.seq == 1
+            && !unchanged(oldest)
+            && ledger_link(GENESIS, &oldest.entry) != oldest.chain
+        {
             return Err(refused(scope, "ledger entry 1 was edited"));
         }
     }
@@ -264,6 +287,12 @@ pub(crate) fn window_usage(
             ),
         ));
     }
+    // Checked: remembered as read (the window's entries only, so memory stays bounded
+    // by the windows).
+    checked.insert(
+        scope.to_owned(),
+        entries.iter().map(|e| (e.entry.seq, e.clone())).collect(),
+    );
     Ok(by_ledger.iter().map(|a| a.amount).sum())
 }
 

@@ -276,6 +276,7 @@ impl SqliteStore {
             key: chain_key.clone(),
             shards: options.audit_shards,
             legacy_before,
+            known: Default::default(),
             verified: Arc::default(),
             // Only the server keeps the anchor (CLI commands beside it only add records,
             // which leave the store ahead of it).

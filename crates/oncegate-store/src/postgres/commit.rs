@@ -304,7 +304,12 @@ impl PgStore {
         if let Some(prepared) = &approval_row {
             write_approval(conn, prepared, shard, seq).await?;
         }
-        let mut sealing = Sealing::new((shard, seq), key, self.inner.legacy_before);
+        let mut sealing = Sealing::new(
+            (shard, seq),
+            key,
+            self.inner.legacy_before,
+            &self.inner.known,
+        );
         if let Some(r) = &commit.limit_reconcile {
             reconcile(conn, r, &mut sealing).await?;
         }

@@ -166,7 +166,14 @@ pub(super) async fn reserve(
         amount: row.get(2),
     })
     .collect();
-    let used = ledger::window_usage(&r.scope, head.as_ref(), &entries, since, &table)?;
+    let used = ledger::window_usage(
+        &r.scope,
+        head.as_ref(),
+        &entries,
+        since,
+        &table,
+        sealing.known,
+    )?;
     if r.enforce && used.saturating_add(r.amount) > r.max {
         return Err(StoreError::LimitReached {
             scope: r.scope.clone(),

@@ -57,6 +57,8 @@ struct Inner {
     chain_key: Option<ChainKey>,
     /// The store's `controls_sealed_at` (µs): controls from before it may be unsealed.
     legacy_before: Option<i64>,
+    /// The ledger entries this replica already checked.
+    known: crate::ledger::Known,
     audit_shards: u32,
     /// When a rollback of this store was accepted, if ever (see
     /// [`crate::serve_anchor`]).
@@ -192,6 +194,7 @@ impl PgStore {
             store_id,
             chain_key,
             legacy_before,
+            known: Default::default(),
             rollback_accepted_at,
             audit_shards: options.audit_shards,
             clock,

@@ -223,6 +223,8 @@ pub(super) struct WriterFile {
     /// When the store was upgraded to chained controls (ms): reservations before it may
     /// have no ledger ([`controls::Sealing::legacy_before`]).
     pub(super) legacy_before: Option<i64>,
+    /// The ledger entries this writer already checked.
+    pub(super) known: crate::ledger::Known,
     /// What the loads need not check again: the rows this writer committed.
     pub(super) verified: Arc<Verified>,
     /// The serve anchor, rewritten after every commit when this process serves the file.
@@ -690,7 +692,7 @@ fn apply_one(
             return Err(StoreError::Conflict);
         }
     }
-    let mut sealing = Sealing::new((shard, seq), key, file.legacy_before);
+    let mut sealing = Sealing::new((shard, seq), key, file.legacy_before, &file.known);
     if let Some(r) = &commit.limit_reconcile {
         reconcile(conn, r, &mut sealing)?;
     }

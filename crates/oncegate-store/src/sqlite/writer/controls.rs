@@ -110,6 +110,7 @@ pub(super) fn reserve(
             &window_entries(conn, &r.scope, since)?,
             since,
             &table_active(conn, &r.scope, since)?,
+            sealing.known,
         )?;
         if r.enforce && used.saturating_add(r.amount) > r.max {
             return Err(StoreError::LimitReached {
