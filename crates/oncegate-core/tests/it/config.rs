@@ -457,6 +457,38 @@ fn identity_mistakes_that_would_accept_a_forged_token_are_located_errors() {
         .unwrap_or_else(|| panic!("{errors}"));
     let last = twice.rfind("issuer = \"https://idp").unwrap();
     assert_eq!(e.line, twice[..last].lines().count() + 1, "{e}");
+    // Two issuers whose principals' names could meet (issue 33): one prefix for both,
+    // one prefix beginning the other, or one without a prefix. The second is named.
+    for (prefix, needle) in [
+        ("principal_prefix = \"idp:\"", "`idp:` and `idp:`"),
+        ("principal_prefix = \"idp:x\"", "`idp:` and `idp:x`"),
+        ("", "`idp:` and ``"),
+    ] {
+        let partner = second
+            .replace("https://idp.example.com", "https://partner.example.com")
+            .replace("principal_prefix = \"idp:\"", prefix);
+        let text = format!("{}{IDENTITY}\n[[identity.issuers]]{partner}", base());
+        let errors = parse(&text).expect_err(needle);
+        let e = errors
+            .0
+            .iter()
+            .find(|e| e.message.contains("overlapping prefixes"))
+            .unwrap_or_else(|| panic!("{errors}"));
+        assert!(e.message.contains(needle), "{e}");
+        assert!(e.message.contains("https://partner.example.com"), "{e}");
+        assert!(e.line > 0, "{e}");
+    }
+    let partner = second
+        .replace("https://idp.example.com", "https://partner.example.com")
+        .replace(
+            "principal_prefix = \"idp:\"",
+            "principal_prefix = \"partner:\"",
+        );
+    parse(&format!(
+        "{}{IDENTITY}\n[[identity.issuers]]{partner}",
+        base()
+    ))
+    .unwrap_or_else(|e| panic!("distinct prefixes load: {e}"));
     // A JWKS file that is not a key set, or is missing, names the file.
     for (file, needle) in [
         ("policies.cedar", "is not a JWKS"),

@@ -52,6 +52,9 @@ impl Builder<'_> {
         );
         let mut issuers = Vec::new();
         let mut seen = BTreeSet::new();
+        // (prefix, issuer) of the issuers before: a principal named by two issuers
+        // would be one principal (its sessions, its approvals, its console sign-in).
+        let mut prefixes: Vec<(String, String)> = Vec::new();
         for (i, ri) in raw.issuers.into_iter().enumerate() {
             let path = vec![k("identity"), k("issuers"), Seg::Index(i)];
             if !seen.insert(ri.issuer.clone()) {
@@ -61,6 +64,26 @@ impl Builder<'_> {
                     Some("one entry per issuer: a token's `iss` picks exactly one"),
                 );
             }
+            let prefix = ri.principal_prefix.clone().unwrap_or_default();
+            if let Some((other, other_issuer)) = prefixes
+                .iter()
+                .find(|(p, _)| p.starts_with(&prefix) || prefix.starts_with(p.as_str()))
+            {
+                let field = if ri.principal_prefix.is_some() {
+                    [path.clone(), vec![k("principal_prefix")]].concat()
+                } else {
+                    path.clone()
+                };
+                self.err(
+                    &field,
+                    format!(
+                        "issuers `{other_issuer}` and `{}` name principals with overlapping prefixes (`{other}` and `{prefix}`): a token from one could act as the other's principal of the same name",
+                        ri.issuer
+                    ),
+                    Some("give each issuer a principal_prefix of its own that neither begins nor is begun by another's (e.g. \"idp:\" and \"partner:\")"),
+                );
+            }
+            prefixes.push((prefix, ri.issuer.clone()));
             if let Some(issuer) = self.issuer(&path, ri, &resource, principals) {
                 issuers.push(issuer);
             }
