@@ -19,6 +19,13 @@
 //! Rows and audit records are held in their storage forms ([`crate::storage`]), and
 //! their seals hash those forms, exactly as `sqlite.rs` stores and seals them.
 //!
+//! Why one file: every operation takes the one lock over `Data` and, with latency
+//! injected, is one await point; the commit's checks (compare-and-set, limits, finding
+//! ids) and its writes must stay inside that one critical section to keep SQLite's
+//! atomicity, and the reads are short views of the same maps. Split by table it would
+//! spread one critical section over several files. (It keeps no limit ledgers: nothing
+//! outside the process can edit it, so there is nothing for a ledger to prove.)
+//!
 //! It is not durable across process restarts of the real program, only across
 //! simulated ones (the simulation keeps the store and restarts the gate on it).
 

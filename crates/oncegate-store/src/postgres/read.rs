@@ -1,4 +1,12 @@
 //! Reads, and the row lookups the commit shares with them.
+//!
+//! Why one file: every read here is one `StoreRead` method in PostgreSQL's dialect, and
+//! most run in one REPEATABLE READ snapshot (`PgStore::snapshot`) with the seal
+//! lookups (`newest_*_seal`) the commit path reuses. The rules they apply are elsewhere
+//! (rows.rs, controls.rs, ledger.rs, listing.rs); what remains is SQL text and column
+//! decoding, which reads best next to the trait it implements, in the order of
+//! `sqlite.rs`. The store API is cut by table in the house issue (34), which moves this
+//! file with it.
 
 use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow};
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
