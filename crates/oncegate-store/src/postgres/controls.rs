@@ -83,6 +83,20 @@ async fn locked_head(
     scope: &str,
     sealing: &mut Sealing<'_>,
 ) -> Result<Option<Head>, StoreError> {
+    match lock_scope(conn, scope).await? {
+        Some(head) => {
+            if head.link != sealing.link {
+                let record = record_at(conn, head.link).await?;
+                ledger::check_head(scope, &head, record, sealing.key)?;
+            }
+            Ok(Some(head))
+        }
+        None => adopt_legacy(conn, scope, sealing).await,
+    }
+}
+
+/// Locks a budget's row (created if new) and reads its head as stored, unchecked.
+async fn lock_scope(conn: &mut PgConnection, scope: &str) -> Result<Option<Head>, StoreError> {
     sqlx::query("INSERT INTO limit_scopes (scope) VALUES ($1) ON CONFLICT DO NOTHING")
         .bind(scope)
         .execute(&mut *conn)
@@ -95,16 +109,7 @@ async fn locked_head(
     .fetch_one(&mut *conn)
     .await
     .map_err(db_error)?;
-    match head_of(&row) {
-        Some(head) => {
-            if head.link != sealing.link {
-                let record = record_at(conn, head.link).await?;
-                ledger::check_head(scope, &head, record, sealing.key)?;
-            }
-            Ok(Some(head))
-        }
-        None => adopt_legacy(conn, scope, sealing).await,
-    }
+    Ok(head_of(&row))
 }
 
 async fn record_at(
@@ -343,19 +348,7 @@ pub(super) async fn reconcile(
 ) -> Result<(), StoreError> {
     let scope = r.scope.as_str();
     // Locked like any reservation against it.
-    sqlx::query("INSERT INTO limit_scopes (scope) VALUES ($1) ON CONFLICT DO NOTHING")
-        .bind(scope)
-        .execute(&mut *conn)
-        .await
-        .map_err(db_error)?;
-    let row = sqlx::query(
-        "SELECT seq, chain, audit_shard, audit_seq FROM limit_scopes WHERE scope = $1 FOR UPDATE",
-    )
-    .bind(scope)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(db_error)?;
-    let head = head_of(&row);
+    let head = lock_scope(conn, scope).await?;
     let entries: Vec<StoredEntry> = sqlx::query(
         "SELECT seq, key, generation, amount, at, reserve, chain FROM limit_ledger
          WHERE scope = $1 ORDER BY seq",
