@@ -130,11 +130,15 @@ pub enum Code {
     /// cannot be refreshed), so no token of it can be checked: HTTP 503, fail closed.
     #[serde(rename = "OG-0056")]
     IdentityUnavailable,
+    /// Too many failed authentications from this address (or naming this principal):
+    /// HTTP 429, the token was not checked (an address) or not accepted (a principal).
+    #[serde(rename = "OG-0057")]
+    AuthThrottled,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 36] = [
+    pub const ALL: [Code; 37] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -171,6 +175,7 @@ impl Code {
         Code::Unauthenticated,
         Code::Internal,
         Code::IdentityUnavailable,
+        Code::AuthThrottled,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -212,6 +217,7 @@ impl Code {
             Code::Unauthenticated => "OG-0054",
             Code::Internal => "OG-0055",
             Code::IdentityUnavailable => "OG-0056",
+            Code::AuthThrottled => "OG-0057",
         }
     }
 }

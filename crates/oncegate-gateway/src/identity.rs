@@ -18,7 +18,7 @@ use axum::http::StatusCode;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use oncegate_core::codes::Code;
-use oncegate_core::config::{IdentitySettings, IssuerConfig, JwksSource, Role};
+use oncegate_core::config::{IdentitySettings, IssuerConfig, JwksSource, Role, normal_typ};
 use oncegate_core::redact;
 use serde_json::Value;
 use tokio::sync::{Mutex, RwLock};
@@ -140,6 +140,20 @@ impl Identity {
             })
     }
 
+    /// The principal a JWT names, unverified: what a failed attempt is counted against
+    /// (never trusted for anything else).
+    pub fn claimed_name(&self, token: &str) -> Option<String> {
+        let claims: Value = jsonwebtoken::dangerous::insecure_decode_claims(token).ok()?;
+        let iss = claims.get("iss")?.as_str()?;
+        let issuer = self.issuers.iter().find(|i| i.config.issuer == iss)?;
+        let name = match claim(&claims, &issuer.config.principal_claim)? {
+            Value::String(s) if !s.is_empty() => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => return None,
+        };
+        Some(format!("{}{name}", issuer.config.principal_prefix))
+    }
+
     /// Verifies a JWT and maps it to a principal.
     pub async fn verify(&self, token: &str) -> Result<Verified, ApiError> {
         let header = jsonwebtoken::decode_header(token)
@@ -156,6 +170,23 @@ impl Identity {
             .iter()
             .find(|i| i.config.issuer == iss)
             .ok_or_else(|| invalid(format!("the issuer `{iss}` is not trusted here")))?;
+        if let Some(want) = &issuer.config.token_type {
+            // RFC 9068 2.1 / RFC 8725 3.11: an issuer that types its access tokens lets
+            // us refuse its other JWTs (ID tokens, logout tokens) sent as bearer tokens.
+            match header.typ.as_deref().map(normal_typ) {
+                Some(typ) if &typ == want => {}
+                Some(typ) => {
+                    return Err(invalid(format!(
+                        "the token's typ is `{typ}`; `{iss}` issues `{want}` access tokens"
+                    )));
+                }
+                None => {
+                    return Err(invalid(format!(
+                        "the token has no typ; `{iss}` issues `{want}` access tokens"
+                    )));
+                }
+            }
+        }
         if !issuer.algorithms.contains(&header.alg) {
             return Err(invalid(format!(
                 "the algorithm {:?} is not accepted for `{iss}`",
@@ -163,6 +194,7 @@ impl Identity {
             )));
         }
         let claims = issuer.verified_claims(token, &header, &self.http).await?;
+        issuer.check_issued_at(&claims)?;
         let name = claim(&claims, &issuer.config.principal_claim)
             .and_then(|v| match v {
                 Value::String(s) if !s.is_empty() => Some(s.clone()),
@@ -198,15 +230,35 @@ impl Identity {
     }
 }
 
-/// A claim by dotted path (`realm_access.roles`).
+/// A claim by dotted path (`realm_access.roles`): nested objects only. A top-level
+/// claim literally named `realm_access.roles` is not read for it, so a claim the token's
+/// issuer does not structure that way cannot stand in for the nested one.
 fn claim<'v>(claims: &'v Value, path: &str) -> Option<&'v Value> {
-    if let Some(v) = claims.get(path) {
-        return Some(v);
-    }
     path.split('.').try_fold(claims, |v, seg| v.get(seg))
 }
 
 impl Issuer {
+    /// A token issued in the future (beyond the clock skew) was minted by a clock that
+    /// is wrong or by someone preparing tokens ahead: either way not this moment's proof
+    /// (jsonwebtoken checks `exp` and `nbf`, not `iat`).
+    fn check_issued_at(&self, claims: &Value) -> Result<(), ApiError> {
+        let Some(iat) = claims.get("iat") else {
+            return Ok(());
+        };
+        let Some(iat) = iat.as_f64() else {
+            return Err(invalid("the token's `iat` is not a number"));
+        };
+        let now = jsonwebtoken::get_current_timestamp() as f64;
+        let skew = self.config.clock_skew.as_secs_f64();
+        if iat > now + skew {
+            return Err(invalid(format!(
+                "the token was issued {:.0} s in the future (iat), beyond the clock skew of {skew:.0} s",
+                iat - now
+            )));
+        }
+        Ok(())
+    }
+
     /// The role the claims give: the role claim's values (a space-separated string or
     /// an array of strings) mapped, else the default role.
     fn role(&self, claims: &Value) -> Option<Role> {
@@ -216,7 +268,12 @@ impl Issuer {
             .as_deref()
             .and_then(|path| claim(claims, path))
             .and_then(|v| match v {
-                Value::String(s) => self.config.roles.role_of(s.split_whitespace()),
+                // RFC 6749 `scope` syntax: values separated by ASCII spaces only (a
+                // no-break space is part of a value, not a separator).
+                Value::String(s) => self
+                    .config
+                    .roles
+                    .role_of(s.split(' ').filter(|v| !v.is_empty())),
                 Value::Array(items) => self
                     .config
                     .roles
@@ -440,7 +497,16 @@ mod tests {
             claim(&claims, "realm_access.roles"),
             Some(&serde_json::json!(["agent"]))
         );
-        assert_eq!(claim(&claims, "a.b"), Some(&serde_json::json!(1)));
+        assert_eq!(
+            claim(&claims, "a.b"),
+            None,
+            "a literal dotted name is not a path"
+        );
         assert_eq!(claim(&claims, "missing.x"), None);
+        let flat = serde_json::json!({"realm_access.roles": ["admin"], "realm_access": {"roles": ["agent"]}});
+        assert_eq!(
+            claim(&flat, "realm_access.roles"),
+            Some(&serde_json::json!(["agent"]))
+        );
     }
 }

@@ -20,6 +20,7 @@
 //!                the alert outbox retries; reads errors with upstream's reader
 //! fronted        what each fronted server's tool is to agents; refusals of the rest
 //! state          AppState, Principal, tokens and authentication, MAX_BODY_BYTES
+//! throttle       failed authentications counted per address and principal; Peer
 //! identity       JWT access tokens: issuers, JWKS caches, claims to principal and role
 //! headers        bearer token and structural id headers
 //! trace          W3C trace context in (headers, MCP _meta) and out (upstream calls),
@@ -55,6 +56,7 @@ pub mod serve;
 pub mod server;
 pub mod state;
 pub mod sweep;
+pub mod throttle;
 pub mod tool_result;
 mod trace;
 pub mod upstream;

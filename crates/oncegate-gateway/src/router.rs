@@ -73,6 +73,7 @@ pub fn app(state: AppState) -> Router {
             challenge,
         ))
         .layer(axum::middleware::from_fn(crate::console::outer))
+        .layer(axum::middleware::from_fn(crate::throttle::with_peer))
         .with_state(state)
 }
 

@@ -48,7 +48,7 @@ pub async fn serve(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (stream, _) = match accepted {
+                let (stream, addr) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
@@ -57,7 +57,15 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let service = TowerToHyperService::new(router.clone());
+                // Every request names its connection, for the authentication throttle.
+                let peer = crate::throttle::Peer::new(addr);
+                let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+                    router.clone(),
+                    move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                        request.extensions_mut().insert(peer.clone());
+                        request
+                    },
+                ));
                 let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
                 let watched = graceful.watch(connection);
                 tokio::spawn(async move {

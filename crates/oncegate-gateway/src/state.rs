@@ -67,6 +67,8 @@ pub struct AppState {
     console: crate::console::Sessions,
     /// The alerts this process raised lately, for the console's "needs attention".
     console_alerts: crate::console::Alerts,
+    /// Failed authentications per address and principal.
+    auth_throttle: Arc<crate::throttle::AuthThrottle>,
 }
 
 impl AppState {
@@ -118,6 +120,9 @@ impl AppState {
             Arc::new(Identity::new(settings, names, http.clone()))
         });
         let fronted = Fronted::new(gate.registry());
+        let auth_throttle = Arc::new(crate::throttle::AuthThrottle::new(
+            gate.registry().gateway.auth_failures_per_minute,
+        ));
         Self {
             gate,
             tokens: Arc::new(tokens),
@@ -131,6 +136,7 @@ impl AppState {
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
             console: crate::console::Sessions::default(),
             console_alerts: crate::console::Alerts::default(),
+            auth_throttle,
         }
     }
 
@@ -204,7 +210,38 @@ impl AppState {
 
     /// The principal `token` proves (as [`AppState::authenticate`]), and when the proof
     /// expires (a JWT's `exp`; `None` for a static token).
+    ///
+    /// Failed attempts are counted ([`crate::throttle`]): a new connection from an
+    /// address with too many is refused (429 `OG-0057`) before its token is checked.
     pub(crate) async fn authenticate_token(
+        &self,
+        token: &str,
+    ) -> Result<(Principal, Option<jiff::Timestamp>), ApiError> {
+        let peer = crate::throttle::current_peer();
+        if let Err(t) = self.auth_throttle.admit(peer.as_ref()) {
+            return Err(throttled(t));
+        }
+        let checked = self.check_token(token).await;
+        match &checked {
+            Ok(_) => self.auth_throttle.succeeded(peer.as_ref()),
+            Err(ApiError::Unauthenticated | ApiError::InvalidToken(_)) => {
+                let named = self.identity.as_ref().and_then(|i| i.claimed_name(token));
+                // The token is never logged; the name it claims is only a claim.
+                tracing::info!(
+                    address = ?peer.as_ref().map(|p| p.addr.ip()),
+                    claimed = named.as_deref().unwrap_or("-"),
+                    "authentication failed"
+                );
+                if let Err(t) = self.auth_throttle.failed(peer.as_ref(), named.as_deref()) {
+                    return Err(throttled(t));
+                }
+            }
+            Err(_) => {}
+        }
+        checked
+    }
+
+    async fn check_token(
         &self,
         token: &str,
     ) -> Result<(Principal, Option<jiff::Timestamp>), ApiError> {
@@ -231,6 +268,17 @@ impl AppState {
             _ => Err(ApiError::Unauthenticated),
         }
     }
+}
+
+fn throttled(t: crate::throttle::Throttled) -> ApiError {
+    ApiError::Coded(
+        axum::http::StatusCode::TOO_MANY_REQUESTS,
+        oncegate_core::codes::Code::AuthThrottled,
+        format!(
+            "too many failed authentication attempts; retry in {} s",
+            t.retry_after.as_secs()
+        ),
+    )
 }
 
 fn metrics_handle() -> PrometheusHandle {

@@ -161,13 +161,20 @@ pub(crate) fn record_error(span: &Span) {
 /// The trace context of the current span (the upstream call's, the reconciliation
 /// read's) as the fields to send onward: empty when telemetry is off or no span is
 /// being exported.
+///
+/// Only `traceparent` goes out. `tracestate` is the caller's text (an agent's, often a
+/// model's), and oncegate is the trust boundary in front of the providers: W3C Trace
+/// Context lets a participant that does not trust the incoming state start the
+/// outgoing one afresh, and oncegate adds no vendor entry of its own, so it sends none.
+/// The caller's `tracestate` stays on oncegate's own spans, in the operator's collector.
 pub(crate) fn outgoing() -> Vec<(String, String)> {
     let cx = Span::current().context();
     let mut carrier: HashMap<String, String> = HashMap::new();
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut carrier));
-    FIELDS
-        .iter()
-        .filter_map(|&name| Some((name.to_owned(), carrier.remove(name)?)))
+    carrier
+        .remove(FIELDS[0])
+        .map(|traceparent| (FIELDS[0].to_owned(), traceparent))
+        .into_iter()
         .collect()
 }
 

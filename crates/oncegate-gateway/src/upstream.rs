@@ -177,8 +177,12 @@ fn same_for_every_call<'t>(
 
 /// Refuses a rendered URL whose path has a `.` or `..` segment, in any spelling a server
 /// might decode it to: percent-escapes are decoded repeatedly (a value `%2e%2e` renders
-/// as `%252e%252e`, which a server that decodes twice reads as `..`), and a decoded `/`
-/// or `\` splits the segment further. Only the path is checked: the query is data.
+/// as `%252e%252e`, which a server that decodes twice reads as `..`). A segment that
+/// decodes to a `/` or `\` (`%2F`, `%5C`: a server that decodes before routing reads two
+/// segments), or that holds a character some server normalises to a dot or a slash
+/// (`‥` U+2025, `．` U+FF0E, `／` U+FF0F, `∕` U+2215, ...; see [`LOOK_ALIKES`]), is
+/// refused too: no business identifier needs one. Only the path is checked: the query is
+/// data.
 fn check_path(url: &str) -> Result<(), RenderError> {
     let rest = url.find("://").map_or(url, |i| &url[i + 3..]);
     let Some(start) = rest.find('/') else {
@@ -188,14 +192,14 @@ fn check_path(url: &str) -> Result<(), RenderError> {
     for segment in path.split('/') {
         let mut text = segment.to_owned();
         for _ in 0..5 {
-            if let Some(dots) = text.split(['/', '\\']).find(|p| *p == "." || *p == "..") {
-                let read = if dots == segment {
+            if let Some(problem) = segment_problem(&text) {
+                let read = if text == segment {
                     String::new()
                 } else {
-                    format!(" (read as `{dots}`)")
+                    format!(" (read as `{text}`)")
                 };
                 return Err(RenderError(format!(
-                    "an argument makes the upstream path segment `{segment}`{read}, which would send the call to another path; `.` and `..` (also percent-encoded) are not allowed as path segments"
+                    "an argument makes the upstream path segment `{segment}`{read}, which {problem}; `.` and `..`, an encoded `/` or `\\`, and characters a server may read as a dot or a slash are not allowed in a path segment"
                 )));
             }
             let decoded = percent_encoding::percent_decode_str(&text)
@@ -208,6 +212,41 @@ fn check_path(url: &str) -> Result<(), RenderError> {
         }
     }
     Ok(())
+}
+
+/// Characters that read as a dot or a slash to a server that normalises Unicode (NFKC
+/// maps most of them; `∕` and `⁄` are slashes to some URL parsers and file systems).
+pub const LOOK_ALIKES: [char; 16] = [
+    '\u{2024}', // ONE DOT LEADER
+    '\u{2025}', // TWO DOT LEADER
+    '\u{2026}', // HORIZONTAL ELLIPSIS
+    '\u{FE52}', // SMALL FULL STOP
+    '\u{FF0E}', // FULLWIDTH FULL STOP
+    '\u{3002}', // IDEOGRAPHIC FULL STOP
+    '\u{FF61}', // HALFWIDTH IDEOGRAPHIC FULL STOP
+    '\u{FF0F}', // FULLWIDTH SOLIDUS
+    '\u{2215}', // DIVISION SLASH
+    '\u{2044}', // FRACTION SLASH
+    '\u{29F8}', // BIG SOLIDUS
+    '\u{FE68}', // SMALL REVERSE SOLIDUS
+    '\u{FF3C}', // FULLWIDTH REVERSE SOLIDUS
+    '\u{2216}', // SET MINUS
+    '\u{29F5}', // REVERSE SOLIDUS OPERATOR
+    '\u{29F9}', // BIG REVERSE SOLIDUS
+];
+
+/// Why one (partly decoded) path segment would move the call, if it would.
+fn segment_problem(text: &str) -> Option<&'static str> {
+    if text == "." || text == ".." {
+        return Some("would send the call to another path");
+    }
+    if text.contains(['/', '\\']) {
+        return Some("a server that decodes before routing reads as more than one segment");
+    }
+    if text.contains(LOOK_ALIKES) {
+        return Some("holds a character a server may read as a dot or a slash");
+    }
+    None
 }
 
 fn pointer_string(body: &Value, pointer: Option<&str>) -> Option<String> {

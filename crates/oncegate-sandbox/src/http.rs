@@ -223,7 +223,10 @@ async fn create(
     let request: Value = serde_json::from_slice(&body).map_err(|_| ApiError::MalformedJson)?;
     let effect = NewEffect::parse(resource, request)
         .map_err(|e| ApiError::InvalidBody(e.0))?
-        .traced(headers.get("traceparent").and_then(|v| v.to_str().ok()));
+        .traced(
+            headers.get("traceparent").and_then(|v| v.to_str().ok()),
+            headers.get("tracestate").and_then(|v| v.to_str().ok()),
+        );
     let created = sandbox.create(effect, key, header_fault(&headers)?).await?;
 
     match created.after_commit {

@@ -29,6 +29,9 @@ pub(super) struct NewEffect {
     /// provider's request log keeps it: what a test reads to see a trace reach the
     /// provider.
     traceparent: Option<String>,
+    /// The W3C `tracestate` it carried, likewise (a test reads what a caller's vendor
+    /// entries reached).
+    tracestate: Option<String>,
 }
 
 /// Why a body cannot become an effect; the text is shown to the caller.
@@ -82,6 +85,7 @@ impl NewEffect {
                     fields,
                     request,
                     traceparent: None,
+                    tracestate: None,
                 }
             }
             Resource::Emails => {
@@ -104,6 +108,7 @@ impl NewEffect {
                     fields,
                     request,
                     traceparent: None,
+                    tracestate: None,
                 }
             }
             Resource::Ledger => {
@@ -132,6 +137,7 @@ impl NewEffect {
                     fields,
                     request,
                     traceparent: None,
+                    tracestate: None,
                 }
             }
         };
@@ -143,10 +149,12 @@ impl NewEffect {
         self.resource
     }
 
-    /// The effect as requested under the trace context `traceparent` (kept as sent, up
-    /// to 256 characters: the sandbox records it, it does not judge it).
-    pub(super) fn traced(mut self, traceparent: Option<&str>) -> Self {
+    /// The effect as requested under the trace context `traceparent` and `tracestate`
+    /// (kept as sent, up to 256 and 1,024 characters: the sandbox records them, it does
+    /// not judge them).
+    pub(super) fn traced(mut self, traceparent: Option<&str>, tracestate: Option<&str>) -> Self {
         self.traceparent = traceparent.filter(|t| t.len() <= 256).map(str::to_owned);
+        self.tracestate = tracestate.filter(|t| t.len() <= 1024).map(str::to_owned);
         self
     }
 }
@@ -261,6 +269,7 @@ struct Entry {
     currency: Option<String>,
     dedupe_ref: Option<String>,
     traceparent: Option<String>,
+    tracestate: Option<String>,
     id: String,
     at: Timestamp,
 }
@@ -315,6 +324,7 @@ impl Ledger {
             currency: effect.currency,
             dedupe_ref: effect.dedupe_ref,
             traceparent: effect.traceparent,
+            tracestate: effect.tracestate,
             id,
             at: now,
         });
@@ -404,6 +414,7 @@ impl Ledger {
                     "at": e.at,
                     "request": e.request,
                     "traceparent": e.traceparent,
+                    "tracestate": e.tracestate,
                 })
             })
             .collect();

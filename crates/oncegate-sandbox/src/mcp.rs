@@ -184,6 +184,12 @@ impl ServerHandler for Tools {
             .get_traceparent()
             .or_else(|| request.meta.as_ref()?.get_traceparent())
             .map(str::to_owned);
+        let tracestate = context
+            .meta
+            .get("tracestate")
+            .or_else(|| request.meta.as_ref()?.get("tracestate"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let arguments = request.arguments.unwrap_or_default();
         // A caller that asked for progress hears it: accepted, then committed (what a
         // long-running provider tool reports while it works).
@@ -221,7 +227,7 @@ impl ServerHandler for Tools {
                         resource,
                         arguments,
                         meta_key,
-                        traceparent.as_deref(),
+                        (traceparent.as_deref(), tracestate.as_deref()),
                         &context.ct,
                     )
                     .await;
@@ -247,7 +253,7 @@ impl Tools {
         resource: Resource,
         mut arguments: JsonObject,
         meta_key: Option<Value>,
-        traceparent: Option<&str>,
+        (traceparent, tracestate): (Option<&str>, Option<&str>),
         cancelled: &CancellationToken,
     ) -> Result<CallToolResult, ToolError> {
         // The key is how the call is named, not part of what it asks for: stripped, the
@@ -256,7 +262,7 @@ impl Tools {
         let key = idempotency_key(argument_key, meta_key)?;
         let effect = NewEffect::parse(resource, Value::Object(arguments))
             .map_err(|e| ToolError::InvalidArguments(e.0))?
-            .traced(traceparent);
+            .traced(traceparent, tracestate);
         let created = self
             .sandbox
             .create(effect, key, None)

@@ -19,6 +19,7 @@ mod single_server;
 mod store_faults;
 mod support;
 mod telemetry;
+mod throttle;
 mod verify_live;
 
 fn oncegate(args: &[&str]) -> Output {

@@ -178,6 +178,7 @@ fn telemetry_puts_each_decision_under_the_callers_trace_and_carries_it_upstream(
         .post(format!("{}/v1/calls", gw.url))
         .bearer_auth("tok-planner")
         .header("traceparent", format!("00-{http_trace}-{http_parent}-01"))
+        .header("tracestate", "agent=ignore-previous-instructions")
         .header("Oncegate-Run-Id", "run-traced")
         .json(&json!({
             "capability": "refund",
@@ -197,6 +198,7 @@ fn telemetry_puts_each_decision_under_the_callers_trace_and_carries_it_upstream(
         json!({"order_id": "TM-1", "amount": "7.00", "currency": "USD", "memo": "private note"}),
     );
     call["params"]["_meta"]["traceparent"] = json!(format!("00-{mcp_trace}-{mcp_parent}-01"));
+    call["params"]["_meta"]["tracestate"] = json!("agent=ignore-previous-instructions");
     let (status, _, body) = post_mcp(&gw, Some("tok-planner"), call.to_string());
     let reply = jsonrpc(&body);
     assert_eq!(status, 200, "{body}");
@@ -215,6 +217,14 @@ fn telemetry_puts_each_decision_under_the_callers_trace_and_carries_it_upstream(
         .as_str()
         .expect("the charge arrived with _meta.traceparent")
         .to_owned();
+    // The caller's tracestate (its own text) stops at the gateway, on both paths.
+    for (kind, order) in [("refund", "TR-1"), ("charge", "TM-1")] {
+        assert_eq!(
+            effect(&setup, kind, order)["tracestate"],
+            Value::Null,
+            "{kind}: an agent's tracestate reached the provider"
+        );
+    }
     let (refund_trace, refund_parent) = ids(&refund_tp);
     let (charge_trace, charge_parent) = ids(&charge_tp);
     assert_eq!(

@@ -73,6 +73,15 @@ pub enum JwksSource {
     File(PathBuf),
 }
 
+/// A JOSE `typ` as compared: lower case, without `application/` (RFC 7515 4.1.9 lets a
+/// token omit it).
+pub fn normal_typ(typ: &str) -> String {
+    let t = typ.trim().to_ascii_lowercase();
+    t.strip_prefix("application/")
+        .map(str::to_owned)
+        .unwrap_or(t)
+}
+
 /// `[[identity.issuers]]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IssuerConfig {
@@ -103,6 +112,9 @@ pub struct IssuerConfig {
     /// The least time between two fetches (an unknown `kid` cannot make oncegate hammer
     /// the identity provider).
     pub jwks_min_refetch: Duration,
+    /// The JOSE `typ` every token must carry (compared without case and without an
+    /// `application/` prefix, RFC 7515 4.1.9), e.g. `at+jwt` (RFC 9068). `None`: any.
+    pub token_type: Option<String>,
 }
 
 /// Claim values per role.

@@ -40,7 +40,7 @@ pub use detection::{
 };
 pub use identity::{
     ACCEPTABLE_ALGORITHMS, DEFAULT_ALGORITHMS, IdentitySettings, IssuerConfig, JwksSource,
-    RoleValues,
+    RoleValues, normal_typ,
 };
 pub use servers::{MAX_TOOL_NAME, McpServer, Undeclared, fronted_name, is_tool_name};
 pub use telemetry::{DEFAULT_SERVICE_NAME, TelemetrySettings};
@@ -532,6 +532,9 @@ pub struct GatewaySettings {
     pub listen: SocketAddr,
     /// Per-principal cap on calls to `read` capabilities (burst of the same size).
     pub read_rate_per_second: u32,
+    /// Failed authentications allowed per client address and per presented principal
+    /// per minute (also the burst); 0: not throttled.
+    pub auth_failures_per_minute: u32,
     /// Where alerts (cross-run duplicates, tripped breakers) are POSTed as JSON.
     pub alert_webhook: Option<Template>,
     /// The environment variable holding the secret findings sent to the webhook are

@@ -76,6 +76,7 @@ pub(super) struct RawIssuer {
     pub(super) default_role: Option<Role>,
     pub(super) jwks_max_age: Option<String>,
     pub(super) jwks_min_refetch: Option<String>,
+    pub(super) token_type: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -93,6 +94,7 @@ pub(super) struct RawGateway {
     pub(super) time_zone: Option<String>,
     pub(super) listen: Option<String>,
     pub(super) read_rate_per_second: Option<u32>,
+    pub(super) auth_failures_per_minute: Option<u32>,
     pub(super) alert_webhook: Option<String>,
     pub(super) alert_webhook_secret_env: Option<String>,
     pub(super) mcp_allowed_hosts: Option<Vec<String>>,

@@ -374,12 +374,17 @@ async fn sign_in(
     }
     let (principal, token_expires) = match state.authenticate_token(token).await {
         Ok(found) => found,
-        Err(e @ ApiError::Coded(StatusCode::SERVICE_UNAVAILABLE, ..)) => {
-            let (_, code, message) = e.parts();
+        // The identity provider's keys are out of reach, or this address has failed
+        // too often: say so, with the code, rather than "not accepted".
+        Err(
+            e
+            @ ApiError::Coded(StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS, ..),
+        ) => {
+            let (status, code, message) = e.parts();
             return sign_in_page(
                 jar,
                 &headers,
-                StatusCode::SERVICE_UNAVAILABLE,
+                status,
                 Some(&format!("{message} [{}]", code.as_str())),
             );
         }

@@ -225,7 +225,27 @@ async fn dot_segments_in_a_url_path_are_refused_before_anything_is_claimed_or_se
     let gw = gateway(dir.path(), "", &customer_charges(&sandbox)).await;
 
     // `/v1/customers/../charges` is `/v1/charges`: a real charge, before the fix.
-    for customer in ["..", ".", "%2e%2e", ".%2E", "%252E.", "..%2F", "%2e%2e%5c"] {
+    // Look-alikes a normalising server reads as dots or slashes, and encoded separators
+    // (a server that decodes before routing reads `a%2Fb` as two segments).
+    for customer in [
+        "..",
+        ".",
+        "%2e%2e",
+        ".%2E",
+        "%252E.",
+        "..%2F",
+        "%2e%2e%5c",
+        "\u{2024}\u{2024}",
+        "\u{2025}",
+        "\u{FF0E}\u{FF0E}",
+        "\u{FF0F}..\u{FF0F}",
+        "a\u{2215}b",
+        "a\u{2044}b",
+        "c-1%2Fcharges",
+        "c-1/charges",
+        "c-1%5Ccharges",
+        "c-1\\charges",
+    ] {
         let (status, body) = call(
             &gw,
             bearer("tok"),

@@ -59,8 +59,14 @@ impl SigningKey {
     }
 
     fn sign(&self, claims: &Value) -> String {
+        self.sign_typed(Some("JWT"), claims)
+    }
+
+    /// Signed with the header's `typ` set to `typ` (or left out).
+    fn sign_typed(&self, typ: Option<&str>, claims: &Value) -> String {
         let mut header = Header::new(self.alg);
         header.kid = Some(self.kid.into());
+        header.typ = typ.map(str::to_owned);
         jsonwebtoken::encode(&header, claims, &self.key).unwrap()
     }
 }
@@ -131,6 +137,24 @@ struct Gw {
 /// static agent `agent` (token `tok`) and admin `admin` (token `adm`), and a `pay`
 /// capability whose payouts over 10.00 need an approval.
 async fn gateway(provider: &Provider, min_refetch: &str) -> Gw {
+    let issuer = format!(
+        r#"
+[[identity.issuers]]
+issuer = "{idp}"
+jwks_url = "{idp}/jwks"
+algorithms = ["RS256", "ES256"]
+principal_prefix = "idp:"
+role_claim = "roles"
+roles = {{ agent = ["og.agent"], approver = ["og.approver"], admin = ["og.admin"] }}
+jwks_min_refetch = "{min_refetch}"
+"#,
+        idp = provider.url
+    );
+    gateway_trusting(&issuer).await
+}
+
+/// [`gateway`] with `issuers` (TOML `[[identity.issuers]]` tables) as its issuers.
+async fn gateway_trusting(issuers: &str) -> Gw {
     install_crypto();
     let sandbox_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let sandbox = format!("http://{}", sandbox_listener.local_addr().unwrap());
@@ -145,14 +169,7 @@ url = "sqlite://gw.db"
 resource = "{RESOURCE}"
 scopes_supported = ["oncegate.agent"]
 
-[[identity.issuers]]
-issuer = "{idp}"
-jwks_url = "{idp}/jwks"
-algorithms = ["RS256", "ES256"]
-principal_prefix = "idp:"
-role_claim = "roles"
-roles = {{ agent = ["og.agent"], approver = ["og.approver"], admin = ["og.admin"] }}
-jwks_min_refetch = "{min_refetch}"
+{issuers}
 
 [[principals]]
 name = "agent"
@@ -183,7 +200,6 @@ url = "{sandbox}/v1/charges"
 effect_ref = "/id"
 body = {{ order_id = "{{arg.order_id}}", amount_minor = 1250, currency = "USD" }}
 "#,
-        idp = provider.url,
     );
     let registry = registry_in(dir.path(), &text);
     let gate =
@@ -389,6 +405,162 @@ async fn rs256_and_es256_tokens_name_their_principal_and_every_forgery_or_mismat
         .find(|l| l.contains("\"actor\":\"idp:alice\""))
         .unwrap_or_else(|| panic!("no record names idp:alice:\n{audit}"));
     assert!(line.contains("\"role\":\"agent\""), "{line}");
+}
+
+async fn audit_status(gw: &Gw, token: &str) -> u16 {
+    reqwest::Client::new()
+        .get(format!("{}/v1/audit", gw.url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn nested_role_paths_ascii_space_roles_future_iat_and_typ_are_held_to_the_letter() {
+    let rsa = SigningKey::rsa("rsa-a", "rsa-a.pem");
+    let idp = Provider::start(&[&rsa]).await;
+    let gw = gateway_trusting(&format!(
+        r#"
+[[identity.issuers]]
+issuer = "{idp}"
+jwks_url = "{idp}/jwks"
+algorithms = ["RS256"]
+principal_prefix = "idp:"
+role_claim = "realm_access.roles"
+roles = {{ agent = ["og.agent"], approver = ["og.approver"], admin = ["og.admin"] }}
+token_type = "at+jwt"
+
+[[identity.issuers]]
+issuer = "{idp}/scoped"
+jwks_url = "{idp}/jwks"
+algorithms = ["RS256"]
+principal_prefix = "scoped:"
+role_claim = "scope"
+roles = {{ agent = ["og.agent"], admin = ["og.admin"] }}
+"#,
+        idp = idp.url
+    ))
+    .await;
+    let nested = |roles: Value| {
+        let mut c = claims(&idp, "alice", &[]);
+        c.as_object_mut().unwrap().remove("roles");
+        c["realm_access"] = json!({ "roles": roles });
+        c
+    };
+    let agent = nested(json!(["og.agent"]));
+
+    // RFC 9068 access tokens: `at+jwt`, also spelled `application/at+jwt`, in any case.
+    let token = rsa.sign_typed(Some("at+jwt"), &agent);
+    assert_eq!(
+        pay(&gw, &token, "n-1", "1.00").await.body["status"],
+        "applied"
+    );
+    let token = rsa.sign_typed(Some("application/AT+JWT"), &agent);
+    assert_eq!(
+        pay(&gw, &token, "n-2", "1.00").await.body["status"],
+        "applied"
+    );
+    // An ID token (`JWT`) or an untyped token of that issuer is not an access token.
+    refused(
+        &pay(&gw, &rsa.sign_typed(Some("JWT"), &agent), "n-x", "1.00").await,
+        "typ is `jwt`",
+    );
+    refused(
+        &pay(&gw, &rsa.sign_typed(None, &agent), "n-x", "1.00").await,
+        "no typ",
+    );
+
+    // `realm_access.roles` is the nested claim: a top-level claim literally named so
+    // (which the issuer would never set, so anyone minting one is suspect) is not read.
+    let mut shadowed = agent.clone();
+    shadowed["realm_access.roles"] = json!(["og.admin"]);
+    let token = rsa.sign_typed(Some("at+jwt"), &shadowed);
+    assert_eq!(audit_status(&gw, &token).await, 403, "read as an agent");
+    let mut flat = claims(&idp, "alice", &[]);
+    flat.as_object_mut().unwrap().remove("roles");
+    flat["realm_access.roles"] = json!(["og.admin"]);
+    refused(
+        &pay(&gw, &rsa.sign_typed(Some("at+jwt"), &flat), "n-x", "1.00").await,
+        "no oncegate role",
+    );
+    let admin = rsa.sign_typed(Some("at+jwt"), &nested(json!(["og.admin"])));
+    assert_eq!(audit_status(&gw, &admin).await, 200);
+
+    // Issued in the future beyond the 60 s skew: refused; within it: accepted.
+    let mut early = agent.clone();
+    early["iat"] = json!(now() + 600);
+    refused(
+        &pay(&gw, &rsa.sign_typed(Some("at+jwt"), &early), "n-x", "1.00").await,
+        "in the future",
+    );
+    early["iat"] = json!(now() + 30);
+    let token = rsa.sign_typed(Some("at+jwt"), &early);
+    assert_eq!(pay(&gw, &token, "n-3", "1.00").await.status, 200);
+
+    // A space-separated role string splits on ASCII spaces only: a no-break space or a
+    // tab is part of a value (which then names no role).
+    let scoped = |scope: &str| {
+        let mut c = claims(&idp, "sam", &[]);
+        c.as_object_mut().unwrap().remove("roles");
+        c["iss"] = json!(format!("{}/scoped", idp.url));
+        c["scope"] = json!(scope);
+        rsa.sign(&c)
+    };
+    assert_eq!(audit_status(&gw, &scoped("openid  og.admin")).await, 200);
+    for bent in [
+        "og.agent\u{a0}og.admin",
+        "og.agent\tog.admin",
+        "og.admin\u{2003}x",
+    ] {
+        refused(
+            &pay(&gw, &scoped(bent), "n-x", "1.00").await,
+            "no oncegate role",
+        );
+    }
+    assert_eq!(charges(&gw).await, 3, "only the accepted tokens paid");
+}
+
+#[tokio::test]
+async fn failed_tokens_naming_one_principal_are_throttled_but_its_real_tokens_still_pass() {
+    let rsa = SigningKey::rsa("rsa-a", "rsa-a.pem");
+    let other = SigningKey::rsa("rsa-a", "rsa-b.pem");
+    let idp = Provider::start(&[&rsa]).await;
+    let gw = gateway(&idp, "10s").await;
+    // A key the provider never published, under its `kid`: every signature fails.
+    let forged = |sub: &str| other.sign(&claims(&idp, sub, &["og.agent"]));
+    let mut answers = Vec::new();
+    for i in 0..32 {
+        let a = pay(&gw, &forged("victim"), &format!("t-{i}"), "1.00").await;
+        answers.push((a.status, a.body["error"]["code"].clone()));
+    }
+    assert!(
+        answers[..30].iter().all(|(s, _)| *s == 401),
+        "the first 30 (the default budget) are answered 401: {answers:?}"
+    );
+    assert!(
+        answers[30..]
+            .iter()
+            .all(|(s, c)| *s == 429 && c == "OG-0057"),
+        "past the budget, 429: {answers:?}"
+    );
+    // The principal is never locked out: a token its issuer really signed passes, and
+    // another principal's failures are counted apart.
+    let real = rsa.sign(&claims(&idp, "victim", &["og.agent"]));
+    let a = pay(&gw, &real, "t-real", "1.00").await;
+    assert_eq!(
+        (a.status, &a.body["status"]),
+        (200, &json!("applied")),
+        "{}",
+        a.body
+    );
+    assert_eq!(
+        pay(&gw, &forged("bystander"), "t-x", "1.00").await.status,
+        401
+    );
+    assert_eq!(charges(&gw).await, 1);
 }
 
 #[tokio::test]

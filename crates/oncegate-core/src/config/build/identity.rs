@@ -305,6 +305,17 @@ impl Builder<'_> {
                 );
             }
         }
+        let token_type = ri.token_type.map(|t| {
+            let bare = crate::config::normal_typ(&t);
+            if bare.is_empty() || !bare.bytes().all(|b| b.is_ascii_graphic()) {
+                self.err(
+                    &at("token_type"),
+                    format!("`{t}` is not a media type"),
+                    Some("e.g. \"at+jwt\" (RFC 9068 access tokens)"),
+                );
+            }
+            bare
+        });
         if ri.role_claim.is_none() && ri.default_role.is_none() {
             self.err(path, "no token could get a role: neither role_claim nor default_role is set", Some("set role_claim (e.g. \"roles\" or \"scope\") with [identity.issuers.roles], or default_role = \"agent\""));
         }
@@ -321,6 +332,7 @@ impl Builder<'_> {
             default_role: ri.default_role,
             jwks_max_age: Duration::from_secs(max_age.as_secs().unsigned_abs()),
             jwks_min_refetch: Duration::from_secs(min_refetch.as_secs().unsigned_abs()),
+            token_type,
         })
     }
 }

@@ -385,6 +385,7 @@ impl Builder<'_> {
             time_zone: None,
             listen: None,
             read_rate_per_second: None,
+            auth_failures_per_minute: None,
             alert_webhook: None,
             alert_webhook_secret_env: None,
             mcp_allowed_hosts: None,
@@ -430,6 +431,7 @@ impl Builder<'_> {
                 Some("use at least 1 (default 50)"),
             );
         }
+        let auth_failures_per_minute = raw.auth_failures_per_minute.unwrap_or(30);
         let alert_webhook = raw.alert_webhook.map(|url| {
             if !(url.starts_with("http://")
                 || url.starts_with("https://")
@@ -489,6 +491,7 @@ impl Builder<'_> {
             time_zone_name: tz_name,
             listen,
             read_rate_per_second,
+            auth_failures_per_minute,
             alert_webhook,
             alert_webhook_secret_env,
             mcp_allowed_hosts,
