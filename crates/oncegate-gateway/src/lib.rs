@@ -5,6 +5,8 @@
 //! ```text
 //! server         the public face (re-exports only): AppState, app, serve, sweep, ...
 //! serve          hyper accept loop, header read timeout, graceful drain
+//! connections    connection caps per address and overall, eviction under pressure,
+//!                first-byte and idle timeouts, the open-file limit
 //! router         app(state) -> Router: the routes, /mcp, body limit, JSON rejections,
 //!                RFC 9728 metadata and the 401 challenge naming it
 //! openapi        the OpenAPI document from the route handlers
@@ -38,6 +40,7 @@
 
 pub mod alerts;
 pub mod clock;
+pub mod connections;
 pub mod console;
 pub mod detection;
 pub mod error;

@@ -82,16 +82,7 @@ enum Subject {
 
 impl Subject {
     fn address(ip: IpAddr) -> Self {
-        match ip {
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => Subject::Address(IpAddr::V4(v4)),
-                None => {
-                    let bits = u128::from(v6) & !((1u128 << 64) - 1);
-                    Subject::Address(IpAddr::V6(bits.into()))
-                }
-            },
-            v4 => Subject::Address(v4),
-        }
+        Subject::Address(crate::connections::client_block(ip))
     }
 }
 

@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 mod args;
 mod clocks;
 mod conformance;
+mod connections;
 mod console;
 mod credentials;
 mod demo;

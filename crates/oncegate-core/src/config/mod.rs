@@ -27,6 +27,7 @@ use crate::policy::PolicyEngine;
 use crate::template::Template;
 
 mod build;
+mod connections;
 mod detection;
 mod identity;
 mod locate;
@@ -35,6 +36,7 @@ mod servers;
 mod telemetry;
 
 pub use build::FrontedAs;
+pub use connections::ConnectionSettings;
 pub use detection::{
     DuplicateRule, Escalation, HoldOn, Limit, LimitPer, Listing, MatchOn, Measure, OverLimit,
 };
@@ -547,6 +549,8 @@ pub struct GatewaySettings {
     pub mcp_allowed_origins: Vec<String>,
     /// Limits on call arguments and on stored upstream answers.
     pub limits: crate::limits::Limits,
+    /// `[gateway.connections]`: connection caps and timeouts.
+    pub connections: ConnectionSettings,
 }
 
 /// A config problem that is not an error but that a careful reader wants to know.

@@ -103,6 +103,17 @@ pub(super) struct RawGateway {
     pub(super) max_argument_depth: Option<usize>,
     pub(super) max_answer_bytes: Option<usize>,
     pub(super) max_answer_depth: Option<usize>,
+    pub(super) connections: Option<RawConnections>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConnections {
+    pub(super) max: Option<usize>,
+    pub(super) per_address: Option<usize>,
+    pub(super) first_byte_timeout: Option<String>,
+    pub(super) idle_timeout: Option<String>,
+    pub(super) http2_keep_alive: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -26,6 +26,7 @@ use crate::policy::PolicyEngine;
 use crate::template::Template;
 
 mod capability;
+mod connections;
 mod detection;
 mod identity;
 mod servers;
@@ -394,8 +395,10 @@ impl Builder<'_> {
             max_argument_depth: None,
             max_answer_bytes: None,
             max_answer_depth: None,
+            connections: None,
         });
         let limits = self.limits(&raw);
+        let connections = self.connections(raw.connections);
         let tenant = raw.tenant.unwrap_or_else(|| "default".to_owned());
         let tz_name = raw.time_zone.unwrap_or_else(|| "UTC".to_owned());
         let time_zone = match self.env.time_zone(&tz_name) {
@@ -497,6 +500,7 @@ impl Builder<'_> {
             mcp_allowed_hosts,
             mcp_allowed_origins,
             limits,
+            connections,
         }
     }
 
