@@ -130,9 +130,7 @@ async fn provider_answers_are_classified_conservatively() {
 #[tokio::test]
 async fn arguments_cannot_change_the_url() {
     let base = provider().await;
-    let answer = executor(&base, "/ok")
-        .reconcile(intent("admin/x?all=1"))
-        .await;
+    let answer = executor(&base, "/ok").reconcile(intent("x?all=1")).await;
     let ReconcileResult::Found {
         effect_ref: Some(path),
         ..
@@ -140,9 +138,15 @@ async fn arguments_cannot_change_the_url() {
     else {
         panic!("{answer:?}")
     };
-    assert_eq!(path, "/lookup/admin%2Fx%3Fall%3D1");
-    // Encoded as one segment too, but a server that decodes `%2F` before routing would
-    // climb two levels: refused (issue 9 changed this from sent-encoded to refused).
+    assert_eq!(path, "/lookup/x%3Fall%3D1");
+    // A `/` would be sent encoded as one segment, but a server that decodes `%2F` before
+    // routing reads two: refused (issue 33 changed this from sent-encoded to refused).
+    let answer = executor(&base, "/ok").reconcile(intent("admin/x")).await;
+    assert!(
+        matches!(&answer, ReconcileResult::Undecidable { message } if message.contains("more than one segment")),
+        "{answer:?}"
+    );
+    // `..` climbs two levels: refused (issue 9 changed this from sent-encoded to refused).
     let answer = executor(&base, "/ok")
         .reconcile(intent("../../admin?all=1"))
         .await;
