@@ -14,10 +14,13 @@
 #   - browser (crates/oncegate-cli/tests/it/console.rs): Debian's `chromium` and
 #     `chromium-driver` (/usr/bin/chromium, /usr/bin/chromedriver), with apt-get, for the
 #     console's WebDriver test. Needs root (or sudo without a password) the first time.
+#   - promtool (crates/oncegate-cli/tests/it/metrics.rs): Prometheus's `promtool`, to
+#     check /metrics, taken out of Debian's `prometheus` package (`apt-get download`, no
+#     install, no root: nothing starts a Prometheus server) into target/promtool.
 #   - faketime (crates/oncegate-cli/tests/{it,replicas}/clocks.rs): Debian's `faketime`
 #     (libfaketime.so.1, preloaded into a gateway to give it a wrong or stepping wall
 #     clock), with apt-get, as the browser. Needs root (or sudo) the first time.
-# `setup.sh` does all five; `setup.sh mcp-clients` (or another part's name) one of them.
+# `setup.sh` does all six; `setup.sh mcp-clients` (or another part's name) one of them.
 # Idempotent and cached: per part, a stamp holding a hash of what it was built from (for
 # the Python client, its sources too) skips the work when nothing changed. Safe to run
 # concurrently (nextest runs tests in parallel processes, each of which may call it): one
@@ -39,11 +42,11 @@ client_reqs="$client_src/tests/requirements.txt"
 conformance_dir="$here/../conformance"
 
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser faketime)
+[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser faketime promtool)
 for part in "${parts[@]}"; do
   case "$part" in
-    mcp-clients | python-client | conformance | browser | faketime) ;;
-    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser, faketime)" >&2; exit 2 ;;
+    mcp-clients | python-client | conformance | browser | faketime | promtool) ;;
+    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser, faketime, promtool)" >&2; exit 2 ;;
   esac
 done
 
@@ -207,6 +210,21 @@ setup_faketime() {
   echo "faketime: ready ($lib)" >&2
 }
 
+setup_promtool() {
+  # Only the binary is wanted: the package is downloaded and unpacked, never installed.
+  local out="$root/target/promtool" bin="$root/target/promtool/usr/bin/promtool"
+  [[ -x "$bin" ]] && return 0
+  rm -rf "$out" && mkdir -p "$out/deb"
+  echo "promtool: apt-get download prometheus" >&2
+  (cd "$out/deb" && apt-get download -qq prometheus >&2 2>/dev/null) \
+    || { echo "promtool: FATAL: apt-get download prometheus failed (run apt-get update?)" >&2; exit 1; }
+  dpkg -x "$out"/deb/prometheus_*.deb "$out" || { echo "promtool: FATAL: cannot unpack the prometheus package" >&2; exit 1; }
+  rm -rf "$out/deb"
+  rm -f "$out/usr/bin/prometheus"
+  [[ -x "$bin" ]] || { echo "promtool: FATAL: the prometheus package holds no usr/bin/promtool" >&2; exit 1; }
+  echo "promtool: ready ($bin)" >&2
+}
+
 for part in "${parts[@]}"; do
   case "$part" in
     mcp-clients) setup_mcp_clients ;;
@@ -214,5 +232,6 @@ for part in "${parts[@]}"; do
     conformance) setup_conformance ;;
     browser) setup_browser ;;
     faketime) setup_faketime ;;
+    promtool) setup_promtool ;;
   esac
 done

@@ -335,6 +335,20 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in declaration order (the metrics export each at zero).
+    pub const ALL: [Status; 10] = [
+        Status::Applied,
+        Status::Replayed,
+        Status::InFlight,
+        Status::Unknown,
+        Status::PendingApproval,
+        Status::Denied,
+        Status::Refused,
+        Status::DryRun,
+        Status::Failed,
+        Status::Approved,
+    ];
+
     /// The wire spelling.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use oncegate_core::codes::Code;
-use oncegate_core::config::Capability;
+use oncegate_core::config::{Capability, Category};
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{Outcome, Status};
 use oncegate_engine::{Call, Claimed, Gate, GateError};
@@ -203,7 +203,12 @@ impl Door {
                             &capability.name,
                             &principal,
                         );
-                        record_decision(o.status.as_str(), o.status, &capability.name);
+                        let outcome = if capability.category == Category::Read {
+                            "read"
+                        } else {
+                            o.status.as_str()
+                        };
+                        record_decision(outcome, o.status, &capability.name);
                     }
                     Ok(None) => record_decision("claimed", Status::InFlight, &capability.name),
                     Err(_) => {}

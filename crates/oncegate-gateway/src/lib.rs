@@ -51,6 +51,7 @@ mod headers;
 pub mod identity;
 pub mod inflight;
 pub mod mcp;
+mod metric_catalog;
 mod openapi;
 pub mod probe;
 mod router;

@@ -119,6 +119,8 @@ impl AppState {
             let names = gate.registry().principals.iter().map(|p| p.name.clone());
             Arc::new(Identity::new(settings, names, http.clone()))
         });
+        let metrics = metrics_handle();
+        crate::metric_catalog::export_at_zero(gate.registry());
         let fronted = Fronted::new(gate.registry());
         let auth_throttle = Arc::new(crate::throttle::AuthThrottle::new(
             gate.registry().gateway.auth_failures_per_minute,
@@ -128,7 +130,7 @@ impl AppState {
             tokens: Arc::new(tokens),
             identity,
             http,
-            metrics: metrics_handle(),
+            metrics,
             inflight: InFlight::default(),
             running: RunningCalls::default(),
             mcp_upstreams: Sessions::default(),
@@ -289,6 +291,7 @@ fn metrics_handle() -> PrometheusHandle {
             let recorder = PrometheusBuilder::new().build_recorder();
             let handle = recorder.handle();
             let _ = metrics::set_global_recorder(recorder);
+            crate::metric_catalog::describe();
             handle
         })
         .clone()

@@ -331,6 +331,36 @@ pub(crate) fn intent(gw: &Proc, key: &str) -> Value {
         .unwrap()
 }
 
+/// Runs `tests/clients/setup.sh <part>` (flock-serialised across the test processes),
+/// failing the test loudly when it fails: the test command stays the only command.
+fn setup_part(part: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new("bash")
+        .arg(root.join("tests/clients/setup.sh"))
+        .arg(part)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run tests/clients/setup.sh {part}: {e}"));
+    assert!(
+        out.status.success(),
+        "tests/clients/setup.sh {part} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Prometheus's `promtool`, unpacked by `tests/clients/setup.sh promtool` into
+/// `target/promtool` when missing (never skipped: a machine where that fails fails).
+pub(crate) fn promtool() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin = root.join("target/promtool/usr/bin/promtool");
+    if bin.is_file() {
+        return bin;
+    }
+    setup_part("promtool");
+    assert!(bin.is_file(), "setup.sh promtool left no {}", bin.display());
+    bin
+}
+
 /// The libfaketime library to preload: where Debian's `faketime` package puts it (the
 /// multiarch directory of this machine, or a plain one), installed by
 /// `tests/clients/setup.sh faketime` when missing. A machine where that fails fails the
@@ -349,18 +379,7 @@ pub(crate) fn libfaketime() -> String {
     }
     // Installed by the test setup, as the browser is (flock-serialised across the test
     // processes); the test command stays the only command to run.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new("bash")
-        .arg(root.join("tests/clients/setup.sh"))
-        .arg("faketime")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run tests/clients/setup.sh faketime");
-    assert!(
-        out.status.success(),
-        "tests/clients/setup.sh faketime failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    setup_part("faketime");
     found().unwrap_or_else(|| {
         panic!(
             "libfaketime is not installed (looked for {places:?}) though \

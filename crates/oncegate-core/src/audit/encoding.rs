@@ -280,18 +280,7 @@ mod tests {
             IntentState::PendingApproval,
             IntentState::Denied,
         ];
-        let statuses = [
-            Status::Applied,
-            Status::Replayed,
-            Status::InFlight,
-            Status::Unknown,
-            Status::PendingApproval,
-            Status::Denied,
-            Status::Refused,
-            Status::DryRun,
-            Status::Failed,
-            Status::Approved,
-        ];
+        let statuses = Status::ALL;
         let spell = |values: Vec<Value>| {
             values
                 .iter()
