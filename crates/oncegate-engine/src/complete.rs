@@ -94,7 +94,7 @@ impl Gate {
             who.stamp(&mut event);
             match self
                 .store
-                .commit(Commit::new(decision.record, None, event))
+                .commit(Commit::new(decision.record, decision.approval, event))
                 .await
             {
                 Ok(()) => {
@@ -216,7 +216,11 @@ impl Gate {
             let outcome = decision.outcome.clone();
             let error = match self
                 .store
-                .commit(Commit::new(decision.record, None, decision.event))
+                .commit(Commit::new(
+                    decision.record,
+                    decision.approval,
+                    decision.event,
+                ))
                 .await
             {
                 Ok(()) => {

@@ -120,7 +120,7 @@ impl Gate {
                 .is_some_and(|r| r.state == IntentState::Applied);
         match self
             .store
-            .commit(Commit::new(d.record, None, d.event).taking_over(takes_over))
+            .commit(Commit::new(d.record, d.approval, d.event).taking_over(takes_over))
             .await
         {
             Ok(()) => {

@@ -5,7 +5,10 @@
 use jiff::Timestamp;
 use serde_json::json;
 
-use super::{Action, Decision, EffectResult, event, outcome_of, settle_applied, standing_outcome};
+use super::{
+    Action, Decision, EffectResult, escalate_unknown, escalates_at_once, event, outcome_of,
+    settle_applied, standing_outcome,
+};
 use crate::audit::AuditKind;
 use crate::codes::Code;
 use crate::config::Capability;
@@ -58,7 +61,7 @@ pub(super) fn record_reported(
     let mut next = record.clone();
     next.lease = None;
     next.updated_at = now;
-    let status = settle_reported(&mut next, &result, cap, reporter, now);
+    let mut status = settle_reported(&mut next, &result, cap, reporter, now);
     // An effect that did happen is the truth whatever happened meanwhile. Anything else
     // may only settle the claim it belongs to: `executions` is the fencing token, so a
     // late timeout from an attempt whose lease expired cannot overwrite a newer claim.
@@ -87,6 +90,18 @@ pub(super) fn record_reported(
             event,
         };
     }
+    // An MCP tool call that timed out may still be running (a timeout stops the waiting,
+    // never the call): approving would execute beside it, so the sweep escalates it once
+    // that call has ended.
+    let may_run_on = cap
+        .upstream
+        .as_ref()
+        .is_some_and(|u| u.kind == crate::config::UpstreamKind::Mcp);
+    let escalate = next.state == IntentState::Unknown && escalates_at_once(cap) && !may_run_on;
+    let approval = escalate.then(|| {
+        status = Status::PendingApproval;
+        escalate_unknown(&mut next, cap, now)
+    });
     let outcome = outcome_of(&next, status, None);
     let event = event(
         AuditKind::Effect,
@@ -97,12 +112,15 @@ pub(super) fn record_reported(
         &outcome,
         &cap.name,
         record.run_id.as_deref(),
-        json!({"effect_ref": next.effect_ref}),
+        match &approval {
+            None => json!({"effect_ref": next.effect_ref}),
+            Some(a) => json!({"effect_ref": next.effect_ref, "escalated": a.id}),
+        },
     );
     Decision {
         action: Action::Respond,
         record: Some(next),
-        approval: None,
+        approval,
         outcome,
         event,
     }

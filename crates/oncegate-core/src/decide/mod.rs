@@ -294,6 +294,60 @@ fn claim(record: &mut IntentRecord, owner: &str, cap: &Capability, now: Timestam
     record.updated_at = now;
 }
 
+/// Whether an attempt that turns unknown goes to a human at once: `on_unknown =
+/// "escalate"` and no reconciliation read, so nothing would ever resolve it otherwise
+/// (the console would show it as reconciling until the agent happened to repeat).
+pub(super) fn escalates_at_once(cap: &Capability) -> bool {
+    cap.on_unknown == crate::config::OnUnknown::Escalate && cap.reconcile.is_none()
+}
+
+/// The id of the approval [`escalate_unknown`] opens for the intent's current attempt.
+pub(super) fn attempt_approval_id(record: &IntentRecord) -> String {
+    use sha2::{Digest, Sha256};
+    let seed = format!(
+        "unknown-first-attempt\n{}\n{}\n{}",
+        record.key, record.generation, record.executions
+    );
+    let digest = Sha256::digest(seed.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("ap_{hex}")
+}
+
+/// Holds `next`, whose attempt just turned unknown, for a human (see
+/// [`escalates_at_once`]): the approval an agent's repeat would have opened, opened now.
+/// Its id is derived from the intent, generation and execution, so two recorders of one
+/// attempt (a late answer racing the sweep) open the same approval, never two.
+pub(super) fn escalate_unknown(
+    next: &mut IntentRecord,
+    cap: &Capability,
+    now: Timestamp,
+) -> Approval {
+    let id = attempt_approval_id(next);
+    let approval = new_approval(
+        &id,
+        next,
+        cap,
+        ApprovalReason::UnknownFirstAttempt,
+        ApprovalReason::UnknownFirstAttempt.explain().to_owned(),
+        now,
+    );
+    let why = next
+        .error
+        .as_ref()
+        .and_then(|e| e.message.split(';').next())
+        .unwrap_or("the attempt ended without an answer")
+        .to_owned();
+    next.error = Some(Reason::new(
+        Code::UpstreamUnknown,
+        format!(
+            "{why}; the effect may have happened and no reconciliation read can tell: held for a human ({id}), do not re-issue"
+        ),
+    ));
+    next.state = IntentState::PendingApproval;
+    next.approval_id = Some(id);
+    approval
+}
+
 fn new_approval(
     id: &str,
     record: &IntentRecord,

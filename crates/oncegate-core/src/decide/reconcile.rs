@@ -6,9 +6,10 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::{
-    Action, Decision, ReconcileResult, claim, event, new_approval, outcome_of, settle_applied,
-    standing_outcome,
+    Action, Decision, ReconcileResult, attempt_approval_id, claim, escalate_unknown,
+    escalates_at_once, event, new_approval, outcome_of, settle_applied, standing_outcome,
 };
+
 use crate::audit::AuditKind;
 use crate::codes::Code;
 use crate::config::{Capability, Category};
@@ -288,8 +289,28 @@ pub fn after_sweep(
                 json!({"sweep": "lease_expired", "why": message}),
             )
         }
+        // Nothing will ever read it: once no call of its attempt runs, a human decides
+        // (once per attempt: a denied or expired escalation stays unknown until a repeat).
+        ReconcileResult::Undecidable { message }
+            if escalates_at_once(cap) && !attempt_running && !escalated(record) =>
+        {
+            (
+                Status::Unknown,
+                json!({"sweep": "undecidable", "why": message}),
+            )
+        }
         ReconcileResult::Undecidable { .. } => return None,
     };
+    let approval = (next.state == IntentState::Unknown
+        && escalates_at_once(cap)
+        && !attempt_running
+        && !escalated(record))
+    .then(|| escalate_unknown(&mut next, cap, now));
+    let (mut status, mut detail) = (status, detail);
+    if let Some(a) = &approval {
+        status = Status::PendingApproval;
+        detail["escalated"] = json!(a.id);
+    }
     let outcome = outcome_of(&next, status, None);
     let event = event(
         AuditKind::Reconcile,
@@ -305,8 +326,14 @@ pub fn after_sweep(
     Some(Decision {
         action: Action::Respond,
         record: Some(next),
-        approval: None,
+        approval,
         outcome,
         event,
     })
+}
+
+/// Whether this attempt was already put to a human at once (and that was denied or
+/// expired: the intent is back to `unknown`).
+fn escalated(record: &IntentRecord) -> bool {
+    record.approval_id.as_deref() == Some(attempt_approval_id(record).as_str())
 }

@@ -4,7 +4,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use oncegate_core::codes::Code;
-use oncegate_core::config::{Capability, OnUnknown, Role};
+use oncegate_core::config::{Capability, OnUnknown, Role, UpstreamKind};
 use oncegate_core::decide::{
     Action, ApprovalDecision, CallRequest, Choice, EffectResult, Executes, ReconcileResult,
     after_reconcile, after_sweep, decide, decide_approval, record_effect,
@@ -1304,9 +1304,14 @@ fn a_re_execution_that_sends_nothing_leaves_an_unknown_intent_unknown() {
     );
     let d = record_effect(&claimed, not_sent(), &f.cap, "gw", t0() + secs(6));
     let rec = d.record.unwrap();
+    // Never `not_applied`: the ledger has no read, so it goes back to a human at once.
     assert_eq!(
         (rec.state, d.outcome.status, rec.attempt_ended_at),
-        (IntentState::Unknown, Status::Unknown, Some(ended))
+        (
+            IntentState::PendingApproval,
+            Status::PendingApproval,
+            Some(ended)
+        )
     );
     // A keyed re-execution with the same key while the first may still land.
     let f = fixture("charge_card");
@@ -1879,4 +1884,119 @@ fn after_an_accepted_rollback_a_forgotten_intent_is_read_before_it_executes() {
         );
         assert_eq!(d.action, Action::Execute, "{d:?}");
     }
+}
+
+/// Issue 37: `on_unknown = "escalate"` without a reconciliation read goes to a human the
+/// moment an attempt turns unknown (a timeout recorded, or a lease that expired under
+/// the sweep): nothing would ever reconcile it, so waiting for the agent to repeat only
+/// left it showing as "reconciling". With a read, the sweep reconciles as before.
+#[test]
+fn escalate_without_a_read_holds_an_unknown_attempt_for_a_human_at_once() {
+    let f = fixture_with("send_email", |mut c| {
+        c.on_unknown = OnUnknown::Escalate;
+        c.reconcile = None;
+        c
+    });
+    let claimed = f.record(IntentState::InFlight);
+    let timeout = || EffectResult::Unknown {
+        message: "timeout".into(),
+    };
+    let d = record_effect(&claimed, timeout(), &f.cap, "planner", t0());
+    let rec = d.record.expect("the intent is written");
+    let ap = d.approval.expect("an approval is opened at once");
+    assert_eq!(
+        (rec.state, d.outcome.status),
+        (IntentState::PendingApproval, Status::PendingApproval)
+    );
+    assert_eq!(rec.approval_id.as_deref(), Some(ap.id.as_str()));
+    assert_eq!(
+        (ap.reason, ap.state, ap.key.as_str()),
+        (
+            ApprovalReason::UnknownFirstAttempt,
+            ApprovalState::Pending,
+            rec.key.as_str()
+        )
+    );
+    // Two recorders of one attempt (a late answer racing the sweep) open one approval.
+    let again = record_effect(&claimed, timeout(), &f.cap, "planner", t0() + secs(1));
+    assert_eq!(again.approval.map(|a| a.id), Some(ap.id.clone()));
+    // A definite answer is never held.
+    let failed = record_effect(
+        &claimed,
+        EffectResult::Failed {
+            result: json!({"error": "bounced"}),
+            message: "422".into(),
+        },
+        &f.cap,
+        "planner",
+        t0(),
+    );
+    assert!(failed.approval.is_none(), "{failed:?}");
+
+    // A lease that expired with nobody to record the attempt: the sweep holds it too.
+    let expired = t0() + f.cap.lease + secs(1);
+    let swept = after_sweep(
+        &claimed,
+        ReconcileResult::Undecidable {
+            message: "no reconciliation read".into(),
+        },
+        &f.cap,
+        false,
+        expired,
+    )
+    .expect("an expired lease is news");
+    assert_eq!(swept.outcome.status, Status::PendingApproval, "{swept:?}");
+    let swept_ap = swept.approval.expect("an approval");
+    assert_eq!(swept_ap.reason, ApprovalReason::UnknownFirstAttempt);
+    assert_eq!(swept.record.and_then(|r| r.approval_id), Some(swept_ap.id));
+
+    // Denied (or expired): back to unknown, and the sweep does not ask again for the
+    // same attempt (the agent's repeat does, as ever).
+    let mut refused = rec.clone();
+    refused.state = IntentState::Unknown;
+    let undecidable = || ReconcileResult::Undecidable {
+        message: "no reconciliation read".into(),
+    };
+    assert!(after_sweep(&refused, undecidable(), &f.cap, false, expired).is_none());
+
+    // An MCP tool call that timed out may still be running: held only once it ended.
+    let mcp = fixture_with("send_email", |mut c| {
+        c.on_unknown = OnUnknown::Escalate;
+        c.reconcile = None;
+        if let Some(u) = c.upstream.as_mut() {
+            u.kind = UpstreamKind::Mcp;
+        }
+        c
+    });
+    let d = record_effect(
+        &mcp.record(IntentState::InFlight),
+        timeout(),
+        &mcp.cap,
+        "gw",
+        t0(),
+    );
+    assert!(d.approval.is_none(), "{d:?}");
+    let unknown = d.record.expect("recorded unknown");
+    assert_eq!(unknown.state, IntentState::Unknown);
+    assert!(after_sweep(&unknown, undecidable(), &mcp.cap, true, t0() + secs(5)).is_none());
+    let ended = after_sweep(&unknown, undecidable(), &mcp.cap, false, t0() + secs(5))
+        .expect("held once the call ended");
+    assert_eq!(ended.outcome.status, Status::PendingApproval);
+    assert!(ended.approval.is_some());
+
+    // With a reconciliation read, an unknown attempt stays unknown and is reconciled.
+    let read = fixture_with("send_email", |mut c| {
+        c.on_unknown = OnUnknown::Escalate;
+        c
+    });
+    assert!(read.cap.reconcile.is_some());
+    let d = record_effect(
+        &read.record(IntentState::InFlight),
+        timeout(),
+        &read.cap,
+        "planner",
+        t0(),
+    );
+    assert!(d.approval.is_none());
+    assert_eq!(d.outcome.status, Status::Unknown);
 }
