@@ -80,6 +80,7 @@ impl Fixture {
             held: None,
             new_approval_id: "ap_new",
             rolled_back_at: None,
+            caller_sends: false,
         }
     }
 
@@ -1838,6 +1839,7 @@ fn after_an_accepted_rollback_a_forgotten_intent_is_read_before_it_executes() {
         });
         let req = CallRequest {
             rolled_back_at: Some(rolled_back),
+            caller_sends: false,
             ..f.req(None, None)
         };
         let fresh = decide(
