@@ -401,7 +401,9 @@ async fn the_console_card_shows_the_body_money_and_the_request_in_a_browser() {
     let card = format!("section.held[data-approval='{id}']");
     let text = text_when_shown(&c, &card).await;
 
-    assert!(text.contains(PHISHING), "the body, as text: {text}");
+    // The body as the JSON the upstream receives (its quotes escaped), as text.
+    let shown = serde_json::to_string(PHISHING).unwrap();
+    assert!(text.contains(shown.trim_matches('"')), "the body, as text: {text}");
     assert!(text.contains("150.00 USD"), "{text}");
     assert!(
         text.contains(&format!("POST {sandbox}/v1/emails")),
