@@ -6,11 +6,11 @@ use axum::Json;
 use crate::routes::admin::KillBody;
 use crate::routes::approvals::DecisionBody;
 use crate::routes::approvals::detail::{ApprovalDetail, HeldBecause, HeldIntent, MoneyArgument};
-use crate::upstream::preview::{PreviewHeader, RequestPreview};
 use crate::routes::calls::{CallBody, DeriveBody};
 use crate::routes::claims::{ClaimAnswer, CompleteBody, Completed, HeartbeatBody};
 use crate::routes::detection::{ClearBody, ReconcileBody};
 use crate::routes::{admin, approvals, audit, calls, claims, detection, intents, ops};
+use crate::upstream::preview::{PreviewHeader, RequestPreview};
 use crate::wire::Envelope;
 
 /// The OpenAPI document, generated from the handlers in [`crate::routes`].

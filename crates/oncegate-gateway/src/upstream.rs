@@ -416,12 +416,15 @@ pub(crate) struct HttpRequest {
 
 /// Renders an HTTP upstream's request for `intent`: URL (its path checked), method,
 /// headers, body, and the key threaded as the upstream declares.
-pub(crate) fn render_http(up: &Upstream, intent: &IntentHandle) -> Result<HttpRequest, RenderError> {
+pub(crate) fn render_http(
+    up: &Upstream,
+    intent: &IntentHandle,
+) -> Result<HttpRequest, RenderError> {
     let scope = Scope { intent };
     let url = scope.url(&up.url)?;
     check_path(&url)?;
-    let method =
-        reqwest::Method::from_bytes(up.method.as_bytes()).map_err(|e| RenderError(e.to_string()))?;
+    let method = reqwest::Method::from_bytes(up.method.as_bytes())
+        .map_err(|e| RenderError(e.to_string()))?;
     let mut headers = scope.headers(&up.headers)?;
     let mut body = match &up.body {
         Some(b) => scope.body(b)?,

@@ -64,7 +64,11 @@ fn bound_to_approval(
         Code::ApprovalVoid,
         format!(
             "a human was asked about this intent with other arguments ({} differ); only those execute under approval {}: claim it with exactly the held arguments, or make it another intent",
-            drifted.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
+            drifted
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
             current.approval_id.as_deref().unwrap_or("-"),
         ),
     );

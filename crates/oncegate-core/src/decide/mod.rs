@@ -65,7 +65,9 @@ pub fn drifted_arguments(record: &IntentRecord, arguments: &Value) -> Vec<String
         .filter(|k| {
             let (a, b) = (held.get(*k), now.get(*k));
             match (a, b) {
-                (Some(a), Some(b)) => crate::key::canonical_json(a) != crate::key::canonical_json(b),
+                (Some(a), Some(b)) => {
+                    crate::key::canonical_json(a) != crate::key::canonical_json(b)
+                }
                 _ => true,
             }
         })

@@ -292,7 +292,11 @@ async fn a_generation_nobody_was_asked_about_re_executes_with_the_corrected_text
     let provider = Arc::new(Provider::default());
     let note = |text: &str| json!({"order_id": "O-2", "text": text});
     let first = gate
-        .invoke_with("agent", Call::new("notify", note("first")), provider.clone())
+        .invoke_with(
+            "agent",
+            Call::new("notify", note("first")),
+            provider.clone(),
+        )
         .await
         .unwrap();
     assert_eq!(first.status, Status::Unknown);

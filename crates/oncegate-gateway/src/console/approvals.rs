@@ -53,7 +53,13 @@ pub(super) async fn queue(State(state): State<AppState>, jar: CookieJar) -> Resp
         let detail = record
             .as_ref()
             .map(|r| crate::routes::approvals::detail::detail(&state, approval.clone(), r));
-        cards.push(held_card(&state, &session, approval, record.as_ref(), detail.as_ref()));
+        cards.push(held_card(
+            &state,
+            &session,
+            approval,
+            record.as_ref(),
+            detail.as_ref(),
+        ));
     }
     let mut decided: Vec<&Approval> = all
         .items

@@ -142,7 +142,11 @@ async fn call(gw: &str, capability: &str, arguments: Value) -> (u16, Value) {
 /// Holds `arguments` of `capability`: the approval's id.
 async fn held(gw: &str, capability: &str, arguments: Value) -> String {
     let (status, v) = call(gw, capability, arguments).await;
-    assert_eq!((status, v["status"].as_str()), (202, Some("pending_approval")), "{v}");
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (202, Some("pending_approval")),
+        "{v}"
+    );
     v["approval_id"].as_str().unwrap().to_owned()
 }
 
@@ -156,7 +160,11 @@ async fn detail(gw: &str, id: &str, token: &str) -> (u16, Value, String) {
         .unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null), text)
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        text,
+    )
 }
 
 async fn emails(sandbox: &str) -> Vec<Value> {
@@ -199,7 +207,10 @@ async fn the_detail_shows_every_sent_argument_money_the_request_and_why() {
     };
     assert_eq!(header("Authorization").as_deref(), Some("Bearer ***"));
     assert_eq!(header("X-Client").as_deref(), Some("c-***"));
-    assert!(!text.contains(SECRET), "a credential reached the answer: {text}");
+    assert!(
+        !text.contains(SECRET),
+        "a credential reached the answer: {text}"
+    );
     // Why, and what it is bound to.
     assert_eq!(d["held_because"]["reason"], "policy");
     assert!(
@@ -215,7 +226,11 @@ async fn the_detail_shows_every_sent_argument_money_the_request_and_why() {
         oncegate_core::key::sent_digest(&email(PHISHING))
     );
     assert_eq!(d["arguments_bound"], true);
-    assert_eq!(d["warning"], Value::Null, "a first attempt: nothing to warn of");
+    assert_eq!(
+        d["warning"],
+        Value::Null,
+        "a first attempt: nothing to warn of"
+    );
     assert!(emails(&sandbox).await.is_empty(), "a preview sends nothing");
 
     // Approvers and admins only; an unknown id is 404.
@@ -236,7 +251,10 @@ async fn an_unknown_first_attempts_approval_warns_that_approving_may_execute_aga
     assert_eq!(status, 200, "{text}");
     assert_eq!(d["held_because"]["reason"], "unknown_first_attempt");
     let warning = d["warning"].as_str().unwrap();
-    assert!(warning.contains("UNKNOWN") && warning.contains("again"), "{warning}");
+    assert!(
+        warning.contains("UNKNOWN") && warning.contains("again"),
+        "{warning}"
+    );
     assert_eq!(d["intent"]["executions"], 1);
 }
 
@@ -249,12 +267,26 @@ async fn a_drifted_body_after_the_approval_is_never_sent() {
     // While it waits, a re-plan with another body is the same intent: it is told the
     // approval waits, and it changes nothing the approver sees.
     let (status, v) = call(&gw, "send_email", email(PHISHING)).await;
-    assert_eq!((status, v["approval_id"].as_str()), (202, Some(id.as_str())), "{v}");
+    assert_eq!(
+        (status, v["approval_id"].as_str()),
+        (202, Some(id.as_str())),
+        "{v}"
+    );
     let (_, d, _) = detail(&gw, &id, "tok-alice").await;
     assert_eq!(d["arguments"]["body"], approved);
 
-    let (status, v) = post(&gw, &format!("/v1/approvals/{id}/approve"), "tok-alice", json!({})).await;
-    assert_eq!((status, v["status"].as_str()), (200, Some("applied")), "{v}");
+    let (status, v) = post(
+        &gw,
+        &format!("/v1/approvals/{id}/approve"),
+        "tok-alice",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (200, Some("applied")),
+        "{v}"
+    );
     // After it, a repeat with another body replays; nothing else is sent.
     let (_, v) = call(&gw, "send_email", email(PHISHING)).await;
     assert_eq!(v["status"], "replayed", "{v}");
@@ -280,13 +312,27 @@ async fn a_drifted_body_after_the_approval_is_never_sent() {
     let (status, v) = claim(letter(approved)).await;
     assert_eq!(status, 202, "{v}");
     let id = v["approval_id"].as_str().unwrap().to_owned();
-    let (status, v) = post(&gw, &format!("/v1/approvals/{id}/approve"), "tok-alice", json!({})).await;
-    assert_eq!((status, v["status"].as_str()), (200, Some("approved")), "{v}");
+    let (status, v) = post(
+        &gw,
+        &format!("/v1/approvals/{id}/approve"),
+        "tok-alice",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (200, Some("approved")),
+        "{v}"
+    );
     let (status, v) = claim(letter(PHISHING)).await;
     assert_eq!(status, 409, "{v}");
     assert_eq!(v["reason"]["code"], "OG-0012", "{v}");
     let (status, v) = claim(letter(approved)).await;
-    assert_eq!((status, v["status"].as_str()), (200, Some("execute")), "{v}");
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (200, Some("execute")),
+        "{v}"
+    );
     assert_eq!(v["arguments"], letter(approved));
 }
 
@@ -403,14 +449,20 @@ async fn the_console_card_shows_the_body_money_and_the_request_in_a_browser() {
 
     // The body as the JSON the upstream receives (its quotes escaped), as text.
     let shown = serde_json::to_string(PHISHING).unwrap();
-    assert!(text.contains(shown.trim_matches('"')), "the body, as text: {text}");
+    assert!(
+        text.contains(shown.trim_matches('"')),
+        "the body, as text: {text}"
+    );
     assert!(text.contains("150.00 USD"), "{text}");
     assert!(
         text.contains(&format!("POST {sandbox}/v1/emails")),
         "the request line: {text}"
     );
     assert!(text.contains("Authorization: Bearer ***"), "{text}");
-    assert!(text.contains("policy requires a human approval"), "why: {text}");
+    assert!(
+        text.contains("policy requires a human approval"),
+        "why: {text}"
+    );
     assert!(text.contains("every-email"), "which policy: {text}");
     assert!(!text.contains(SECRET), "a credential on the card: {text}");
     let sent = c
@@ -420,7 +472,10 @@ async fn the_console_card_shows_the_body_money_and_the_request_in_a_browser() {
         .text()
         .await
         .unwrap();
-    assert!(sent.contains("\"body\"") && sent.contains("evil.example"), "{sent}");
+    assert!(
+        sent.contains("\"body\"") && sent.contains("evil.example"),
+        "{sent}"
+    );
     // The agent's markup stayed text: nothing it wrote ran or became an element.
     let ran = c
         .execute(
@@ -429,7 +484,11 @@ async fn the_console_card_shows_the_body_money_and_the_request_in_a_browser() {
         )
         .await
         .unwrap();
-    assert_eq!(ran, json!([true, 0]), "agent-written markup became a page element");
+    assert_eq!(
+        ran,
+        json!([true, 0]),
+        "agent-written markup became a page element"
+    );
     let page = c.source().await.unwrap();
     assert!(!page.contains(SECRET));
     c.close().await.unwrap();

@@ -132,7 +132,11 @@ pub(crate) async fn load(
 }
 
 /// What an approver is shown about `approval`, which holds `record`.
-pub(crate) fn detail(state: &AppState, approval: Approval, record: &IntentRecord) -> ApprovalDetail {
+pub(crate) fn detail(
+    state: &AppState,
+    approval: Approval,
+    record: &IntentRecord,
+) -> ApprovalDetail {
     let gate = state.gate();
     let cap = gate
         .find_capability(&approval.capability)
