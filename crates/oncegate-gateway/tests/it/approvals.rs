@@ -4,6 +4,7 @@
 //! - `GET /v1/approvals/{id}` shows an email's body (an argument outside the key), the
 //!   amount as "150.00 USD", the request the execution would send with its credential
 //!   header masked, why it is held, and the digest of every sent argument it is bound to.
+//! - An MCP upstream's preview is the `tools/call` (server, tool, arguments, `_meta`).
 //! - An unknown first attempt's approval warns that approving may execute it again.
 //! - A repeat with another body while the approval waits, or after it, never sends that
 //!   body; a two-phase claim with another body is refused 409 `OG-0012`.
@@ -69,6 +70,20 @@ url = "{sandbox}/v1/emails"
 headers = {{ Sandbox-Fault = "fail_before_commit" }}
 body = {{ order_id = "{{business_ref}}", to = "a@example.com", template = "receipt", body = "{{arg.body}}" }}
 
+# A tool on an MCP server, held: its preview is the tools/call.
+[[capabilities]]
+name = "charge"
+category = "keyed"
+policy = "p.cedar"
+key = {{ business_ref = "order_id", significant = [{{ arg = "amount", type = "money", default_currency = "EUR" }}] }}
+
+[capabilities.upstream]
+kind = "mcp"
+url = "{sandbox}/mcp"
+tool = "create_charge"
+headers = {{ Authorization = "Bearer {{env.CARGO_MANIFEST_DIR}}" }}
+body = {{ order_id = "{{business_ref}}", amount_minor = "{{norm.amount.minor}}", currency = "{{norm.amount.currency}}", memo = "{{arg.memo}}" }}
+
 # Executed by its callers (two-phase): held, then claimed.
 [[capabilities]]
 name = "letter"
@@ -84,7 +99,7 @@ const POLICY: &str = r#"
 permit (principal, action, resource) when { principal.role == "agent" };
 @id("every-email")
 @oncegate("require_approval")
-permit (principal, action in [Action::"send_email", Action::"letter"], resource);
+permit (principal, action in [Action::"send_email", Action::"letter", Action::"charge"], resource);
 "#;
 
 async fn gateway(dir: &Path) -> (String, String) {
@@ -237,6 +252,36 @@ async fn the_detail_shows_every_sent_argument_money_the_request_and_why() {
     assert_eq!(detail(&gw, &id, "tok-agent").await.0, 403);
     assert_eq!(detail(&gw, "ap_nope", "tok-alice").await.0, 404);
     assert_eq!(detail(&gw, &id, "wrong").await.0, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_upstreams_preview_is_the_tools_call_it_would_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, sandbox) = gateway(dir.path()).await;
+    let memo = "refund to IBAN DE00 0000 (changed by the agent)";
+    let id = held(
+        &gw,
+        "charge",
+        json!({"order_id": "C-1", "amount": "12.5", "memo": memo}),
+    )
+    .await;
+    let (status, d, text) = detail(&gw, &id, "tok-alice").await;
+    assert_eq!(status, 200, "{text}");
+    let r = &d["request"];
+    assert_eq!(r["kind"], "mcp");
+    assert_eq!(r["url"], format!("{sandbox}/mcp"));
+    assert_eq!(r["tool"], "create_charge");
+    assert_eq!(
+        r["body"],
+        json!({"order_id": "C-1", "amount_minor": 1250, "currency": "EUR", "memo": memo})
+    );
+    assert_eq!(
+        r["meta"]["dev.oncegate/idempotency_key"], d["intent"]["key"],
+        "the key travels in _meta"
+    );
+    assert_eq!(r["headers"][0]["value"], "Bearer ***");
+    assert_eq!(d["money"][0]["amount"], "12.50 EUR");
+    assert!(!text.contains(SECRET), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
