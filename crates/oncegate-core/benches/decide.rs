@@ -88,6 +88,7 @@ fn request<'a>(derived: &'a DerivedKey, args: &'a Value) -> CallRequest<'a> {
         held: None,
         new_approval_id: APPROVAL_ID,
         rolled_back_at: None,
+        caller_sends: false,
     }
 }
 

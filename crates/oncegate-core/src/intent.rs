@@ -285,7 +285,11 @@ pub struct Approval {
     pub capability: String,
     /// The principal whose call it holds (who may never approve it).
     pub principal: String,
-    /// Bound: a changed argument voids the approval.
+    /// Bound: the SHA-256 of every argument the held call sends (`key::sent_digest`
+    /// of the record's arguments), not only the key's. A changed argument voids the
+    /// approval, and no call with other arguments executes under it. (Approvals asked
+    /// before this held the key arguments' digest, `IntentRecord::args_digest`; they
+    /// are still honoured: the arguments they execute are the ones they were asked on.)
     pub args_digest: String,
     /// Bound: a changed policy voids the approval.
     pub policy_hash: String,

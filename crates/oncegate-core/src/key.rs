@@ -67,6 +67,14 @@ pub fn digest(value: &Value) -> String {
     hex::encode(Sha256::digest(canonical_json(value).as_bytes()))
 }
 
+/// SHA-256 hex of every argument of a call as the upstream is sent it (their canonical
+/// JSON, not only the key's): what an approval is bound to. Two spellings of one JSON
+/// value (key order, `1.0` and `1`) are one digest; any changed, added or removed
+/// argument is another.
+pub fn sent_digest(arguments: &Value) -> String {
+    digest(&serde_json::json!({ "sent": arguments }))
+}
+
 /// The structural inputs of one call, from the orchestrator (never from arguments).
 #[derive(Clone, Debug, Default)]
 pub struct CallScope<'a> {

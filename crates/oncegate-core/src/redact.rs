@@ -191,13 +191,20 @@ impl Redactor {
     /// `text` without the secret values and without any URL's userinfo and query
     /// values.
     pub fn text(&self, text: &str) -> String {
+        urls_in(&self.values(text))
+    }
+
+    /// `text` without the secret values, and otherwise as it is: for content shown on
+    /// purpose (an approver's preview of a request body, whose links are what the
+    /// approver must read whole).
+    pub fn values(&self, text: &str) -> String {
         let mut out = text.to_owned();
         for (value, shown) in &self.secrets {
             if out.contains(value.as_str()) {
                 out = out.replace(value.as_str(), shown);
             }
         }
-        urls_in(&out)
+        out
     }
 
     /// Whether it knows no secret value (it still masks URLs' credentials).

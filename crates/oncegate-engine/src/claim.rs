@@ -179,6 +179,16 @@ pub enum Claimed {
     Read(IntentHandle),
 }
 
+/// Who sends the effect a claim leads to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sender {
+    /// The gate, with the intent's recorded arguments (`invoke`).
+    Gate,
+    /// The caller, with the arguments it holds (the two-phase API): a claim whose
+    /// arguments differ from the ones a human was asked about is refused.
+    Caller,
+}
+
 /// What a decision relied on about time, which the store judges again by its own clock
 /// before it writes the decision (see `oncegate_store::Commit`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -234,7 +244,10 @@ impl Gate {
         executor: Arc<E>,
     ) -> Result<Claimed, GateError> {
         Ok(
-            match self.claim_step(principal.into(), &call, executor).await? {
+            match self
+                .claim_step(principal.into(), &call, executor, Sender::Caller)
+                .await?
+            {
                 Step::Settled(outcome) => Claimed::Settled(outcome),
                 Step::Execute { claim, .. } => Claimed::Execute(claim),
                 Step::Read { intent, .. } => Claimed::Read(intent),
@@ -243,12 +256,13 @@ impl Gate {
     }
 
     /// Checks, decides and commits one call; executes nothing (but a reconciliation
-    /// read).
+    /// read). `sender`: who sends the effect a claim leads to.
     pub(crate) async fn claim_step<E: Executor>(
         &self,
         who: Who<'_>,
         call: &Call,
         executor: Arc<E>,
+        sender: Sender,
     ) -> Result<Step, GateError> {
         let principal = who.name();
         let cap = self.capability(&call.capability)?;
@@ -401,6 +415,7 @@ impl Gate {
                 held: held.as_deref(),
                 new_approval_id: &approval_id,
                 rolled_back_at: self.store.rollback_accepted_at(),
+                caller_sends: sender == Sender::Caller,
             };
             let decision = decide::decide(existing.as_ref(), &req, &cap, &verdict, now);
             // What the decision relied on about time, which the store judges again by its
@@ -502,7 +517,9 @@ impl Gate {
     /// Commits a decision and carries out its action. `Conflict` means re-decide.
     /// `arguments`: the call that asked, when there is one; an intent reconciled absent
     /// re-executes with them (its significant arguments are the same by key; a
-    /// corrected free-text argument is what the caller means now).
+    /// corrected free-text argument is what the caller means now), unless a human was
+    /// asked about the generation (`decide::arguments_frozen`): then with the
+    /// arguments the approval was asked on.
     pub(crate) async fn apply<E: Executor>(
         &self,
         decision: Decision,
@@ -714,10 +731,12 @@ impl Gate {
                 asked_at,
             );
             // A provider that dedupes on the key compares a repeated key's body
-            // with the first one: it gets the first arguments again.
+            // with the first one: it gets the first arguments again. So does a
+            // generation a human was asked about: what executes is what was approved.
             if let (Action::Execute, Some(record), Some(args)) =
                 (next.action, next.record.as_mut(), arguments)
                 && !decide::dedupe_is_proof(cap)
+                && !decide::arguments_frozen(record)
             {
                 record.arguments = args.clone();
             }

@@ -19,7 +19,7 @@ use oncegate_core::intent::{Outcome, Reason, Status};
 use tracing::Instrument;
 
 use crate::call::{Call, IntentHandle};
-use crate::claim::{Claim, Step};
+use crate::claim::{Claim, Sender, Step};
 use crate::error::GateError;
 use crate::executor::{Executor, FnExecutor, LateAnswer};
 use crate::gate::Gate;
@@ -53,7 +53,7 @@ impl Gate {
         executor: Arc<E>,
     ) -> Result<Outcome, GateError> {
         let step = self
-            .claim_step(principal.into(), &call, executor.clone())
+            .claim_step(principal.into(), &call, executor.clone(), Sender::Gate)
             .await?;
         Ok(self.carry_out(step, executor).await)
     }

@@ -30,6 +30,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/intents/{key}/complete", post(claims::complete))
         .route("/v1/intents/{key}/heartbeat", post(claims::heartbeat))
         .route("/v1/approvals", get(approvals::list_approvals))
+        .route("/v1/approvals/{id}", get(approvals::detail::get_approval))
         .route("/v1/approvals/{id}/approve", post(approvals::approve))
         .route("/v1/approvals/{id}/deny", post(approvals::deny))
         .route("/v1/keys/derive", post(calls::derive_key))

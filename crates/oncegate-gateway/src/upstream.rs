@@ -18,6 +18,7 @@
 
 pub mod client;
 pub mod mcp;
+pub mod preview;
 
 use std::sync::Arc;
 
@@ -383,39 +384,125 @@ impl UpstreamExecutor {
         up: &Upstream,
         intent: &IntentHandle,
     ) -> Result<reqwest::RequestBuilder, RenderError> {
-        let scope = Scope { intent };
-        let url = scope.url(&up.url)?;
-        check_path(&url)?;
-        let method = reqwest::Method::from_bytes(up.method.as_bytes())
-            .map_err(|e| RenderError(e.to_string()))?;
+        let rendered = render_http(up, intent)?;
         let mut req = self
             .client
-            .request(method.clone(), url)
+            .request(rendered.method, rendered.url)
             .timeout(up.timeout.unsigned_abs());
-        for (name, value) in &up.headers {
-            req = req.header(name, scope.text(value)?);
+        for (name, value) in &rendered.headers {
+            req = req.header(name, value);
         }
         for (name, value) in crate::trace::outgoing() {
             req = req.header(name, value);
         }
-        let mut body = match &up.body {
-            Some(b) => scope.body(b)?,
-            None => intent.arguments.clone(),
-        };
-        match up.idempotency {
-            KeyThreading::Header => req = req.header(&up.idempotency_header, &intent.key),
-            KeyThreading::Argument => {
-                if let (Some(arg), Value::Object(map)) = (&up.idempotency_arg, &mut body) {
-                    map.insert(arg.clone(), Value::String(intent.key.clone()));
-                }
-            }
-            KeyThreading::Meta | KeyThreading::None => {}
-        }
-        if method != reqwest::Method::GET {
-            req = req.json(&body);
+        if let Some(body) = &rendered.body {
+            req = req.json(body);
         }
         Ok(req)
     }
+}
+
+/// An HTTP upstream's request for one intent, rendered and not sent: what
+/// [`Executor::execute`] sends (the trace context headers are added as it sends), and
+/// what an approver's preview shows ([`preview`]).
+pub(crate) struct HttpRequest {
+    pub(crate) method: reqwest::Method,
+    pub(crate) url: String,
+    /// The configured headers, then the key's header when the key is threaded in one.
+    pub(crate) headers: Vec<(String, String)>,
+    /// The JSON body (none for a `GET`).
+    pub(crate) body: Option<Value>,
+}
+
+/// Renders an HTTP upstream's request for `intent`: URL (its path checked), method,
+/// headers, body, and the key threaded as the upstream declares.
+pub(crate) fn render_http(
+    up: &Upstream,
+    intent: &IntentHandle,
+) -> Result<HttpRequest, RenderError> {
+    let scope = Scope { intent };
+    let url = scope.url(&up.url)?;
+    check_path(&url)?;
+    let method = reqwest::Method::from_bytes(up.method.as_bytes())
+        .map_err(|e| RenderError(e.to_string()))?;
+    let mut headers = scope.headers(&up.headers)?;
+    let mut body = match &up.body {
+        Some(b) => scope.body(b)?,
+        None => intent.arguments.clone(),
+    };
+    match up.idempotency {
+        KeyThreading::Header => headers.push((up.idempotency_header.clone(), intent.key.clone())),
+        KeyThreading::Argument => {
+            if let (Some(arg), Value::Object(map)) = (&up.idempotency_arg, &mut body) {
+                map.insert(arg.clone(), Value::String(intent.key.clone()));
+            }
+        }
+        KeyThreading::Meta | KeyThreading::None => {}
+    }
+    let body = (method != reqwest::Method::GET).then_some(body);
+    Ok(HttpRequest {
+        method,
+        url,
+        headers,
+        body,
+    })
+}
+
+/// Renders an MCP upstream's `tools/call` for `intent`: the tool arguments (the body
+/// mapping, or the call's own arguments) with the key threaded (always in `_meta`, and
+/// in the tool's key argument if declared), the server's URL and headers. What
+/// [`Executor::execute`] sends, and what an approver's preview shows ([`preview`]).
+pub(crate) fn render_tool_call(
+    cap: &Capability,
+    up: &Upstream,
+    intent: &IntentHandle,
+) -> Result<mcp::ToolCall, RenderError> {
+    let scope = Scope { intent };
+    let arguments = match &up.body {
+        Some(b) => scope.body(b)?,
+        None => intent.arguments.clone(),
+    };
+    let Value::Object(mut arguments) = arguments else {
+        return Err(RenderError("MCP tool arguments must be an object".into()));
+    };
+    let mut meta = Map::new();
+    if up.idempotency != KeyThreading::None {
+        meta.insert(
+            mcp::IDEMPOTENCY_META_KEY.into(),
+            Value::String(intent.key.clone()),
+        );
+    }
+    if let Some(arg) = &up.idempotency_arg {
+        arguments.insert(arg.clone(), Value::String(intent.key.clone()));
+    }
+    for (name, value) in [
+        ("dev.oncegate/run_id", &intent.run_id),
+        ("dev.oncegate/step_id", &intent.step_id),
+    ] {
+        if let Some(v) = value {
+            meta.insert(name.into(), Value::String(v.clone()));
+        }
+    }
+    // W3C trace context travels in `_meta` (MCP SEP-414).
+    for (name, value) in crate::trace::outgoing() {
+        meta.insert(name, Value::String(value));
+    }
+    // Percent-encoded like an HTTP upstream's URL: an argument cannot change the
+    // endpoint's path or query.
+    let url = scope.url(&up.url)?;
+    check_path(&url)?;
+    Ok(mcp::ToolCall {
+        url,
+        headers: scope.headers(&up.headers)?,
+        tool: up.tool.clone().unwrap_or_default(),
+        arguments,
+        meta,
+        timeout: up.timeout.unsigned_abs(),
+        poolable: same_for_every_call(&up.url, up.headers.values()),
+        // The upstream's progress reaches the agents waiting on this intent.
+        progress: Some(intent.intent_key.as_str().to_owned()),
+        secrets: secrets(cap.templates()),
+    })
 }
 
 /// Classifies a transport error: only a failure to connect proves nothing was sent.
@@ -667,61 +754,6 @@ impl UpstreamExecutor {
         })
     }
 
-    /// Renders the tool arguments (the body mapping, or the call's own arguments) and
-    /// threads the key: always in `_meta`, and in the tool's key argument if declared.
-    fn tool_call(
-        &self,
-        up: &Upstream,
-        intent: &IntentHandle,
-    ) -> Result<mcp::ToolCall, RenderError> {
-        let scope = Scope { intent };
-        let arguments = match &up.body {
-            Some(b) => scope.body(b)?,
-            None => intent.arguments.clone(),
-        };
-        let Value::Object(mut arguments) = arguments else {
-            return Err(RenderError("MCP tool arguments must be an object".into()));
-        };
-        let mut meta = Map::new();
-        if up.idempotency != KeyThreading::None {
-            meta.insert(
-                mcp::IDEMPOTENCY_META_KEY.into(),
-                Value::String(intent.key.clone()),
-            );
-        }
-        if let Some(arg) = &up.idempotency_arg {
-            arguments.insert(arg.clone(), Value::String(intent.key.clone()));
-        }
-        for (name, value) in [
-            ("dev.oncegate/run_id", &intent.run_id),
-            ("dev.oncegate/step_id", &intent.step_id),
-        ] {
-            if let Some(v) = value {
-                meta.insert(name.into(), Value::String(v.clone()));
-            }
-        }
-        // W3C trace context travels in `_meta` (MCP SEP-414).
-        for (name, value) in crate::trace::outgoing() {
-            meta.insert(name, Value::String(value));
-        }
-        // Percent-encoded like an HTTP upstream's URL: an argument cannot change the
-        // endpoint's path or query.
-        let url = scope.url(&up.url)?;
-        check_path(&url)?;
-        Ok(mcp::ToolCall {
-            url,
-            headers: scope.headers(&up.headers)?,
-            tool: up.tool.clone().unwrap_or_default(),
-            arguments,
-            meta,
-            timeout: up.timeout.unsigned_abs(),
-            poolable: same_for_every_call(&up.url, up.headers.values()),
-            // The upstream's progress reaches the agents waiting on this intent.
-            progress: Some(intent.intent_key.as_str().to_owned()),
-            secrets: self.secrets(),
-        })
-    }
-
     /// Where the intent key reaches the upstream in the request this executor sends
     /// for `intent` (empty: nowhere). It renders the body the way [`Executor::execute`]
     /// does, so an `argument` key that a non-object body or a `GET` (no body) would
@@ -791,7 +823,7 @@ impl UpstreamExecutor {
     }
 
     async fn execute_mcp(&self, up: &Upstream, intent: &IntentHandle) -> Attempt {
-        let call = match self.tool_call(up, intent) {
+        let call = match render_tool_call(&self.cap, up, intent) {
             Ok(c) => c,
             Err(e) => {
                 return Attempt::ended(EffectResult::NotSent {

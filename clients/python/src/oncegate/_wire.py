@@ -157,6 +157,9 @@ class Wire:
     def get_intent(self, intent_key: str) -> Request:
         return Request("GET", f"/v1/intents/{_segment(intent_key)}", None, dict(self._base))
 
+    def get_approval(self, approval_id: str) -> Request:
+        return Request("GET", f"/v1/approvals/{_segment(approval_id)}", None, dict(self._base))
+
     def decide(self, approval_id: str, verdict: str) -> Request:
         return Request("POST", f"/v1/approvals/{_segment(approval_id)}/{verdict}", {}, dict(self._base))
 

@@ -182,6 +182,11 @@ class AsyncClient:
         response = await self._send(self._wire.get_intent(intent_key), "read an intent", intent_key)
         return _wire.decode(response, intent_key=intent_key)
 
+    async def get_approval(self, approval_id: str) -> dict[str, Any]:
+        """See :meth:`oncegate.Client.get_approval`."""
+        response = await self._send(self._wire.get_approval(approval_id), "read an approval")
+        return _wire.decode(response)
+
     async def approve(self, approval_id: str) -> Outcome:
         """See :meth:`oncegate.Client.approve`."""
         response = await self._send(self._wire.decide(approval_id, "approve"), "approve")

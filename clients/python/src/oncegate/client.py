@@ -225,6 +225,14 @@ class Client:
         response = self._send(self._wire.get_intent(intent_key), "read an intent", intent_key)
         return _wire.decode(response, intent_key=intent_key)
 
+    def get_approval(self, approval_id: str) -> dict[str, Any]:
+        """What an approver weighs (approver and admin tokens only): every argument the
+        held call sends, the digest the approval is bound to, the rendered request
+        (secrets masked), money in its currency, why it is held, and a warning when the
+        first attempt's outcome is unknown (``GET /v1/approvals/{id}``)."""
+        response = self._send(self._wire.get_approval(approval_id), "read an approval")
+        return _wire.decode(response)
+
     def approve(self, approval_id: str) -> Outcome:
         """Approves a held call (approver tokens); answers its outcome."""
         response = self._send(self._wire.decide(approval_id, "approve"), "approve")

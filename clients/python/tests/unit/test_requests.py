@@ -144,6 +144,22 @@ def test_claim_call_derive_carry_token_and_run_headers() -> None:
     assert h4["oncegate-run-id"] == "run-override"
 
 
+def test_get_approval_reads_the_detail_with_the_token_and_no_body() -> None:
+    detail = {"approval": {"id": "ap_1"}, "arguments": {"body": "hi"}, "money": [], "warning": None}
+    rec = Recorder(answers({"ap_1": (200, detail)}))
+    with client(rec) as gate:
+        assert gate.get_approval("ap_1") == detail
+
+    async def run() -> Any:
+        async with aclient(rec) as agate:
+            return await agate.get_approval("ap_1")
+
+    assert asyncio.run(run()) == detail
+    for method, path, headers, body in rec.requests:
+        assert (method, path, body) == ("GET", "/v1/approvals/ap_1", None)
+        assert headers["authorization"] == "Bearer tok-planner"
+
+
 def test_threads_start_without_the_run_and_copy_context_carries_it() -> None:
     rec = Recorder(answers({"claim": (200, execute())}))
     gate = client(rec)

@@ -5,8 +5,8 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::{
-    Action, ApprovalDecision, Choice, Decision, claim, event, outcome_of, settle_refusal,
-    standing_outcome,
+    Action, ApprovalDecision, Choice, Decision, approval_covers, claim, event, outcome_of,
+    settle_refusal, standing_outcome,
 };
 use crate::audit::{AuditEvent, AuditKind};
 use crate::codes::Code;
@@ -180,7 +180,7 @@ pub fn decide_approval_noted(
                 "the policy changed since the approval was asked; the call must be asked again",
             ),
         ))
-    } else if approval.args_digest != record.args_digest
+    } else if !approval_covers(approval, record)
         || approval.generation != record.generation
         || record.state != IntentState::PendingApproval
         || record.approval_id.as_deref() != Some(&approval.id)

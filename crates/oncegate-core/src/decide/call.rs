@@ -28,6 +28,78 @@ pub fn decide(
     verdict: &PolicyVerdict,
     now: Timestamp,
 ) -> Decision {
+    let decision = decide_call(existing, req, cap, verdict, now);
+    match existing {
+        Some(current) if req.caller_sends => bound_to_approval(current, decision, req, cap, now),
+        _ => decision,
+    }
+}
+
+/// A two-phase claim (its caller sends its own arguments) that would execute a
+/// generation a human was asked about, or reconcile it towards an execution, with other
+/// arguments than the approval was asked on: refused with `OG-0012`, nothing written
+/// but the audit event. The approved content can still be claimed; a call with other
+/// content is another approval (after this generation settles, or with other key
+/// arguments), never this one.
+fn bound_to_approval(
+    current: &IntentRecord,
+    decision: Decision,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    now: Timestamp,
+) -> Decision {
+    let acts = matches!(decision.action, Action::Execute | Action::Reconcile)
+        && decision
+            .record
+            .as_ref()
+            .is_some_and(|r| r.generation == current.generation);
+    if !acts || !super::arguments_frozen(current) {
+        return decision;
+    }
+    let drifted = super::drifted_arguments(current, req.arguments);
+    if drifted.is_empty() {
+        return decision;
+    }
+    let reason = Reason::new(
+        Code::ApprovalVoid,
+        format!(
+            "a human was asked about this intent with other arguments ({} differ); only those execute under approval {}: claim it with exactly the held arguments, or make it another intent",
+            drifted
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            current.approval_id.as_deref().unwrap_or("-"),
+        ),
+    );
+    let outcome = outcome_of(current, Status::Refused, Some(reason));
+    let event = event(
+        AuditKind::Call,
+        now,
+        req.principal,
+        Some(current),
+        None,
+        &outcome,
+        &cap.name,
+        req.run_id,
+        json!({"drifted": drifted, "approval_id": current.approval_id}),
+    );
+    Decision {
+        action: Action::Respond,
+        record: None,
+        approval: None,
+        outcome,
+        event,
+    }
+}
+
+fn decide_call(
+    existing: Option<&IntentRecord>,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    verdict: &PolicyVerdict,
+    now: Timestamp,
+) -> Decision {
     // A decision that writes no intent: the answer, and the audit event that explains it
     // (committed for `Respond`, dropped for `Replay`).
     let unwritten = |action: Action, outcome: Outcome, detail: Value| {
@@ -205,13 +277,14 @@ pub fn decide(
             // Confirmed absent: execute again with the same key, and with the arguments
             // of the call that asks now (its significant arguments are the same; a
             // corrected free-text argument is what the caller means today), unless the
-            // provider dedupes on the key.
+            // provider dedupes on the key or a human was asked about these arguments.
             if let Some(refused) = over_ceiling(&mut record, cap, &mut alerts) {
                 return finish(Action::Respond, record, None, refused, alerts);
             }
             // Not for a provider that dedupes on the key: it compares a repeated key's
-            // body with the first one and would refuse a changed one.
-            if !dedupe_is_proof(cap) {
+            // body with the first one and would refuse a changed one. Not for a
+            // generation a human was asked about: what executes is what was approved.
+            if !dedupe_is_proof(cap) && !super::arguments_frozen(&record) {
                 record.arguments = req.arguments.clone();
             }
             claim(&mut record, req.owner, cap, now);
@@ -272,8 +345,8 @@ pub fn approved_claim_deadline(ap: &Approval, cap: &Capability) -> Timestamp {
 }
 
 /// The first claim after a human approved a claim-only capability's held call: it
-/// executes, with the claim's own arguments (as a re-execution after `not_applied`
-/// does), unless the approval no longer covers it. An approval decided under another
+/// executes, with the arguments the approval was asked on (a claim with other
+/// arguments is refused by `decide`), unless the approval no longer covers it. An approval decided under another
 /// policy is void; one left unclaimed for longer than the capability's approval TTL
 /// since the decision has expired (an approval is not a standing permission).
 #[expect(
@@ -352,9 +425,8 @@ fn approved_claim(
     if let Some(refused) = over_ceiling(&mut record, cap, &mut alerts) {
         return finish(Action::Respond, record, None, refused, alerts);
     }
-    if !dedupe_is_proof(cap) {
-        record.arguments = req.arguments.clone();
-    }
+    // The record keeps the arguments the approval was asked on: they are what the
+    // claim hands over (a claim with other arguments is refused, see `decide`).
     claim(&mut record, req.owner, cap, now);
     let outcome = standing_outcome(&record);
     finish(Action::Execute, record, None, outcome, alerts)

@@ -22,7 +22,7 @@ use crate::intent::{
     Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState, Lease, Outcome, Reason,
     Status,
 };
-use crate::key::DerivedKey;
+use crate::key::{DerivedKey, sent_digest};
 
 mod approval;
 mod call;
@@ -40,6 +40,55 @@ pub use complete::{
 };
 pub use effect::{record_claim_effect, record_effect};
 pub use reconcile::{absence_unproven, after_reconcile, after_sweep, dedupe_is_proof};
+
+/// Whether a generation's arguments are fixed: once a human has been asked about it (an
+/// approval was opened on it, for any reason), every execution of it sends the
+/// arguments the approval was asked on, never a later call's, and the approval stays
+/// bound to exactly what the approver saw.
+pub fn arguments_frozen(record: &IntentRecord) -> bool {
+    record.approval_id.is_some()
+}
+
+/// The top-level arguments whose values differ between the held call and `arguments`
+/// (by canonical JSON; an added or removed argument differs), sorted. Names only: the
+/// values are agent-written text.
+pub fn drifted_arguments(record: &IntentRecord, arguments: &Value) -> Vec<String> {
+    if sent_digest(&record.arguments) == sent_digest(arguments) {
+        return Vec::new();
+    }
+    let empty = serde_json::Map::new();
+    let held = record.arguments.as_object().unwrap_or(&empty);
+    let now = arguments.as_object().unwrap_or(&empty);
+    let mut names: Vec<String> = held
+        .keys()
+        .chain(now.keys())
+        .filter(|k| {
+            let (a, b) = (held.get(*k), now.get(*k));
+            match (a, b) {
+                (Some(a), Some(b)) => {
+                    crate::key::canonical_json(a) != crate::key::canonical_json(b)
+                }
+                _ => true,
+            }
+        })
+        .cloned()
+        .collect();
+    names.sort();
+    names.dedup();
+    if names.is_empty() {
+        // Not objects (a malformed record): the whole call differs.
+        names.push("(arguments)".to_owned());
+    }
+    names
+}
+
+/// Whether `approval` still covers `record`: it was asked on exactly the arguments the
+/// record would send. An approval from before the sent-arguments digest holds the key
+/// arguments' digest instead; it covers the record's arguments as they were held.
+pub fn approval_covers(approval: &Approval, record: &IntentRecord) -> bool {
+    approval.args_digest == sent_digest(&record.arguments)
+        || approval.args_digest == record.args_digest
+}
 
 /// One call, with everything the shell loaded for it.
 #[derive(Clone, Debug)]
@@ -76,6 +125,12 @@ pub struct CallRequest<'a> {
     /// from the provider, retried with its key, or held for approval, as the
     /// capability's `on_unknown` says), never executed at once.
     pub rolled_back_at: Option<Timestamp>,
+    /// The caller executes the effect itself (a two-phase claim), with the arguments it
+    /// holds: a claim that would execute (or reconcile towards executing) a generation
+    /// a human was asked about is refused (`OG-0012`) when its arguments differ from
+    /// the ones the approval was asked on. When the gate executes, it sends those
+    /// recorded arguments whatever the repeat carries.
+    pub caller_sends: bool,
 }
 
 /// What the shell must do after committing the decision.
@@ -362,7 +417,7 @@ fn new_approval(
         generation: record.generation,
         capability: cap.name.clone(),
         principal: record.principal.clone(),
-        args_digest: record.args_digest.clone(),
+        args_digest: sent_digest(&record.arguments),
         policy_hash: cap.policy_hash().to_owned(),
         reason,
         detail,

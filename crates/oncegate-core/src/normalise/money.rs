@@ -164,8 +164,17 @@ impl Money {
         })
     }
 
-    /// `12.50 USD`, for messages.
-    fn display(self) -> String {
+    /// The amount a money normaliser put in a key ([`Money::to_key_value`]:
+    /// `{"currency": "USD", "minor": "15000"}`), read back; `None` for anything else.
+    pub fn from_key_value(value: &Value) -> Option<Self> {
+        let currency = Currency::from_code(value.get("currency")?.as_str()?)?;
+        let minor = value.get("minor")?.as_str()?.parse::<i64>().ok()?;
+        Some(Self { currency, minor })
+    }
+
+    /// `150.00 USD`: the amount in its currency's major unit, with as many decimal
+    /// places as the currency has (none for JPY), and its ISO 4217 code.
+    pub fn display(self) -> String {
         let exponent = u32::from(self.currency.exponent().unwrap_or(0));
         format!(
             "{} {}",

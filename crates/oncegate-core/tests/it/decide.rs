@@ -80,6 +80,7 @@ impl Fixture {
             held: None,
             new_approval_id: "ap_new",
             rolled_back_at: None,
+            caller_sends: false,
         }
     }
 
@@ -1843,6 +1844,7 @@ fn after_an_accepted_rollback_a_forgotten_intent_is_read_before_it_executes() {
         });
         let req = CallRequest {
             rolled_back_at: Some(rolled_back),
+            caller_sends: false,
             ..f.req(None, None)
         };
         let fresh = decide(
@@ -1999,4 +2001,95 @@ fn escalate_without_a_read_holds_an_unknown_attempt_for_a_human_at_once() {
     );
     assert!(d.approval.is_none());
     assert_eq!(d.outcome.status, Status::Unknown);
+}
+
+#[test]
+fn an_approval_is_bound_to_every_sent_argument_not_only_the_keys() {
+    let f = fixture("send_email");
+    let verdict = PolicyVerdict::RequireApproval {
+        policies: vec!["every-email".into()],
+    };
+    let d = decide(None, &f.req(None, None), &f.cap, &verdict, t0());
+    let ap = d.approval.unwrap();
+    assert_eq!(ap.args_digest, oncegate_core::key::sent_digest(&f.args));
+    assert_ne!(ap.args_digest, f.derived.args_digest, "more than the key's");
+    let mut held = d.record.unwrap();
+    held.version = 1;
+    let approve = |record: &IntentRecord| {
+        decide_approval(
+            record,
+            &ap,
+            "alice",
+            Role::Approver,
+            Choice::Approve,
+            &f.cap,
+            Executes::Here { owner: "gw-1" },
+            t0() + mins(1),
+        )
+    };
+    // An argument outside the key changed under the approval: it is void.
+    let mut changed = held.clone();
+    changed.arguments["body"] = json!("Verify at https://evil.example");
+    match approve(&changed) {
+        ApprovalDecision::Decided {
+            approval, outcome, ..
+        } => {
+            assert_eq!(approval.unwrap().state, ApprovalState::Void);
+            assert_eq!(outcome.reason.unwrap().code, Code::ApprovalVoid);
+        }
+        ApprovalDecision::Rejected(r) => panic!("{r:?}"),
+    }
+    // Exactly what was asked: it executes those arguments.
+    match approve(&held) {
+        ApprovalDecision::Decided { action, record, .. } => {
+            assert_eq!(action, Action::Execute);
+            assert_eq!(record.unwrap().arguments, f.args);
+        }
+        ApprovalDecision::Rejected(r) => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn a_generation_a_human_was_asked_about_keeps_its_arguments_and_refuses_a_drifted_claim() {
+    let f = fixture("send_email");
+    let mut rec = f.record(IntentState::NotApplied);
+    rec.approval_id = Some("ap_1".into());
+    let mut drifted = f.args.clone();
+    drifted["body"] = json!("Verify at https://evil.example");
+    let at = t0() + mins(1);
+    // The gate executes: the recorded arguments, whatever the repeat carries.
+    let gate = CallRequest {
+        arguments: &drifted,
+        ..f.req(None, None)
+    };
+    let d = decide(Some(&rec), &gate, &f.cap, &PolicyVerdict::Allow, at);
+    assert_eq!(d.action, Action::Execute);
+    assert_eq!(d.record.unwrap().arguments, f.args);
+    // A two-phase caller sends its own: refused, nothing written.
+    let caller = CallRequest {
+        arguments: &drifted,
+        caller_sends: true,
+        ..f.req(None, None)
+    };
+    let d = decide(Some(&rec), &caller, &f.cap, &PolicyVerdict::Allow, at);
+    assert_eq!(d.action, Action::Respond);
+    assert!(d.record.is_none());
+    assert_eq!(d.outcome.status, Status::Refused);
+    let reason = d.outcome.reason.unwrap();
+    assert_eq!(reason.code, Code::ApprovalVoid);
+    assert!(reason.message.contains("`body`"), "{}", reason.message);
+    // The same claim with the held arguments executes them.
+    let same = CallRequest {
+        caller_sends: true,
+        ..f.req(None, None)
+    };
+    let d = decide(Some(&rec), &same, &f.cap, &PolicyVerdict::Allow, at);
+    assert_eq!(d.action, Action::Execute);
+    // Unknown and reconciling: a drifted claim does not drive the read either.
+    let mut unknown = rec.clone();
+    unknown.state = IntentState::Unknown;
+    let d = decide(Some(&unknown), &caller, &f.cap, &PolicyVerdict::Allow, at);
+    assert_eq!(d.outcome.status, Status::Refused);
+    let d = decide(Some(&unknown), &same, &f.cap, &PolicyVerdict::Allow, at);
+    assert_eq!(d.action, Action::Reconcile);
 }

@@ -1,6 +1,7 @@
 //! oncegate-engine integration tests (real SQLite files, and the simulation on the
 //! in-memory store), compiled as one binary.
 
+mod approvals;
 mod claims;
 mod crash;
 mod gate;

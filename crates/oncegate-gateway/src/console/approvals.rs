@@ -21,7 +21,9 @@ use super::page::{Section, json, key_link, notice, or_dash, page, when};
 use super::session::Session;
 use super::{csrf_field, failure, html_page, posted, refusal, tz, viewer};
 use crate::error::ApiError;
+use crate::routes::approvals::detail::ApprovalDetail;
 use crate::state::AppState;
+use crate::upstream::preview::RequestPreview;
 
 /// How many decided approvals the queue page lists under the pending ones.
 const RECENT: usize = 20;
@@ -48,7 +50,16 @@ pub(super) async fn queue(State(state): State<AppState>, jar: CookieJar) -> Resp
             .await
             .ok()
             .flatten();
-        cards.push(held_card(&state, &session, approval, record.as_ref()));
+        let detail = record
+            .as_ref()
+            .map(|r| crate::routes::approvals::detail::detail(&state, approval.clone(), r));
+        cards.push(held_card(
+            &state,
+            &session,
+            approval,
+            record.as_ref(),
+            detail.as_ref(),
+        ));
     }
     let mut decided: Vec<&Approval> = all
         .items
@@ -98,26 +109,45 @@ pub(super) fn state_badge(state: &str) -> Markup {
     html! { span class={ "state state-" (state) } { (state.replace('_', " ")) } }
 }
 
-/// One held call: everything an approver weighs, and the decision form.
+/// One held call: everything an approver weighs (the JSON API's
+/// [`ApprovalDetail`]: every argument it sends, the request rendered, money in its
+/// currency, why it is held, the unknown-attempt warning), and the decision form. Every
+/// value is agent-written or provider-written text: maud escapes each one.
 fn held_card(
     state: &AppState,
     session: &Session,
     a: &Approval,
     record: Option<&IntentRecord>,
+    detail: Option<&ApprovalDetail>,
 ) -> Markup {
     let tz = tz(state);
     let note_id = format!("note-{}", a.id);
     html! {
-        section.card aria-labelledby={ "h-" (a.id) } {
+        section.card.held aria-labelledby={ "h-" (a.id) } data-approval=(a.id) {
             h3 id={ "h-" (a.id) } { (a.capability) " " span.muted { "for " (a.principal) } }
+            @if let Some(warning) = detail.and_then(|d| d.warning.as_deref()) {
+                p.notice.bad.warning role="alert" { (warning) }
+            }
             dl.facts {
-                dt { "Why it is held" } dd { (a.reason.explain()) }
+                dt { "Why it is held" } dd.why { (a.reason.explain()) }
                 @if !a.detail.is_empty() { dt { "Detail" } dd { (a.detail) } }
                 dt { "Agent" } dd { (a.principal) }
                 dt { "Run" } dd { (or_dash(record.and_then(|r| r.run_id.as_deref()))) }
                 dt { "Step" } dd { (or_dash(record.and_then(|r| r.step_id.as_deref()))) }
                 dt { "Business reference" } dd { (or_dash(record.and_then(|r| r.business_ref.as_deref()))) }
-                dt { "Arguments (normalised)" } dd { @if let Some(r) = record { (json(&r.normalised)) } @else { span.muted { "the intent could not be read" } } }
+                @if let Some(d) = detail {
+                    @for m in &d.money {
+                        dt { "Amount (" (m.argument) ")" } dd.money { strong { (m.amount) } }
+                    }
+                    dt { "Arguments sent (every one, not only the key's)" } dd.sent-arguments { (json(&d.arguments)) }
+                    dt { "The request it sends" } dd.request { (request(&d.request)) }
+                    dt { "Bound to" } dd {
+                        code title=(d.arguments_digest) { "sha256:" (d.arguments_digest.chars().take(16).collect::<String>()) "…" }
+                        @if !d.arguments_bound { " " span.state.state-void { "the held arguments changed: approving voids it" } }
+                    }
+                } @else {
+                    dt { "Arguments" } dd { span.muted { "the intent could not be read" } }
+                }
                 dt { "Asked" } dd { (when(a.created_at, tz)) }
                 dt { "Expires" } dd { (when(a.expires_at, tz)) }
                 dt { "Intent" } dd { (key_link(a.key.as_str())) " generation " (a.generation) }
@@ -132,6 +162,32 @@ fn held_card(
                     button.deny type="submit" name="choice" value="deny" { "Deny" }
                 }
             }
+        }
+    }
+}
+
+/// The rendered request, as the upstream would receive it (secrets masked).
+fn request(r: &RequestPreview) -> Markup {
+    html! {
+        @match r.kind {
+            "http" => {
+                p.request-line { code { (r.method.as_deref().unwrap_or_default()) " " (r.url.as_deref().unwrap_or_default()) } }
+            }
+            "mcp" => {
+                p.request-line { "MCP " code { "tools/call " (r.tool.as_deref().unwrap_or_default()) } " on " code { (r.url.as_deref().unwrap_or_default()) } }
+            }
+            _ => {
+                p.muted { (r.note.as_deref().unwrap_or("nothing is sent from this gateway")) }
+            }
+        }
+        @if !r.headers.is_empty() {
+            ul.headers {
+                @for h in &r.headers { li { code { (h.name) ": " (h.value) } } }
+            }
+        }
+        @if let Some(body) = &r.body { (json(body)) }
+        @if let Some(meta) = r.meta.as_ref().filter(|m| m.as_object().is_some_and(|o| !o.is_empty())) {
+            p.muted { "_meta" } (json(meta))
         }
     }
 }
@@ -310,7 +366,8 @@ async fn approval_view(
             }
         }
         @if approval.state == ApprovalState::Pending && answered.is_none() {
-            (held_card(state, session, &approval, record.as_ref()))
+            @let detail = record.as_ref().map(|r| crate::routes::approvals::detail::detail(state, approval.clone(), r));
+            (held_card(state, session, &approval, record.as_ref(), detail.as_ref()))
         }
         p { a href="/console/approvals" { "Back to the queue" } }
     })

@@ -1,6 +1,9 @@
 //! `GET /v1/approvals` and `POST /v1/approvals/{id}/{approve,deny}`: held calls and
 //! their human decision (approving executes the call once, through the front door; a
-//! claim-only capability's call is left for its caller's next claim).
+//! claim-only capability's call is left for its caller's next claim). `GET
+//! /v1/approvals/{id}`, what an approver weighs, is [`detail`].
+
+pub(crate) mod detail;
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! oncegate-gateway integration tests.
 
+mod approvals;
 mod claims;
 mod console;
 mod front_door;
