@@ -572,7 +572,7 @@ where
 /// pending (first seen kept while it stays), the pin seen again clears it; only the
 /// pending digest is accepted, once; another store handle (a replica) sees the same.
 pub async fn tool_pins<S: Backend>(store: &S) {
-    use crate::{OfferedTool, ToolPins};
+    use crate::OfferedTool;
     let at = |s: i64| jiff::Timestamp::from_second(1_700_000_000 + s).unwrap();
     let offered = |tool: &str, digest: &str, s: i64| OfferedTool {
         server: "pay".into(),

@@ -15,6 +15,7 @@ mod doubts;
 mod gateway;
 mod late;
 mod mcp;
+mod pins;
 mod python_client;
 mod single_server;
 mod store_faults;
