@@ -190,15 +190,21 @@ impl Gate {
             by = who.name(),
             "changed tool definition accepted by an admin"
         );
-        let pin = find().await?.ok_or_else(|| {
-            StoreError::Corrupt(format!("the pin of {server}/{tool} is gone"))
-        })?;
+        let pin = find()
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("the pin of {server}/{tool} is gone")))?;
         Ok(Accepted::Now(pin))
     }
 
     /// The finding (and its audit event) of a changed definition; a failure is logged,
     /// the tool is held either way.
-    async fn raise_tool_changed(&self, pin: &ToolPin, t: &ToolDefinition, offered: &str, at: Timestamp) {
+    async fn raise_tool_changed(
+        &self,
+        pin: &ToolPin,
+        t: &ToolDefinition,
+        offered: &str,
+        at: Timestamp,
+    ) {
         let summary = format!(
             "MCP server `{}` changed the definition of its tool `{}` (offered as `{}`): held until an admin accepts {offered} (`oncegate tools accept {} {} {offered}`)",
             pin.server, t.tool, t.name, pin.server, t.tool
@@ -209,8 +215,11 @@ impl Gate {
         let id = format!(
             "f_{}",
             &hex::encode(Sha256::digest(
-                format!("{TOOL_CHANGED}\n{}\n{}\n{}\n{offered}", pin.server, t.tool, pin.digest)
-                    .as_bytes()
+                format!(
+                    "{TOOL_CHANGED}\n{}\n{}\n{}\n{offered}",
+                    pin.server, t.tool, pin.digest
+                )
+                .as_bytes()
             ))[..16]
         );
         let pinned: Value = serde_json::from_str(&pin.definition).unwrap_or(Value::Null);

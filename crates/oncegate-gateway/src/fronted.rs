@@ -28,8 +28,8 @@ use axum::http::StatusCode;
 use oncegate_core::Registry;
 use oncegate_core::codes::Code;
 use oncegate_core::config::{Capability, FrontedAs, McpServer, Undeclared};
-use rmcp::model::Tool;
 use oncegate_engine::{PinCheck, definition_digest};
+use rmcp::model::Tool;
 use serde::Serialize;
 use serde_json::{Value, json};
 

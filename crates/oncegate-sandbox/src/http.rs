@@ -353,8 +353,8 @@ async fn describe_tools(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let request: Value = serde_json::from_slice(&body).map_err(|_| ApiError::MalformedJson)?;
-    let request = DescribeRequest::deserialize(&request)
-        .map_err(|e| ApiError::InvalidBody(e.to_string()))?;
+    let request =
+        DescribeRequest::deserialize(&request).map_err(|e| ApiError::InvalidBody(e.to_string()))?;
     *sandbox.descriptions() = request.tools.clone();
     // Nobody listening is fine.
     let _ = sandbox.tools_changed.send(());

@@ -830,7 +830,11 @@ impl crate::ToolPins for MemoryStore {
             });
             if pin.digest == offered.digest {
                 pin.pending = None;
-            } else if pin.pending.as_ref().is_none_or(|p| p.digest != offered.digest) {
+            } else if pin
+                .pending
+                .as_ref()
+                .is_none_or(|p| p.digest != offered.digest)
+            {
                 pin.pending = Some(crate::PendingTool {
                     digest: offered.digest,
                     definition: offered.definition,
@@ -853,7 +857,10 @@ impl crate::ToolPins for MemoryStore {
     ) -> Result<bool, StoreError> {
         let accepted = {
             let mut data = self.reach().await?;
-            match data.tool_pins.get_mut(&(server.to_owned(), tool.to_owned())) {
+            match data
+                .tool_pins
+                .get_mut(&(server.to_owned(), tool.to_owned()))
+            {
                 Some(pin) if pin.pending.as_ref().is_some_and(|p| p.digest == digest) => {
                     let pending = pin.pending.take().expect("checked above");
                     pin.digest = pending.digest;

@@ -272,7 +272,10 @@ fn pin_line(
             false,
         ),
         Some(p) if p.digest == t.digest => (
-            format!("pinned {} (since {} by {})", p.digest, p.pinned_at, p.pinned_by),
+            format!(
+                "pinned {} (since {} by {})",
+                p.digest, p.pinned_at, p.pinned_by
+            ),
             false,
         ),
         Some(p) => (

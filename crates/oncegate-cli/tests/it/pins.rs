@@ -33,7 +33,12 @@ fn probe(setup: &Setup) -> (String, String, bool) {
     let config = setup.dir.path().join("oncegate.toml");
     let out = oncegate(
         setup,
-        &["check-config", "--probe", "--config", config.to_str().unwrap()],
+        &[
+            "check-config",
+            "--probe",
+            "--config",
+            config.to_str().unwrap(),
+        ],
     );
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -60,9 +65,15 @@ fn pin_line(stdout: &str) -> String {
 fn tools(setup: &Setup, gw: &Proc) -> Value {
     let out = oncegate(
         setup,
-        &["tools", "list", "--json", "--url", &gw.url, "--token", "tok-ops"],
+        &[
+            "tools", "list", "--json", "--url", &gw.url, "--token", "tok-ops",
+        ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -127,25 +138,55 @@ fn check_config_probe_shows_each_fronted_tools_pin_and_a_change_until_accepted()
         stderr.contains("error: probe: server pay: tool find_charge changed since it was pinned"),
         "{stderr}"
     );
-    let table = oncegate(&setup, &["tools", "list", "--url", &gw.url, "--token", "tok-ops"]);
+    let table = oncegate(
+        &setup,
+        &["tools", "list", "--url", &gw.url, "--token", "tok-ops"],
+    );
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(
-        table.lines().any(|l| l.starts_with("pay") && l.contains("find_charge") && l.contains("changed") && l.contains(&offered)),
+        table.lines().any(|l| l.starts_with("pay")
+            && l.contains("find_charge")
+            && l.contains("changed")
+            && l.contains(&offered)),
         "{table}"
     );
 
     // A stale digest is refused; the offered one is accepted, and the probe agrees.
     let stale = oncegate(
         &setup,
-        &["tools", "accept", "pay", "find_charge", &first, "--url", &gw.url, "--token", "tok-ops"],
+        &[
+            "tools",
+            "accept",
+            "pay",
+            "find_charge",
+            &first,
+            "--url",
+            &gw.url,
+            "--token",
+            "tok-ops",
+        ],
     );
     assert!(!stale.status.success());
     assert!(String::from_utf8_lossy(&stale.stdout).contains("OG-0059"));
     let accepted = oncegate(
         &setup,
-        &["tools", "accept", "pay", "find_charge", &offered, "--url", &gw.url, "--token", "tok-ops"],
+        &[
+            "tools",
+            "accept",
+            "pay",
+            "find_charge",
+            &offered,
+            "--url",
+            &gw.url,
+            "--token",
+            "tok-ops",
+        ],
     );
-    assert!(accepted.status.success(), "{}", String::from_utf8_lossy(&accepted.stderr));
+    assert!(
+        accepted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accepted.stderr)
+    );
     let (stdout, _, _) = probe(&setup);
     let line = pin_line(&stdout);
     assert!(

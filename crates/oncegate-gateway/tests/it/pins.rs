@@ -59,7 +59,10 @@ async fn replicas(dir: &Path, text: &str, store: oncegate_store::Store) -> [Stri
         let state = AppState::with_tokens(
             gate,
             http_client(),
-            vec![("agent".into(), "tok".into()), ("root".into(), "root".into())],
+            vec![
+                ("agent".into(), "tok".into()),
+                ("root".into(), "root".into()),
+            ],
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         urls.push(format!("http://{}", listener.local_addr().unwrap()));
@@ -110,8 +113,15 @@ async fn until_listed(client: &Client, tool: &str, wanted: bool) -> Vec<String> 
     }
 }
 
-async fn admin(method: reqwest::Method, url: String, token: &str, body: Option<Value>) -> (u16, Value) {
-    let mut request = reqwest::Client::new().request(method, url).bearer_auth(token);
+async fn admin(
+    method: reqwest::Method,
+    url: String,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .request(method, url)
+        .bearer_auth(token);
     if let Some(body) = body {
         request = request.json(&body);
     }
@@ -121,7 +131,13 @@ async fn admin(method: reqwest::Method, url: String, token: &str, body: Option<V
 
 /// The pin of the sandbox's `find_charge`, as `GET /v1/admin/tools` shows it.
 async fn pin(gw: &str) -> Value {
-    let (status, body) = admin(reqwest::Method::GET, format!("{gw}/v1/admin/tools"), "root", None).await;
+    let (status, body) = admin(
+        reqwest::Method::GET,
+        format!("{gw}/v1/admin/tools"),
+        "root",
+        None,
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     body["tools"]
         .as_array()
@@ -189,7 +205,11 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
         "{pinned}"
     );
     assert!(first["definition"]["input_schema"].is_object(), "{first}");
-    assert_eq!(pin(&two).await["digest"], pinned.as_str(), "one pin for both replicas");
+    assert_eq!(
+        pin(&two).await["digest"],
+        pinned.as_str(),
+        "one pin for both replicas"
+    );
 
     // The server changes the description: withheld on both replicas, other tools stay.
     describe(&sandbox, json!({"find_charge": INJECTED})).await;
@@ -199,17 +219,24 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
     for client in [&on_one, &on_two] {
         let tools = client.list_all_tools().await.unwrap();
         assert!(
-            tools
-                .iter()
-                .all(|t| !t.description.as_deref().unwrap_or_default().contains("evil")),
+            tools.iter().all(|t| !t
+                .description
+                .as_deref()
+                .unwrap_or_default()
+                .contains("evil")),
             "the injected text reached an agent: {tools:?}"
         );
     }
 
     // A call is refused with OG-0059, over MCP and over /v1/calls; nothing is sent.
-    let refused = mcp_call(&on_two, "pay_find_charge", json!({"order_id": "P-1"}), Value::Null)
-        .await
-        .unwrap();
+    let refused = mcp_call(
+        &on_two,
+        "pay_find_charge",
+        json!({"order_id": "P-1"}),
+        Value::Null,
+    )
+    .await
+    .unwrap();
     assert_eq!(refused.is_error, Some(true), "{refused:?}");
     assert_eq!(outcome(&refused)["code"], "OG-0059", "{refused:?}");
     let (status, body) = admin(
@@ -219,7 +246,11 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
         Some(json!({"capability": "pay_find_charge", "arguments": {"order_id": "P-1"}})),
     )
     .await;
-    assert_eq!((status, &body["error"]["code"]), (409, &json!("OG-0059")), "{body}");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("OG-0059")),
+        "{body}"
+    );
 
     // The pin says what changed; a finding says it to the admins (once).
     let changed = pin(&two).await;
@@ -227,8 +258,17 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
     assert_eq!(changed["digest"], pinned.as_str(), "{changed}");
     let offered = changed["pending"]["digest"].as_str().unwrap().to_owned();
     assert_ne!(offered, pinned);
-    assert_eq!(changed["pending"]["definition"]["description"], INJECTED, "{changed}");
-    let (status, findings) = admin(reqwest::Method::GET, format!("{two}/v1/findings"), "root", None).await;
+    assert_eq!(
+        changed["pending"]["definition"]["description"], INJECTED,
+        "{changed}"
+    );
+    let (status, findings) = admin(
+        reqwest::Method::GET,
+        format!("{two}/v1/findings"),
+        "root",
+        None,
+    )
+    .await;
     assert_eq!(status, 200, "{findings}");
     let raised: Vec<&Value> = findings["findings"]
         .as_array()
@@ -238,15 +278,27 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
         .collect();
     assert_eq!(raised.len(), 1, "{findings}");
     assert_eq!(raised[0]["capability"], "pay_find_charge", "{findings}");
-    assert_eq!(raised[0]["evidence"]["offered"]["digest"], offered.as_str(), "{findings}");
-    assert_eq!(raised[0]["evidence"]["pinned"]["digest"], pinned.as_str(), "{findings}");
+    assert_eq!(
+        raised[0]["evidence"]["offered"]["digest"],
+        offered.as_str(),
+        "{findings}"
+    );
+    assert_eq!(
+        raised[0]["evidence"]["pinned"]["digest"],
+        pinned.as_str(),
+        "{findings}"
+    );
 
     // Only an admin accepts, and only the digest pending now.
     let (status, body) = accept(&one, &offered, "tok").await;
     assert_eq!(status, 403, "{body}");
     for stale in [pinned.as_str(), "sha256:0000"] {
         let (status, body) = accept(&one, stale, "root").await;
-        assert_eq!((status, &body["error"]["code"]), (409, &json!("OG-0059")), "{stale}: {body}");
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (409, &json!("OG-0059")),
+            "{stale}: {body}"
+        );
     }
     let (status, body) = admin(
         reqwest::Method::POST,
@@ -274,9 +326,14 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
     assert_eq!(body["accepted"]["state"], "pinned", "{body}");
     until_listed(&on_one, "pay_find_charge", true).await;
     until_listed(&on_two, "pay_find_charge", true).await;
-    let found = mcp_call(&on_two, "pay_find_charge", json!({"order_id": "P-1"}), Value::Null)
-        .await
-        .unwrap();
+    let found = mcp_call(
+        &on_two,
+        "pay_find_charge",
+        json!({"order_id": "P-1"}),
+        Value::Null,
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome(&found)["status"], "applied", "{found:?}");
     let shown = on_one
         .list_all_tools()
@@ -285,7 +342,11 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
         .into_iter()
         .find(|t| t.name == "pay_find_charge")
         .unwrap();
-    assert_eq!(shown.description.as_deref(), Some(INJECTED), "the accepted definition");
+    assert_eq!(
+        shown.description.as_deref(),
+        Some(INJECTED),
+        "the accepted definition"
+    );
     // Accepting it again changes nothing.
     let (status, body) = accept(&two, &offered, "root").await;
     assert_eq!((status, &body["already"]), (200, &json!(true)), "{body}");
@@ -313,7 +374,10 @@ async fn postgres_a_changed_tool_is_held_until_an_admin_accepts_it() {
             let mut conn = sqlx::PgConnection::connect(&server)
                 .await
                 .expect("the test PostgreSQL server answers (ONCEGATE_TEST_POSTGRES_URL)");
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut conn).await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await
+                .unwrap();
             let _ = conn.close().await;
         }
     };

@@ -3,7 +3,7 @@
 
 use sqlx::Row;
 
-use super::{SqliteStore, Small, corrupt, unavailable};
+use super::{Small, SqliteStore, corrupt, unavailable};
 use crate::{OfferedTool, PendingTool, StoreError, ToolPin, ToolPins};
 
 const ALL: &str = "SELECT server, tool, digest, definition, pinned_at, pinned_by, pending_digest, pending_definition, pending_at
@@ -43,12 +43,12 @@ fn pin(r: &sqlx::sqlite::SqliteRow) -> Result<ToolPin, StoreError> {
 impl ToolPins for SqliteStore {
     async fn tool_pins(&self) -> Result<Vec<ToolPin>, StoreError> {
         sqlx::query(ALL)
-        .fetch_all(&self.inner.readers)
-        .await
-        .map_err(unavailable)?
-        .iter()
-        .map(pin)
-        .collect()
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(unavailable)?
+            .iter()
+            .map(pin)
+            .collect()
     }
 
     async fn pin_tool(&self, offered: OfferedTool) -> Result<ToolPin, StoreError> {
@@ -57,11 +57,11 @@ impl ToolPins for SqliteStore {
         // This file has one writer (this process): the row read back is this write, or
         // a later one of its own.
         let row = sqlx::query(ONE)
-        .bind(&server)
-        .bind(&tool)
-        .fetch_one(&self.inner.readers)
-        .await
-        .map_err(unavailable)?;
+            .bind(&server)
+            .bind(&tool)
+            .fetch_one(&self.inner.readers)
+            .await
+            .map_err(unavailable)?;
         pin(&row)
     }
 
