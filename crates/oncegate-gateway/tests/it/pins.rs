@@ -168,6 +168,18 @@ async fn describe(sandbox: &str, tools: Value) {
     assert!(r.status().is_success(), "{r:?}");
 }
 
+/// A console page's HTML, as the session `cookie` sees it.
+async fn console_page(gw: &str, path: &str, cookie: &str) -> String {
+    let r = crate::console::http()
+        .get(format!("{gw}{path}"))
+        .header("Cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{path}");
+    r.text().await.unwrap()
+}
+
 fn outcome(r: &rmcp::model::CallToolResult) -> Value {
     r.meta
         .as_ref()
@@ -289,6 +301,21 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
         "{findings}"
     );
 
+    // The console shows the held tool to admins, and the finding.
+    let (cookie, _) = crate::console::session(&two, "root").await;
+    let attention = console_page(&two, "/console/attention", &cookie).await;
+    assert!(
+        attention.contains("Fronted tools changed, held (1)")
+            && attention.contains("pay / find_charge")
+            && attention.contains(&offered),
+        "{attention}"
+    );
+    let shown = console_page(&two, "/console/findings", &cookie).await;
+    assert!(
+        shown.contains("tool_changed") && shown.contains("pay_find_charge"),
+        "{shown}"
+    );
+
     // Only an admin accepts, and only the digest pending now.
     let (status, body) = accept(&one, &offered, "tok").await;
     assert_eq!(status, 403, "{body}");
@@ -347,6 +374,8 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
         Some(INJECTED),
         "the accepted definition"
     );
+    let attention = console_page(&two, "/console/attention", &cookie).await;
+    assert!(!attention.contains("Fronted tools changed"), "{attention}");
     // Accepting it again changes nothing.
     let (status, body) = accept(&two, &offered, "root").await;
     assert_eq!((status, &body["already"]), (200, &json!(true)), "{body}");
