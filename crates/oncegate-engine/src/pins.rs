@@ -83,9 +83,33 @@ impl Gate {
         server: &str,
         tools: &[ToolDefinition],
     ) -> Result<Vec<PinCheck>, StoreError> {
+        // One read for the whole list: a definition seen before writes nothing (the
+        // list is read again every few seconds while a tool is held).
+        let known: Vec<ToolPin> = self
+            .store
+            .tool_pins()
+            .await?
+            .into_iter()
+            .filter(|p| p.server == server)
+            .collect();
         let mut checks = Vec::with_capacity(tools.len());
         for t in tools {
             let offered = definition_digest(&t.definition);
+            let seen = known.iter().find(|p| p.tool == t.tool);
+            match seen {
+                Some(p) if p.digest == offered && p.pending.is_none() => {
+                    checks.push(PinCheck::Pinned { digest: offered });
+                    continue;
+                }
+                Some(p) if p.pending.as_ref().is_some_and(|q| q.digest == offered) => {
+                    checks.push(PinCheck::Changed {
+                        pinned: p.digest.clone(),
+                        offered,
+                    });
+                    continue;
+                }
+                _ => {}
+            }
             let at = self.clock.now();
             let pin = self
                 .store

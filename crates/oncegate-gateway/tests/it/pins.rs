@@ -345,6 +345,35 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
     assert_eq!(status, 400, "{body}");
     assert_eq!(pin(&one).await["state"], "changed");
 
+    // A server that goes back to the pinned definition is offered again as it was;
+    // changing it once more holds it again (the same change: no second finding).
+    describe(&sandbox, json!({})).await;
+    until_listed(&on_one, "pay_find_charge", true).await;
+    let back = pin(&one).await;
+    assert_eq!(
+        (&back["state"], &back["pending"]),
+        (&json!("pinned"), &Value::Null),
+        "{back}"
+    );
+    describe(&sandbox, json!({"find_charge": INJECTED})).await;
+    until_listed(&on_one, "pay_find_charge", false).await;
+    until_listed(&on_two, "pay_find_charge", false).await;
+    assert_eq!(pin(&one).await["pending"]["digest"], offered.as_str());
+    let (_, findings) = admin(
+        reqwest::Method::GET,
+        format!("{one}/v1/findings"),
+        "root",
+        None,
+    )
+    .await;
+    let raised = findings["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["rule"] == "tool_changed")
+        .count();
+    assert_eq!(raised, 1, "{findings}");
+
     // Accepted through one replica: offered and callable on both.
     let (status, body) = accept(&one, &offered, "root").await;
     assert_eq!(status, 200, "{body}");
