@@ -74,6 +74,10 @@ enum Command {
     /// could not find an applied effect, idempotency keys not honoured.
     #[command(subcommand)]
     Doubts(cmd::doubts::DoubtsCommand),
+    /// List fronted MCP servers' pinned tool definitions and accept a changed one on a
+    /// running gateway (admin): a changed tool is held until accepted.
+    #[command(subcommand)]
+    Tools(cmd::tools::ToolsCommand),
     /// Measure what the gateway costs next to its upstream and the raw store floor.
     Bench(cmd::bench::BenchArgs),
     /// Bridge a stdio MCP client (a desktop app) to a gateway's /mcp.
@@ -209,6 +213,7 @@ pub fn run() -> ExitCode {
         Command::Holds(c) => runtime().and_then(|rt| rt.block_on(cmd::holds::run(c))),
         Command::Limits(c) => runtime().and_then(|rt| rt.block_on(cmd::limits::run(c))),
         Command::Doubts(c) => runtime().and_then(|rt| rt.block_on(cmd::doubts::run(c))),
+        Command::Tools(c) => runtime().and_then(|rt| rt.block_on(cmd::tools::run(c))),
         Command::Bench(a) => runtime().and_then(|rt| rt.block_on(cmd::bench::run(a))),
         Command::Connect(a) => runtime().and_then(|rt| rt.block_on(cmd::connect::run(a))),
     };

@@ -134,11 +134,16 @@ pub enum Code {
     /// HTTP 429, the token was not checked (an address) or not accepted (a principal).
     #[serde(rename = "OG-0057")]
     AuthThrottled,
+    /// A fronted MCP server changed a tool's definition (description, input schema,
+    /// annotations or output schema) since oncegate pinned it: the tool is held (not
+    /// listed, calls refused, HTTP 409) until an admin accepts the new definition.
+    #[serde(rename = "OG-0059")]
+    ToolChanged,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 37] = [
+    pub const ALL: [Code; 38] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -176,6 +181,7 @@ impl Code {
         Code::Internal,
         Code::IdentityUnavailable,
         Code::AuthThrottled,
+        Code::ToolChanged,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -218,6 +224,7 @@ impl Code {
             Code::Internal => "OG-0055",
             Code::IdentityUnavailable => "OG-0056",
             Code::AuthThrottled => "OG-0057",
+            Code::ToolChanged => "OG-0059",
         }
     }
 }

@@ -47,6 +47,7 @@
 //! complete.rs (complete, heartbeat, recording), approvals.rs, controls.rs (kill
 //! switches, breakers, read cap, client keys), kill_switches.rs (the gate's cache of
 //! the stored switches), sweep.rs, read_back.rs (the sweep proves reconciliation reads), doubts.rs (what a provider failed to prove: unproven reads, ignored keys),
+//! pins.rs (fronted tools' pinned definitions: a changed one held until accepted),
 //! storms.rs (replay storms),
 //! call.rs, executor.rs, error.rs, clock.rs, process.rs (the simulation's processes),
 //! who.rs (a principal: a registry name, or a name and role authentication proved).
@@ -66,6 +67,7 @@ mod gate;
 mod invoke;
 mod kill_switches;
 mod limits;
+mod pins;
 pub mod process;
 mod read_back;
 mod storms;
@@ -81,5 +83,6 @@ pub use error::GateError;
 pub use executor::{Attempt, Executor, LateAnswer};
 pub use gate::Gate;
 pub use limits::{Hold, LimitStatus, hold_target};
+pub use pins::{Accepted, PinCheck, TOOL_CHANGED, ToolDefinition, definition_digest};
 pub use process::Process;
 pub use who::Who;

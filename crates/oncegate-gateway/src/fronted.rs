@@ -12,7 +12,11 @@
 //!   through when its annotations say read-only, else refused), `require_approval`
 //!   (listed; every new intent waits for an approver, keyed on all its arguments);
 //! - a tool whose `<alias>_<tool>` is not a valid MCP tool name, or is a name the
-//!   registry already uses for something else, is skipped (and shown by the probe).
+//!   registry already uses for something else, is skipped (and shown by the probe);
+//! - an undeclared tool whose definition ([`definition`]) differs from the one pinned
+//!   when oncegate first offered it is held ([`Verdict::Changed`], `OG-0059`) until an
+//!   admin accepts it (`fronting` checks the pins, `oncegate_engine`'s pins.rs keeps
+//!   them).
 //!
 //! Until a server's list has been read once, none of its undeclared tools exist: a
 //! call to one is unknown (fail closed). A failed re-read keeps the last list.
@@ -24,9 +28,10 @@ use axum::http::StatusCode;
 use oncegate_core::Registry;
 use oncegate_core::codes::Code;
 use oncegate_core::config::{Capability, FrontedAs, McpServer, Undeclared};
+use oncegate_engine::{PinCheck, definition_digest};
 use rmcp::model::Tool;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::error::ApiError;
 
@@ -44,6 +49,8 @@ pub enum Verdict {
     Refused(String),
     /// Not offered at all, and why (an unusable name).
     Skipped(String),
+    /// Held: the server changed the tool's definition since it was pinned, and why.
+    Changed(String),
 }
 
 impl Verdict {
@@ -65,6 +72,7 @@ impl Verdict {
             }
             Verdict::Refused(why) => format!("refused: {why}"),
             Verdict::Skipped(why) => format!("skipped: {why}"),
+            Verdict::Changed(why) => format!("changed: {why}"),
         }
     }
 }
@@ -79,6 +87,25 @@ pub struct FrontedTool {
     /// What happens to a call.
     #[serde(flatten)]
     pub verdict: Verdict,
+    /// The digest of the definition the server offers ([`definition`]).
+    pub digest: String,
+    /// What its pin says (undeclared tools offered to agents; set by `fronting`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin: Option<PinCheck>,
+}
+
+/// A tool's definition as it is pinned: what reaches agents from the server
+/// (description, input schema, annotations, and the output schema when it has one).
+pub fn definition(t: &Tool) -> Value {
+    let mut d = json!({
+        "description": t.description,
+        "input_schema": Value::Object((*t.input_schema).clone()),
+        "annotations": t.annotations,
+    });
+    if let Some(out) = &t.output_schema {
+        d["output_schema"] = Value::Object((**out).clone());
+    }
+    d
 }
 
 /// Each tool of `server`'s list, classified, and the capabilities its undeclared
@@ -92,6 +119,7 @@ pub fn classify(
     let mut caps = Vec::new();
     for t in tools {
         let tool = t.name.to_string();
+        let digest = definition_digest(&definition(t));
         let declared = registry.capabilities().iter().find(|c| {
             c.upstream.as_ref().is_some_and(|u| {
                 u.server.as_deref() == Some(&server.alias) && u.tool.as_deref() == Some(&tool)
@@ -102,6 +130,8 @@ pub fn classify(
                 tool,
                 name: cap.name.clone(),
                 verdict: Verdict::Declared,
+                digest,
+                pin: None,
             });
             continue;
         }
@@ -116,6 +146,8 @@ pub fn classify(
                 verdict: Verdict::Skipped(
                     "not a valid MCP tool name (1 to 128 of A-Z a-z 0-9 _ - .): declare it as a capability under a name of your own".into(),
                 ),
+                digest,
+                pin: None,
             });
             continue;
         };
@@ -132,6 +164,8 @@ pub fn classify(
                     owner.alias
                 )),
                 name,
+                digest,
+                pin: None,
             });
             continue;
         }
@@ -142,6 +176,8 @@ pub fn classify(
                     "the registry's capability `{name}` has this name and does not declare this tool"
                 )),
                 name,
+                digest,
+                pin: None,
             });
             continue;
         }
@@ -185,6 +221,8 @@ pub fn classify(
             tool,
             name,
             verdict,
+            digest,
+            pin: None,
         });
     }
     (out, caps)
@@ -281,6 +319,11 @@ impl Fronted {
                         StatusCode::FORBIDDEN,
                         Code::PolicyDenied,
                         format!("{name} is refused: {why}"),
+                    )),
+                    Verdict::Changed(why) => Some(ApiError::Coded(
+                        StatusCode::CONFLICT,
+                        Code::ToolChanged,
+                        format!("{name} is held: {why}"),
                     )),
                     _ => None,
                 };

@@ -1,8 +1,11 @@
 //! Keeping fronted MCP servers' tool lists current: each `[[mcp_servers]]` entry is read
 //! at startup, again whenever the server says its list changed (a watching connection:
 //! `subscriptions/listen` at 2026-07-28, the session's notifications at 2025-11-25),
-//! and at the latest every `refresh`. Each read is classified ([`crate::fronted`]) and
-//! handed to the engine, which then knows the undeclared tools' capabilities.
+//! and at the latest every `refresh`. Each read is classified ([`crate::fronted`]),
+//! checked against the pinned definitions (a changed tool is held: not handed on), and
+//! handed to the engine, which then knows the undeclared tools' capabilities. While a
+//! server has a held tool its list is read every few seconds, so an acceptance made
+//! through another replica is honoured here soon.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +13,11 @@ use std::time::Duration;
 use oncegate_core::config::McpServer;
 use tokio::sync::Notify;
 
-use crate::fronted::{FrontedTool, Verdict, classify};
+use oncegate_core::config::Capability;
+use oncegate_engine::{PinCheck, ToolDefinition};
+use rmcp::model::Tool;
+
+use crate::fronted::{FrontedTool, Verdict, classify, definition};
 use crate::state::AppState;
 use crate::upstream::{mcp, server_request};
 
@@ -45,16 +52,22 @@ async fn keep_current(state: AppState, server: McpServer) {
     let watcher = tokio::spawn(watch(state.clone(), server.clone(), changed.clone()));
     let refresh = server.refresh.unsigned_abs();
     // A list [`read_all`] read before serving is current: the first re-read waits.
-    let mut read_already = state.fronted().tools(&server.alias).is_some();
+    let mut read_already = state.fronted().tools(&server.alias);
     loop {
-        let outcome = if std::mem::take(&mut read_already) {
-            Ok(Vec::new())
+        let outcome = if let Some(tools) = read_already.take() {
+            Ok(tools)
         } else {
             read(&state, &server).await
         };
+        // A held tool waits for an admin, who may accept through another replica.
+        let held = |tools: &[FrontedTool]| {
+            tools
+                .iter()
+                .any(|t| matches!(t.verdict, Verdict::Changed(_)))
+        };
         let wait = match outcome {
-            Ok(_) => refresh,
-            Err(_) => READ_RETRY.min(refresh),
+            Ok(tools) if !held(&tools) => refresh,
+            _ => READ_RETRY.min(refresh),
         };
         tokio::select! {
             () = changed.notified() => {}
@@ -101,7 +114,17 @@ pub async fn read(state: &AppState, server: &McpServer) -> Result<Vec<FrontedToo
     };
     match listed {
         Ok(tools) => {
-            let (classified, caps) = classify(state.gate().registry(), server, &tools);
+            let (mut classified, caps) = classify(state.gate().registry(), server, &tools);
+            let caps = match hold_changed(state, server, &tools, &mut classified, caps).await {
+                Ok(caps) => caps,
+                Err(e) => {
+                    // Unchecked definitions are not offered: the last checked list stays.
+                    let e = format!("cannot check the tools' pinned definitions: {e}");
+                    tracing::warn!(server = %server.alias, error = %e, "cannot read the tool list");
+                    state.fronted().failed(&server.alias, e.clone());
+                    return Err(e);
+                }
+            };
             state.gate().set_fronted(&server.alias, caps);
             if state.fronted().set(&server.alias, classified.clone()) {
                 // Said once per change of the list, not on every refresh.
@@ -120,4 +143,49 @@ pub async fn read(state: &AppState, server: &McpServer) -> Result<Vec<FrontedToo
             Err(e)
         }
     }
+}
+
+/// Checks the undeclared tools `server` offers against their pins: each changed one is
+/// held (its verdict says why, its capability is not handed on). Every offered tool's
+/// verdict records its pin.
+async fn hold_changed(
+    state: &AppState,
+    server: &McpServer,
+    tools: &[Tool],
+    classified: &mut [FrontedTool],
+    caps: Vec<Arc<Capability>>,
+) -> Result<Vec<Arc<Capability>>, oncegate_store::StoreError> {
+    let (offered, definitions): (Vec<usize>, Vec<ToolDefinition>) = classified
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| matches!(t.verdict, Verdict::Read | Verdict::RequireApproval))
+        .filter_map(|(i, t)| {
+            let listed = tools.iter().find(|l| l.name == t.tool.as_str())?;
+            Some((
+                i,
+                ToolDefinition {
+                    tool: t.tool.clone(),
+                    name: t.name.clone(),
+                    definition: definition(listed),
+                },
+            ))
+        })
+        .unzip();
+    let checks = state.gate().check_pins(&server.alias, &definitions).await?;
+    let mut held = Vec::new();
+    for (&i, check) in offered.iter().zip(checks) {
+        let t = &mut classified[i];
+        if let PinCheck::Changed { pinned, offered } = &check {
+            t.verdict = Verdict::Changed(format!(
+                "MCP server `{}` changed this tool's definition since oncegate pinned it ({pinned}; it offers {offered} now): held until an admin accepts it (`oncegate tools accept {} {} {offered}`)",
+                server.alias, server.alias, t.tool
+            ));
+            held.push(t.name.clone());
+        }
+        t.pin = Some(check);
+    }
+    Ok(caps
+        .into_iter()
+        .filter(|c| !held.contains(&c.name))
+        .collect())
 }

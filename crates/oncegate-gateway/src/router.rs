@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::openapi::openapi_json;
-use crate::routes::{admin, approvals, audit, calls, claims, detection, intents, ops};
+use crate::routes::{admin, approvals, audit, calls, claims, detection, intents, ops, tools};
 use crate::state::{AppState, MAX_BODY_BYTES};
 
 /// The router.
@@ -44,6 +44,11 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1/admin/doubts/{capability}/{doubt}/clear",
             post(detection::clear_doubt),
+        )
+        .route("/v1/admin/tools", get(tools::list_tools))
+        .route(
+            "/v1/admin/tools/{server}/{tool}/accept",
+            post(tools::accept_tool),
         )
         .route("/v1/findings", get(detection::list_findings))
         .route("/v1/limits", get(detection::list_limits))

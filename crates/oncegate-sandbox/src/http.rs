@@ -54,6 +54,10 @@ pub(super) fn router(state: SharedSandbox) -> Router {
         .route(
             "/_sandbox/mcp/hidden",
             axum::routing::put(hide_tools).get(hidden_tools),
+        )
+        .route(
+            "/_sandbox/mcp/descriptions",
+            axum::routing::put(describe_tools).get(described_tools),
         );
 
     provider
@@ -335,6 +339,31 @@ async fn hide_tools(
     let _ = sandbox.tools_changed.send(());
     tracing::info!(?hidden, "sandbox MCP tools hidden");
     Ok(Json(json!({ "hidden": hidden })))
+}
+
+/// The body of `PUT /_sandbox/mcp/descriptions`: tool name -> its new description.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescribeRequest {
+    tools: std::collections::BTreeMap<String, String>,
+}
+
+async fn describe_tools(
+    State(sandbox): State<SharedSandbox>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let request: Value = serde_json::from_slice(&body).map_err(|_| ApiError::MalformedJson)?;
+    let request =
+        DescribeRequest::deserialize(&request).map_err(|e| ApiError::InvalidBody(e.to_string()))?;
+    *sandbox.descriptions() = request.tools.clone();
+    // Nobody listening is fine.
+    let _ = sandbox.tools_changed.send(());
+    tracing::info!(tools = ?request.tools.keys(), "sandbox MCP tool descriptions replaced");
+    Ok(Json(json!({ "descriptions": request.tools })))
+}
+
+async fn described_tools(State(sandbox): State<SharedSandbox>) -> Json<Value> {
+    Json(json!({ "descriptions": *sandbox.descriptions() }))
 }
 
 async fn hidden_tools(State(sandbox): State<SharedSandbox>) -> Json<Value> {

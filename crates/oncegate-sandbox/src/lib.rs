@@ -216,7 +216,9 @@ impl FromStr for Resource {
 /// either surface; `GET` lists and `DELETE` clears the queue; `GET /_sandbox/health`;
 /// `PUT /_sandbox/mcp/hidden` `{"tools": [..]}` takes those MCP tools out of the list
 /// (and out of reach) and tells every listening MCP client the list changed (`GET`
-/// shows them). A
+/// shows them); `PUT /_sandbox/mcp/descriptions` `{"tools": {"<tool>": "<text>"}}`
+/// replaces those tools' descriptions (an empty object restores the catalogue's) and
+/// tells the listening clients the same way: a server changing under its callers. A
 /// `Sandbox-Fault: <fault>` header (with an optional `Sandbox-Fault-Delay-Ms`) applies a
 /// fault to one `POST` and leaves the queue alone. Faults: `fail_before_commit` (500),
 /// `decline` (402), `rate_limit` (429) commit nothing; `slow` waits `delay_ms` (default
@@ -259,6 +261,8 @@ struct Sandbox {
     faults: Mutex<FaultQueue>,
     /// MCP tools taken out of the list (`PUT /_sandbox/mcp/hidden`).
     mcp_hidden: Mutex<std::collections::BTreeSet<String>>,
+    /// MCP tools' descriptions replaced (`PUT /_sandbox/mcp/descriptions`).
+    mcp_descriptions: Mutex<std::collections::BTreeMap<String, String>>,
     /// Told when the MCP tool list changes; every listening client hears it.
     tools_changed: tokio::sync::broadcast::Sender<()>,
 }
@@ -345,6 +349,7 @@ impl Sandbox {
             ledger: Mutex::default(),
             faults: Mutex::default(),
             mcp_hidden: Mutex::default(),
+            mcp_descriptions: Mutex::default(),
             tools_changed: tokio::sync::broadcast::channel(16).0,
         }
     }
@@ -353,6 +358,12 @@ impl Sandbox {
     // mutation is a single push/insert), so a poisoned lock is still safe to use.
     fn hidden(&self) -> MutexGuard<'_, std::collections::BTreeSet<String>> {
         self.mcp_hidden
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn descriptions(&self) -> MutexGuard<'_, std::collections::BTreeMap<String, String>> {
+        self.mcp_descriptions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }

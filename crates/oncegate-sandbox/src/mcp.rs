@@ -103,7 +103,7 @@ impl ServerHandler for Tools {
             self.catalogue
                 .iter()
                 .filter(|t| !hidden.contains(t.name.as_ref()))
-                .cloned()
+                .map(|t| self.described(t.clone()))
                 .collect(),
         ))
     }
@@ -115,7 +115,7 @@ impl ServerHandler for Tools {
         self.catalogue
             .iter()
             .find(|tool| tool.name == name)
-            .cloned()
+            .map(|t| self.described(t.clone()))
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
@@ -248,6 +248,14 @@ impl ServerHandler for Tools {
 }
 
 impl Tools {
+    /// A catalogue tool with its description as `PUT /_sandbox/mcp/descriptions` set it.
+    fn described(&self, mut tool: Tool) -> Tool {
+        if let Some(text) = self.sandbox.descriptions().get(tool.name.as_ref()) {
+            tool.description = Some(text.clone().into());
+        }
+        tool
+    }
+
     async fn create(
         &self,
         resource: Resource,

@@ -639,3 +639,36 @@ impl StoreWrite for Store {
         }
     }
 }
+
+impl crate::ToolPins for Store {
+    async fn tool_pins(&self) -> Result<Vec<crate::ToolPin>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.tool_pins().await,
+            Store::Postgres(s) => s.tool_pins().await,
+            Store::Memory(s) => s.tool_pins().await,
+        }
+    }
+
+    async fn pin_tool(&self, offered: crate::OfferedTool) -> Result<crate::ToolPin, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.pin_tool(offered).await,
+            Store::Postgres(s) => s.pin_tool(offered).await,
+            Store::Memory(s) => s.pin_tool(offered).await,
+        }
+    }
+
+    async fn accept_tool(
+        &self,
+        server: &str,
+        tool: &str,
+        digest: &str,
+        by: &str,
+        at: jiff::Timestamp,
+    ) -> Result<bool, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.accept_tool(server, tool, digest, by, at).await,
+            Store::Postgres(s) => s.accept_tool(server, tool, digest, by, at).await,
+            Store::Memory(s) => s.accept_tool(server, tool, digest, by, at).await,
+        }
+    }
+}

@@ -54,6 +54,7 @@ use crate::{key_since, serve_anchor};
 mod adopt;
 mod anchor;
 pub mod clock;
+mod pins;
 mod read;
 mod writer;
 

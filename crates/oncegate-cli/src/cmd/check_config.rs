@@ -134,12 +134,32 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
         &registry,
         oncegate_gateway::server::http_client(),
     ));
+    let pins = if servers.is_empty() {
+        Ok(Vec::new())
+    } else {
+        runtime.block_on(tool_pins(&registry))
+    };
+    if let Err(e) = &pins {
+        eprintln!("note: probe: the store was not read, so tool pins are not shown: {e}");
+    }
     for server in &servers {
         match &server.tools {
             Ok(tools) => {
                 println!("probe: server {}: {} tool(s)", server.alias, tools.len());
                 for t in tools {
                     println!("  {:<32} {:<24} {}", t.name, t.tool, t.verdict.describe());
+                    let Ok(pins) = &pins else { continue };
+                    let line = pin_line(&server.alias, t, pins);
+                    if let Some((line, changed)) = line {
+                        println!("  {:<32} pin: {line}", "");
+                        if changed {
+                            problems += 1;
+                            eprintln!(
+                                "error: probe: server {}: tool {} changed since it was pinned: held until accepted ({line})",
+                                server.alias, t.tool
+                            );
+                        }
+                    }
                 }
             }
             Err(e) => {
@@ -217,6 +237,55 @@ async fn doubts(registry: &oncegate_core::Registry) -> usize {
     }
     gate.store().close().await;
     doubts.len()
+}
+
+/// The fronted tools' pins, from the store (read only: the probe pins nothing).
+async fn tool_pins(
+    registry: &oncegate_core::Registry,
+) -> anyhow::Result<Vec<oncegate_store::ToolPin>> {
+    use oncegate_store::ToolPins;
+    let store = crate::open_store(registry).await?;
+    let pins = store.tool_pins().await;
+    store.close().await;
+    Ok(pins?)
+}
+
+/// What the pin says about a tool the server lists now (offered undeclared tools only;
+/// registry capabilities keep the registry's definitions): the line, and whether the
+/// tool is held.
+fn pin_line(
+    server: &str,
+    t: &oncegate_gateway::fronted::FrontedTool,
+    pins: &[oncegate_store::ToolPin],
+) -> Option<(String, bool)> {
+    use oncegate_gateway::fronted::Verdict;
+    if !matches!(t.verdict, Verdict::Read | Verdict::RequireApproval) {
+        return None;
+    }
+    let pin = pins.iter().find(|p| p.server == server && p.tool == t.tool);
+    Some(match pin {
+        None => (
+            format!(
+                "not pinned yet: {} is pinned when a gateway first offers it",
+                t.digest
+            ),
+            false,
+        ),
+        Some(p) if p.digest == t.digest => (
+            format!(
+                "pinned {} (since {} by {})",
+                p.digest, p.pinned_at, p.pinned_by
+            ),
+            false,
+        ),
+        Some(p) => (
+            format!(
+                "changed: pinned {}, the server offers {}; accept with `oncegate tools accept {server} {} {}`",
+                p.digest, t.digest, t.tool, t.digest
+            ),
+            true,
+        ),
+    })
 }
 
 /// Who executes a capability's effects, as `check-config` lists it.

@@ -16,4 +16,5 @@ pub mod limits;
 pub mod migrate;
 pub mod sandbox;
 pub mod serve;
+pub mod tools;
 pub mod verify;

@@ -16,6 +16,7 @@ mod gateway;
 mod late;
 mod mcp;
 mod metrics;
+mod pins;
 mod python_client;
 mod single_server;
 mod store_faults;

@@ -143,6 +143,11 @@ pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Respo
         Ok(d) => d,
         Err(e) => return failure(&session, &ApiError::from(e)),
     };
+    // Fronted tools whose server changed their definition: held until an admin accepts.
+    let held: Vec<_> = match state.gate().tool_pins().await {
+        Ok(pins) => pins.into_iter().filter(|p| p.pending.is_some()).collect(),
+        Err(e) => return failure(&session, &ApiError::from(e)),
+    };
     let alerts = state.console_alerts().newest_first();
     let admin = session.principal.role == Role::Admin;
     let tz = tz(&state);
@@ -152,6 +157,15 @@ pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Respo
             p.muted { "Cleared by an admin once fixed: " code { "oncegate doubts clear CAPABILITY DOUBT" } "." }
             ul { @for d in &doubts {
                 li { strong { (d.capability) } " · " code { (d.doubt.as_str()) } " · " (d.reason) " · " (when(d.set_at, tz)) }
+            } }
+        }
+        @if !held.is_empty() {
+            h2 { "Fronted tools changed, held (" (held.len()) ")" }
+            p.muted { "Their MCP server changed the definition agents would read (OG-0059); read the change in the tool_changed finding, then accept it: " code { "oncegate tools accept SERVER TOOL DIGEST" } "." }
+            ul { @for p in &held {
+                @if let Some(pending) = &p.pending {
+                    li { strong { (p.server) " / " (p.tool) } " · pinned " code { (p.digest) } " · offers " code { (pending.digest) } " · since " (when(pending.seen_at, tz)) }
+                }
             } }
         }
         h2 { "Escalated: unknown outcome, a human decides (" (escalated.len()) ")" }

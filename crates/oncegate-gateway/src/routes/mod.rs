@@ -11,6 +11,7 @@ pub(crate) mod claims;
 pub(crate) mod detection;
 pub(crate) mod intents;
 pub(crate) mod ops;
+pub(crate) mod tools;
 
 use axum::http::StatusCode;
 use oncegate_core::codes::Code;

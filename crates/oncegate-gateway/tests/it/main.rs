@@ -10,6 +10,7 @@ mod identity;
 mod mcp_surface;
 mod mcp_upstream;
 mod openapi;
+mod pins;
 mod replicas;
 mod upstream;
 mod webhook;

@@ -206,6 +206,56 @@ async fn the_tools_are_listed_in_both_protocol_eras() {
 }
 
 #[tokio::test]
+async fn descriptions_change_at_runtime_and_malformed_changes_are_refused() {
+    let sandbox = Running::start(SandboxConfig::default()).await;
+    let client = connect(&sandbox, modern()).await;
+    let description = |tools: &[rmcp::model::Tool], name: &str| {
+        tools
+            .iter()
+            .find(|t| t.name == name)
+            .and_then(|t| t.description.clone())
+            .map(String::from)
+    };
+    let before = client.list_all_tools().await.unwrap();
+    let original = description(&before, "find_charge").expect("described");
+    let put = |body: Value| {
+        sandbox
+            .client
+            .put(format!("{}/_sandbox/mcp/descriptions", sandbox.base))
+            .json(&body)
+            .send()
+    };
+    let r = put(json!({"tools": {"find_charge": "changed under you"}}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let after = client.list_all_tools().await.unwrap();
+    assert_eq!(
+        description(&after, "find_charge").as_deref(),
+        Some("changed under you")
+    );
+    assert_eq!(
+        description(&after, "get_order"),
+        description(&before, "get_order"),
+        "only the named tool changes"
+    );
+    for bad in [
+        json!({"tools": ["find_charge"]}),
+        json!({"tool": {}}),
+        json!("x"),
+    ] {
+        let r = put(bad.clone()).await.unwrap();
+        assert!(r.status().is_client_error(), "{bad}: {}", r.status());
+    }
+    // An empty map restores the catalogue's descriptions.
+    let r = put(json!({"tools": {}})).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let restored = client.list_all_tools().await.unwrap();
+    assert_eq!(description(&restored, "find_charge"), Some(original));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_legacy_client_gets_a_session() {
     let sandbox = Running::start(SandboxConfig::default()).await;
     let initialize = json!({

@@ -1,5 +1,5 @@
 //! The writer's jobs outside a commit's audit event: client-key bindings, MCP sessions,
-//! work claims and the verify checkpoint. They run on the writer's thread, inside its
+//! work claims, the verify checkpoint and pinned tool definitions. They run on the writer's thread, inside its
 //! transaction, like commits.
 
 use oncegate_core::key::IntentKey;
@@ -29,6 +29,16 @@ pub(in crate::sqlite) enum Small {
         attempts: u32,
         delivered_at: Option<jiff::Timestamp>,
         next_attempt_at: Option<jiff::Timestamp>,
+    },
+    /// `ToolPins::pin_tool` (answers true).
+    PinTool(crate::OfferedTool),
+    /// `ToolPins::accept_tool` (answers whether it was accepted).
+    AcceptTool {
+        server: String,
+        tool: String,
+        digest: String,
+        by: String,
+        at: jiff::Timestamp,
     },
 }
 
@@ -135,6 +145,37 @@ pub(super) fn small(conn: &Connection, job: &Small) -> Result<bool, StoreError> 
                 ],
             )?;
             true
+        }
+        Small::PinTool(t) => {
+            // One statement: a new tool is pinned, the pin seen again clears what was
+            // pending, another definition is pending (first seen when it first differed).
+            run(
+                "INSERT INTO tool_pins (server, tool, digest, definition, pinned_at, pinned_by)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'oncegate')
+                 ON CONFLICT (server, tool) DO UPDATE SET
+                     pending_at = CASE WHEN tool_pins.digest = ?3 THEN NULL
+                         WHEN tool_pins.pending_digest = ?3 THEN tool_pins.pending_at
+                         ELSE ?5 END,
+                     pending_definition = CASE WHEN tool_pins.digest = ?3 THEN NULL ELSE ?4 END,
+                     pending_digest = CASE WHEN tool_pins.digest = ?3 THEN NULL ELSE ?3 END",
+                params![t.server, t.tool, t.digest, t.definition, millis(t.at)],
+            )?;
+            true
+        }
+        Small::AcceptTool {
+            server,
+            tool,
+            digest,
+            by,
+            at,
+        } => {
+            run(
+                "UPDATE tool_pins SET digest = pending_digest, definition = pending_definition,
+                     pinned_at = ?4, pinned_by = ?5,
+                     pending_digest = NULL, pending_definition = NULL, pending_at = NULL
+                 WHERE server = ?1 AND tool = ?2 AND pending_digest = ?3",
+                params![server, tool, digest, millis(*at), by],
+            )? == 1
         }
         Small::ReleaseWork { work, owner } => {
             run(
