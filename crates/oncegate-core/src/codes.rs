@@ -134,11 +134,15 @@ pub enum Code {
     /// HTTP 429, the token was not checked (an address) or not accepted (a principal).
     #[serde(rename = "OG-0057")]
     AuthThrottled,
+    /// The agent already has `gateway.pending_approvals_per_agent` calls waiting for an
+    /// approver: this one is refused, not queued (HTTP 429). Nothing was executed.
+    #[serde(rename = "OG-0058")]
+    ApprovalQueueFull,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 37] = [
+    pub const ALL: [Code; 38] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -176,6 +180,7 @@ impl Code {
         Code::Internal,
         Code::IdentityUnavailable,
         Code::AuthThrottled,
+        Code::ApprovalQueueFull,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -218,6 +223,7 @@ impl Code {
             Code::Internal => "OG-0055",
             Code::IdentityUnavailable => "OG-0056",
             Code::AuthThrottled => "OG-0057",
+            Code::ApprovalQueueFull => "OG-0058",
         }
     }
 }

@@ -67,6 +67,7 @@ mod invoke;
 mod kill_switches;
 mod limits;
 pub mod process;
+mod queue;
 mod read_back;
 mod storms;
 mod sweep;

@@ -43,7 +43,7 @@ pub use crate::wire::OUTCOME_META_KEY;
 /// `/mcp`, authenticated by [`authenticate`] before rmcp reads anything; merged into the
 /// gateway's router.
 pub fn router<S: Clone + Send + Sync + 'static>(state: AppState) -> Router<S> {
-    let sessions = Sessions::of(state.gate());
+    let sessions = Sessions::of(state.gate(), Arc::new(LocalSessionManager::default()));
     let mcp = tower::ServiceBuilder::new()
         .layer(axum::middleware::from_fn_with_state(
             auth::Auth {
@@ -79,7 +79,7 @@ pub fn service(
     let surface = McpSurface::new(state);
     StreamableHttpService::new(
         move || Ok(surface.session()),
-        Arc::new(LocalSessionManager::default()),
+        sessions.manager(),
         config,
     )
 }
