@@ -56,7 +56,7 @@ const POLICY: &str = r#"
 permit (principal, action == Action::"refund", resource);
 "#;
 
-async fn gateway(dir: &Path) -> (String, String) {
+pub(crate) async fn gateway(dir: &Path) -> (String, String) {
     install_crypto();
     let sandbox = start_sandbox().await;
     std::fs::write(dir.join("p.cedar"), POLICY).unwrap();
@@ -80,7 +80,7 @@ async fn gateway(dir: &Path) -> (String, String) {
     (url, sandbox)
 }
 
-fn http() -> reqwest::Client {
+pub(crate) fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(Policy::none())
         .build()
@@ -128,7 +128,7 @@ async fn sign_in_as(gw: &str, token: &str, extra: &[(&str, &str)]) -> reqwest::R
 }
 
 /// A signed-in session: its cookie and CSRF token.
-async fn session(gw: &str, token: &str) -> (String, String) {
+pub(crate) async fn session(gw: &str, token: &str) -> (String, String) {
     let r = sign_in_as(gw, token, &[]).await;
     assert_eq!(r.status().as_u16(), 303);
     let (cookie, _) = set_cookie(&r, "oncegate_console").expect("a session cookie");
@@ -156,7 +156,7 @@ async fn post(gw: &str, path: &str, cookie: &str, body: &str) -> (u16, String) {
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
-async fn held(gw: &str, order: &str) -> String {
+pub(crate) async fn held(gw: &str, order: &str) -> String {
     let v: Value = http()
         .post(format!("{gw}/v1/calls"))
         .bearer_auth("tok-agent")

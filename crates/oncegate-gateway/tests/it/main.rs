@@ -1,5 +1,6 @@
 //! oncegate-gateway integration tests.
 
+mod budgets;
 mod claims;
 mod console;
 mod front_door;
