@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use oncegate_core::Registry;
 use oncegate_core::audit::{AuditRecord, ChainKey, StoredRow};
-use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
+use oncegate_core::intent::{Approval, IntentRecord};
 use oncegate_core::key::IntentKey;
 use oncegate_core::redact;
 use tracing::Instrument;

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow};
-use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
+use oncegate_core::intent::{Approval, IntentRecord};
 use oncegate_core::key::IntentKey;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,

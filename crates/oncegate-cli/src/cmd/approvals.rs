@@ -97,14 +97,15 @@ async fn list(client: &reqwest::Client, remote: &Remote, state: &str) -> anyhow:
     let mut unreadable = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut query = vec![("limit", "500".to_owned())];
+        // The state is one word and a cursor base64url: neither needs escaping.
+        let mut query = "?limit=500".to_owned();
         if state != "all" {
-            query.push(("state", state.to_owned()));
+            query.push_str(&format!("&state={state}"));
         }
         if let Some(c) = cursor.take() {
-            query.push(("cursor", c));
+            query.push_str(&format!("&cursor={c}"));
         }
-        let request = client.get(remote.at("/v1/approvals")).query(&query);
+        let request = client.get(remote.at(&format!("/v1/approvals{query}")));
         let (status, body) = remote.send(request).await?;
         if body.get("error").is_some() || !status.is_success() {
             crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));

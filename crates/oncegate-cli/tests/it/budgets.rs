@@ -192,14 +192,11 @@ fn a_listing_over_large_arguments_stays_under_a_memory_bound() {
             let mut cursor: Option<String> = None;
             let mut pages = 0;
             loop {
-                let mut request = http
-                    .get(format!("{url}/v1/intents"))
-                    .query(&[("limit", "1000000")])
-                    .bearer_auth(token);
+                let mut page = format!("{url}/v1/intents?limit=1000000");
                 if let Some(c) = &cursor {
-                    request = request.query(&[("cursor", c)]);
+                    page.push_str(&format!("&cursor={c}"));
                 }
-                let response = request.send().unwrap();
+                let response = http.get(page).bearer_auth(token).send().unwrap();
                 assert_eq!(response.status().as_u16(), 200);
                 let body: Value = response.json().unwrap();
                 let intents = body["intents"].as_array().unwrap();

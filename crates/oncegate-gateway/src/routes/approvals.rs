@@ -55,6 +55,7 @@ pub(crate) async fn list_approvals(
             state: st,
             limit: paging::limit(q.limit),
             after,
+            ..ApprovalFilter::default()
         })
         .await?;
     let next_cursor = list

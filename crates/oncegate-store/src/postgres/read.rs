@@ -9,7 +9,7 @@
 //! file with it.
 
 use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow};
-use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
+use oncegate_core::intent::{Approval, IntentRecord};
 use oncegate_core::key::IntentKey;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
