@@ -32,8 +32,8 @@ pub const MAX_LIMIT: u32 = 500;
 /// The page size when `limit` is absent.
 pub const DEFAULT_LIMIT: u32 = 100;
 
-/// A page stops growing once its rows' JSON passes this many bytes (4 MiB).
-pub const PAGE_BYTES: usize = 4 << 20;
+/// A page stops growing once its rows' JSON passes this many bytes (2 MiB).
+pub const PAGE_BYTES: usize = 2 << 20;
 
 /// Rows read from the store at a time while a page is built.
 pub const CHUNK: u32 = 50;

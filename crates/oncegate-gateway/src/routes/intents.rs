@@ -41,7 +41,7 @@ pub(crate) struct IntentQuery {
     state: Option<String>,
     capability: Option<String>,
     /// At most this many, newest first (default 100, at most 500; a page also ends
-    /// early once it holds about 4 MiB of JSON).
+    /// early once it holds about 2 MiB of JSON).
     limit: Option<u32>,
     /// The `next_cursor` of the page before (absent: the first page).
     cursor: Option<String>,
