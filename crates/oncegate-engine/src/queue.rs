@@ -70,10 +70,7 @@ impl Gate {
 
     /// Whether `principal`'s full queue is due an alert (and marks it alerted).
     fn alert_due(&self, principal: &str, now: Timestamp) -> bool {
-        let mut alerted = self
-            .queue_alerts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut alerted = self.queue_alerts.lock().unwrap_or_else(|e| e.into_inner());
         // Entries older than the interval are dropped: the map holds at most the agents
         // alerted on within the last minute.
         alerted.retain(|_, at| now.duration_since(*at) < ALERT_EVERY);

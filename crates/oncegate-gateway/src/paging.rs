@@ -269,7 +269,11 @@ mod tests {
         ] {
             let e = decode(Listing::Intents, Some(&cursor)).unwrap_err();
             let response = e.into_response();
-            assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{cursor}");
+            assert_eq!(
+                response.status(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{cursor}"
+            );
         }
     }
 

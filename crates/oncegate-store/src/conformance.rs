@@ -638,7 +638,10 @@ pub async fn listing_pages<S: Backend>(store: &S) {
         if !oldest_first {
             want.reverse();
         }
-        assert_eq!(seen, want, "each intent exactly once, in order (oldest_first={oldest_first})");
+        assert_eq!(
+            seen, want,
+            "each intent exactly once, in order (oldest_first={oldest_first})"
+        );
         assert_eq!(pages, 5, "24 rows in pages of 5");
     }
 
@@ -677,7 +680,11 @@ pub async fn listing_pages<S: Backend>(store: &S) {
         .take(4)
         .map(|(_, k, g)| (k.clone(), *g))
         .collect();
-    assert_eq!(keys(&second), want, "a newer row does not shift the next page");
+    assert_eq!(
+        keys(&second),
+        want,
+        "a newer row does not shift the next page"
+    );
 
     // Filters page too, the cursor inside the filter.
     let mut filtered = Vec::new();
@@ -755,7 +762,11 @@ pub async fn listing_pages<S: Backend>(store: &S) {
         .await
         .unwrap();
     let older_ids: Vec<&str> = older.items.iter().map(|a| a.id.as_str()).collect();
-    assert_eq!(older_ids, ["ap_03", "ap_02", "ap_01"], "the next page, newest first");
+    assert_eq!(
+        older_ids,
+        ["ap_03", "ap_02", "ap_01"],
+        "the next page, newest first"
+    );
     let all = store.list_approvals(&pending_approvals()).await.unwrap();
     assert_eq!(all.items.len(), 7, "no limit: every row");
     assert!(all.next.is_none());
@@ -765,9 +776,15 @@ pub async fn listing_pages<S: Backend>(store: &S) {
         "planner's pending approvals, the expired one not counted"
     );
     assert_eq!(store.pending_approvals_of("other", at(0)).await.unwrap(), 1);
-    assert_eq!(store.pending_approvals_of("nobody", at(0)).await.unwrap(), 0);
     assert_eq!(
-        store.pending_approvals_of("planner", at(7200)).await.unwrap(),
+        store.pending_approvals_of("nobody", at(0)).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .pending_approvals_of("planner", at(7200))
+            .await
+            .unwrap(),
         0,
         "all expired later"
     );

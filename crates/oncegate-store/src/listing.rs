@@ -132,7 +132,10 @@ where
 /// How many of `expiries` (pending approvals' `expires_at`, as stored text) are still
 /// live at `now`. One that does not parse counts: the budget errs on the side of the
 /// approvers.
-pub(crate) fn live_count(expiries: impl Iterator<Item = Option<String>>, now: jiff::Timestamp) -> u32 {
+pub(crate) fn live_count(
+    expiries: impl Iterator<Item = Option<String>>,
+    now: jiff::Timestamp,
+) -> u32 {
     let live = expiries
         .filter(|e| {
             e.as_deref()
@@ -495,8 +498,9 @@ mod tests {
             "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash, (extract(epoch from updated_at) * 1000000)::int8 AS sort_at FROM intents WHERE capability = $1 AND breaker_tripped ORDER BY updated_at DESC, key DESC, generation DESC LIMIT $2"
         );
         assert!(
-            intents_sql(Dialect::Sqlite, &IntentFilter::default())
-                .ends_with("FROM intents ORDER BY updated_at DESC, key DESC, generation DESC LIMIT ?1")
+            intents_sql(Dialect::Sqlite, &IntentFilter::default()).ends_with(
+                "FROM intents ORDER BY updated_at DESC, key DESC, generation DESC LIMIT ?1"
+            )
         );
         let paged = IntentFilter {
             state: Some(IntentState::Unknown),

@@ -45,8 +45,8 @@ use rand::{Rng, SeedableRng};
 use crate::clock::Clock;
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 use crate::{
-    ApprovalFilter, ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
-    StoreWrite,
+    ApprovalFilter, ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession,
+    StoreError, StoreRead, StoreWrite,
 };
 
 /// The in-memory store. Cheap to clone; clones share the data (one "database").

@@ -46,8 +46,8 @@ pub use crate::options::{OpenMode, StoreOptions};
 use crate::rows::{RowData, body_hash, listed};
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, SwitchRowV1};
 use crate::{
-    ApprovalFilter, ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
-    StoreWrite, UnreadableRow,
+    ApprovalFilter, ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession,
+    StoreError, StoreRead, StoreWrite, UnreadableRow,
 };
 use crate::{key_since, serve_anchor};
 
@@ -736,7 +736,11 @@ impl StoreRead for SqliteStore {
         .fetch_all(&self.inner.readers)
         .await
         .map_err(unavailable)?;
-        Ok(live_count(rows.iter().map(|r| r.get::<Option<String>, _>("expires_at")), now))
+        Ok(live_count(
+            rows.iter()
+                .map(|r| r.get::<Option<String>, _>("expires_at")),
+            now,
+        ))
     }
 
     async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
@@ -925,9 +929,9 @@ impl StoreRead for SqliteStore {
             .bind(after.id.clone()),
         };
         let rows = query
-        .fetch_all(&self.inner.readers)
-        .await
-        .map_err(unavailable)?;
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(unavailable)?;
         rows.iter()
             .map(|r| Ok(finding_row(r)?.listed(self.inner.legacy_before)))
             .collect()

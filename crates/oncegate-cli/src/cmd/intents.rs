@@ -4,9 +4,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
+use oncegate_core::intent::IntentRecord;
 use oncegate_core::intent::IntentState;
 use oncegate_core::key::IntentKey;
-use oncegate_core::intent::IntentRecord;
 use oncegate_store::{IntentFilter, Listing, StoreRead};
 
 use crate::ConfigArg;

@@ -231,7 +231,10 @@ fn a_listing_over_large_arguments_stays_under_a_memory_bound() {
         status_kib(pid, "RssFile")
     );
     let grown_mib = after.saturating_sub(before) / 1024;
-    eprintln!("listing {} MB of arguments twice at once: peak RSS {before} KiB -> {after} KiB (+{grown_mib} MiB)", INTENTS * ARG_BYTES / 1_000_000);
+    eprintln!(
+        "listing {} MB of arguments twice at once: peak RSS {before} KiB -> {after} KiB (+{grown_mib} MiB)",
+        INTENTS * ARG_BYTES / 1_000_000
+    );
     // Unbounded, one listing of 57 MB of arguments raised the peak by 1.1 GiB.
     assert!(
         grown_mib < 192,
@@ -293,7 +296,10 @@ fn an_agent_at_its_pending_approval_budget_is_refused_with_og_0058() {
     // The alert is raised once a minute per agent, the refusal every time.
     let (status, body) = refund("tok-planner", "Q-6");
     assert_eq!(status, 429, "{body}");
-    assert!(body["alerts"].as_array().is_none_or(Vec::is_empty), "{body}");
+    assert!(
+        body["alerts"].as_array().is_none_or(Vec::is_empty),
+        "{body}"
+    );
     // Another agent's queue is its own; a call that needs no approval still passes.
     let (status, body) = refund("tok-subagent", "Q-7");
     assert_eq!(status, 202, "{body}");

@@ -75,10 +75,12 @@ pub(super) async fn queue(
         Ok(l) => l,
         Err(e) => return failure(&session, &ApiError::from(e)),
     };
-    let next_page = pending
-        .next
-        .as_ref()
-        .map(|n| format!("/console/approvals?cursor={}", paging::encode(Listing::Approvals, n)));
+    let next_page = pending.next.as_ref().map(|n| {
+        format!(
+            "/console/approvals?cursor={}",
+            paging::encode(Listing::Approvals, n)
+        )
+    });
     let mut cards = Vec::new();
     for approval in &pending.items {
         let record = store

@@ -77,9 +77,5 @@ pub fn service(
     // is restored from its `initialize` parameters.
     config.session_store = Some(Arc::new(sessions.clone()));
     let surface = McpSurface::new(state);
-    StreamableHttpService::new(
-        move || Ok(surface.session()),
-        sessions.manager(),
-        config,
-    )
+    StreamableHttpService::new(move || Ok(surface.session()), sessions.manager(), config)
 }

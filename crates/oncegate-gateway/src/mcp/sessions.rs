@@ -31,9 +31,7 @@ use std::sync::{Arc, Mutex};
 use jiff::{SignedDuration, Timestamp};
 use oncegate_engine::{Clock, Gate};
 use oncegate_store::{McpSession, Store, StoreRead, StoreWrite};
-use rmcp::transport::streamable_http_server::session::local::{
-    LocalSessionManager, SessionConfig,
-};
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::transport::streamable_http_server::session::{
     SessionManager, SessionState, SessionStore, SessionStoreError,
 };

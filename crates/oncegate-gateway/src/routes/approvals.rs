@@ -58,10 +58,11 @@ pub(crate) async fn list_approvals(
             ..ApprovalFilter::default()
         })
         .await?;
-    let next_cursor = list
-        .next
-        .map(|n| paging::encode(Listing::Approvals, &n));
-    Ok(Json(json!({"approvals": list.items, "unreadable": list.unreadable, "next_cursor": next_cursor})).into_response())
+    let next_cursor = list.next.map(|n| paging::encode(Listing::Approvals, &n));
+    Ok(Json(
+        json!({"approvals": list.items, "unreadable": list.unreadable, "next_cursor": next_cursor}),
+    )
+    .into_response())
 }
 
 /// `POST /v1/approvals/{id}/{approve,deny}` body (optional: an empty body is none).

@@ -55,7 +55,10 @@ async fn the_approval_queue_and_the_listings_page_with_cursors() {
     let (status, first) = page("/console/approvals".into()).await;
     assert_eq!(status, 200);
     assert_eq!(cards(&first), 50, "50 per page");
-    assert!(first.contains(&ids[0]) && !first.contains(&ids[59]), "oldest first");
+    assert!(
+        first.contains(&ids[0]) && !first.contains(&ids[59]),
+        "oldest first"
+    );
     let next = next_link(&first).expect("a next-page link");
     let (status, second) = page(next).await;
     assert_eq!(status, 200);

@@ -552,9 +552,9 @@ impl StoreRead for PgStore {
             .bind(after.id.clone()),
         };
         let rows = query
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(unavailable)?;
+            .fetch_all(&mut *self.conn().await?)
+            .await
+            .map_err(unavailable)?;
         rows.iter()
             .map(|r| Ok(finding_row(r)?.listed(self.legacy_before_ms())))
             .collect()

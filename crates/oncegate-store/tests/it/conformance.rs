@@ -155,7 +155,9 @@ async fn memory_store_unavailable_window_fails_closed_and_keeps_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_listing_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::scratch(&dir.path().join("p.db")).await.unwrap();
+    let store = SqliteStore::scratch(&dir.path().join("p.db"))
+        .await
+        .unwrap();
     oncegate_store::conformance::listing_pages(&store).await;
 }
 
