@@ -143,7 +143,7 @@ fn fill(setup: &Setup) {
             let key = format!("{i:064x}");
             let mut r = sample_record(&key, 1);
             r.arguments = json!({"order_id": format!("BIG-{i}"), "amount": "1.00", "memo": memo});
-            r.updated_at = r.updated_at + jiff::SignedDuration::from_millis((i / 3) as i64);
+            r.updated_at += jiff::SignedDuration::from_millis((i / 3) as i64);
             let event = oncegate_core::audit::AuditEvent {
                 at: r.updated_at,
                 kind: oncegate_core::audit::AuditKind::Call,
