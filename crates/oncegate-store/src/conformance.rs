@@ -788,6 +788,34 @@ pub async fn listing_pages<S: Backend>(store: &S) {
         0,
         "all expired later"
     );
+
+    // Findings: newest first, ties by id (descending), paged by (raised_at, id).
+    for i in 0..7u32 {
+        let mut c = Commit::event(sample_event("fc00", 300 + i));
+        c.finding = Some(crate::FindingRow {
+            id: format!("f_{i:02}"),
+            rule: "charge_card".into(),
+            raised_at: at(i64::from(i / 2)),
+            body: format!("{{\"id\":\"f_{i:02}\"}}"),
+            delivered_at: None,
+            attempts: 0,
+            next_attempt_at: None,
+            problem: None,
+        });
+        store.commit(c).await.unwrap();
+    }
+    let mut ids = Vec::new();
+    let mut after: Option<PageAfter> = None;
+    loop {
+        let page = store.findings(3, after.as_ref()).await.unwrap();
+        ids.extend(page.iter().map(|f| f.id.clone()));
+        if page.len() < 3 {
+            break;
+        }
+        after = page.last().map(PageAfter::of_finding);
+    }
+    let want: Vec<String> = (0..7).rev().map(|i| format!("f_{i:02}")).collect();
+    assert_eq!(ids, want, "every finding once, newest first");
 }
 
 /// Every row written names the audit record that wrote its current version, which
