@@ -3,6 +3,10 @@
 //! approvals is refused (`OG-0058`) instead of queued, so one agent cannot bury the
 //! approvers' queue (and the calls of every other agent in it).
 //!
+//! Only a call's own decision is budgeted: the approval the sweep asks for an intent
+//! whose first attempt's outcome is unknown (reconciliation could not tell) is never
+//! refused, since refusing it would leave an effect that may have happened undecided.
+//!
 //! The count is the store's (every replica's approvals, expired ones not counted), read
 //! only when a decision would create an approval, so calls that need none never pay
 //! for it. Two calls racing at the budget's edge may both pass: the budget bounds the
