@@ -3,9 +3,9 @@
 //! approvals is refused (`OG-0058`) instead of queued, so one agent cannot bury the
 //! approvers' queue (and the calls of every other agent in it).
 //!
-//! Only a call's own decision is budgeted: the approval the sweep asks for an intent
-//! whose first attempt's outcome is unknown (reconciliation could not tell) is never
-//! refused, since refusing it would leave an effect that may have happened undecided.
+//! An approval asked because an earlier attempt's outcome is unknown
+//! (`UnknownFirstAttempt`, from a call or the sweep) is never refused: refusing it would
+//! leave an effect that may have happened without anyone deciding it.
 //!
 //! The count is the store's (every replica's approvals, expired ones not counted), read
 //! only when a decision would create an approval, so calls that need none never pay
@@ -17,7 +17,7 @@
 use jiff::{SignedDuration, Timestamp};
 use oncegate_core::codes::Code;
 use oncegate_core::decide::{self, Decision};
-use oncegate_core::intent::{Alert, ApprovalState, Outcome, Reason, Status};
+use oncegate_core::intent::{Alert, ApprovalReason, ApprovalState, Outcome, Reason, Status};
 use oncegate_store::StoreRead;
 
 use crate::gate::Gate;
@@ -35,10 +35,11 @@ impl Gate {
         principal: &str,
         now: Timestamp,
     ) -> Option<Outcome> {
-        let new_approval = decision
-            .approval
-            .as_ref()
-            .is_some_and(|a| a.version == 0 && a.state == ApprovalState::Pending);
+        let new_approval = decision.approval.as_ref().is_some_and(|a| {
+            a.version == 0
+                && a.state == ApprovalState::Pending
+                && a.reason != ApprovalReason::UnknownFirstAttempt
+        });
         let record = decision.record.as_ref()?;
         if !new_approval {
             return None;
