@@ -134,6 +134,10 @@ pub enum Code {
     /// HTTP 429, the token was not checked (an address) or not accepted (a principal).
     #[serde(rename = "OG-0057")]
     AuthThrottled,
+    /// The agent already has `gateway.pending_approvals_per_agent` calls waiting for an
+    /// approver: this one is refused, not queued (HTTP 429). Nothing was executed.
+    #[serde(rename = "OG-0058")]
+    ApprovalQueueFull,
     /// A fronted MCP server changed a tool's definition (description, input schema,
     /// annotations or output schema) since oncegate pinned it: the tool is held (not
     /// listed, calls refused, HTTP 409) until an admin accepts the new definition.
@@ -143,7 +147,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 38] = [
+    pub const ALL: [Code; 39] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -181,6 +185,7 @@ impl Code {
         Code::Internal,
         Code::IdentityUnavailable,
         Code::AuthThrottled,
+        Code::ApprovalQueueFull,
         Code::ToolChanged,
     ];
 
@@ -224,6 +229,7 @@ impl Code {
             Code::Internal => "OG-0055",
             Code::IdentityUnavailable => "OG-0056",
             Code::AuthThrottled => "OG-0057",
+            Code::ApprovalQueueFull => "OG-0058",
             Code::ToolChanged => "OG-0059",
         }
     }

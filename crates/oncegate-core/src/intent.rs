@@ -420,4 +420,13 @@ pub enum Alert {
         /// The window, in seconds.
         window_seconds: u32,
     },
+    /// An agent has `gateway.pending_approvals_per_agent` calls waiting for approvers;
+    /// its next held call was refused (`OG-0058`). Raised at most once a minute per
+    /// agent and gateway process.
+    ApprovalQueueFull {
+        /// The agent's pending approvals.
+        pending: u32,
+        /// The budget.
+        max: u32,
+    },
 }

@@ -418,6 +418,11 @@ impl Gate {
                 caller_sends: sender == Sender::Caller,
             };
             let decision = decide::decide(existing.as_ref(), &req, &cap, &verdict, now);
+            // A new approval beyond the agent's budget is refused, not queued.
+            if let Some(refused) = self.approval_queue_full(&decision, principal, now).await {
+                log_alerts(&refused, &cap);
+                return Ok(Step::Settled(refused));
+            }
             // What the decision relied on about time, which the store judges again by its
             // own clock: an attempt's lease expired (a takeover), an approved claim-only
             // call still within its time to live.

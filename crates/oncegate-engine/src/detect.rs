@@ -16,7 +16,8 @@ use oncegate_core::key::{IntentKey, normalise_arguments};
 use serde_json::{Value, json};
 
 use oncegate_store::{
-    Commit, FindingRow, IntentFilter, KillSwitchChange, StoreError, StoreRead, StoreWrite,
+    Commit, FindingRow, IntentFilter, KillSwitchChange, PageAfter, StoreError, StoreRead,
+    StoreWrite,
 };
 
 use crate::gate::Gate;
@@ -197,7 +198,7 @@ impl Gate {
     /// Every effect the stored findings of `rule` name ([`Effect::member`]s).
     async fn reported_effects(&self, rule: &str) -> Result<HashSet<String>, StoreError> {
         let mut members = HashSet::new();
-        for f in self.store.findings(REPORTED_READ).await? {
+        for f in self.store.findings(REPORTED_READ, None).await? {
             if f.rule != rule {
                 continue;
             }
@@ -350,9 +351,23 @@ impl Gate {
 
     /// Stored findings, newest first.
     pub async fn findings(&self, limit: u32) -> Result<Vec<Value>, StoreError> {
-        self.store
-            .findings(limit)
-            .await?
+        Ok(self.findings_page(limit, None).await?.0)
+    }
+
+    /// One page of the stored findings, newest first: at most `limit` after `after`,
+    /// and where the next page starts when more remain.
+    pub async fn findings_page(
+        &self,
+        limit: u32,
+        after: Option<&PageAfter>,
+    ) -> Result<(Vec<Value>, Option<PageAfter>), StoreError> {
+        let limit = limit.max(1);
+        let mut rows = self.store.findings(limit.saturating_add(1), after).await?;
+        let next = (rows.len() > limit as usize).then(|| {
+            rows.truncate(limit as usize);
+            PageAfter::of_finding(&rows[rows.len() - 1])
+        });
+        let page = rows
             .into_iter()
             .map(|f| {
                 let mut body: Value = serde_json::from_str(&f.body)
@@ -366,6 +381,7 @@ impl Gate {
                 }
                 Ok(body)
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok((page, next))
     }
 }

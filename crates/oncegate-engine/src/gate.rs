@@ -69,6 +69,8 @@ pub struct Gate {
     pub(crate) fronted: Arc<std::sync::RwLock<FrontedCapabilities>>,
     /// The read-back slot each capability was last looked at in (read_back.rs).
     pub(crate) read_backs: Arc<std::sync::Mutex<HashMap<String, i64>>>,
+    /// When each agent's full approval queue was last alerted on (queue.rs).
+    pub(crate) queue_alerts: Arc<std::sync::Mutex<HashMap<String, jiff::Timestamp>>>,
 }
 
 /// The fronted servers' undeclared tools: those offered now, and those a server stopped
@@ -95,6 +97,7 @@ impl Clone for Gate {
             process: self.process.clone(),
             fronted: self.fronted.clone(),
             read_backs: self.read_backs.clone(),
+            queue_alerts: self.queue_alerts.clone(),
         }
     }
 }
@@ -150,6 +153,7 @@ impl Gate {
             process: None,
             fronted: Arc::default(),
             read_backs: Arc::default(),
+            queue_alerts: Arc::default(),
         }
     }
 
@@ -380,6 +384,7 @@ pub(crate) fn log_alerts(outcome: &Outcome, cap: &Capability) {
             intent::Alert::CrossRun { .. } => "cross_run",
             intent::Alert::BreakerTripped { .. } => "breaker_tripped",
             intent::Alert::ReplayStorm { .. } => "replay_storm",
+            intent::Alert::ApprovalQueueFull { .. } => "approval_queue_full",
         };
         metrics::counter!("oncegate_alerts_total", "capability" => cap.name.clone(), "kind" => kind).increment(1);
         tracing::warn!(capability = %cap.name, key = ?outcome.key, alert = ?alert, "oncegate alert");

@@ -69,6 +69,7 @@ mod kill_switches;
 mod limits;
 mod pins;
 pub mod process;
+mod queue;
 mod read_back;
 mod storms;
 mod sweep;

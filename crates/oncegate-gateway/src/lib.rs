@@ -25,6 +25,8 @@
 //! throttle       failed authentications counted per address and principal; Peer
 //! identity       JWT access tokens: issuers, JWKS caches, claims to principal and role
 //! headers        bearer token and structural id headers
+//! paging         listing cursors (opaque, keyset), the page size cap, the page's
+//!                byte budget
 //! trace          W3C trace context in (headers, MCP _meta) and out (upstream calls),
 //!                the decision span and what it records
 //! error          ApiError: the one error-to-wire table (HTTP and MCP forms)
@@ -53,6 +55,7 @@ pub mod inflight;
 pub mod mcp;
 mod metric_catalog;
 mod openapi;
+pub mod paging;
 pub mod probe;
 mod router;
 mod routes;

@@ -81,7 +81,7 @@ pub(crate) const FAMILIES: &[Family] = &[
         "oncegate_alerts_total",
         Counter,
         &["capability", "kind"],
-        "Alerts raised on a decision (cross_run, breaker_tripped, replay_storm)",
+        "Alerts raised on a decision (cross_run, breaker_tripped, replay_storm, approval_queue_full)",
     ),
     family(
         "oncegate_stale_effects_total",
@@ -198,6 +198,18 @@ pub(crate) const FAMILIES: &[Family] = &[
         "Connections closed by a timeout: first_byte_timeout, or idle",
     ),
     family(
+        "oncegate_approval_queue_refusals_total",
+        Counter,
+        &[],
+        "Held calls refused because the agent had pending_approvals_per_agent approvals waiting",
+    ),
+    family(
+        "oncegate_mcp_sessions_evicted_total",
+        Counter,
+        &[],
+        "MCP sessions ended to keep a principal within mcp_sessions_per_principal",
+    ),
+    family(
         "oncegate_auth_failures_total",
         Counter,
         &[],
@@ -286,7 +298,12 @@ pub(crate) fn export_at_zero(registry: &Registry) {
         ] {
             metrics::counter!(family, "capability" => name.clone()).increment(0);
         }
-        for kind in ["cross_run", "breaker_tripped", "replay_storm"] {
+        for kind in [
+            "cross_run",
+            "breaker_tripped",
+            "replay_storm",
+            "approval_queue_full",
+        ] {
             metrics::counter!("oncegate_alerts_total", "capability" => name.clone(), "kind" => kind)
                 .increment(0);
         }

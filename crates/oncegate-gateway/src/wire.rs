@@ -66,7 +66,10 @@ pub fn model_line(o: &Outcome) -> String {
         Status::Unknown => "OUTCOME UNKNOWN - oncegate is reconciling; do not call again.".into(),
         Status::PendingApproval => format!("HELD FOR HUMAN APPROVAL {} - do not call again.", o.approval_id.as_deref().unwrap_or("")),
         Status::Denied => format!("DENIED: {} - do not retry.", o.reason.as_ref().map_or("", |r| r.message.as_str())),
-        Status::Refused => format!("REFUSED: {} - do not retry.", o.reason.as_ref().map_or("", |r| r.message.as_str())),
+        Status::Refused => match o.reason.as_ref() {
+            Some(r) if r.code == Code::ApprovalQueueFull => format!("QUEUE FULL: {} Nothing was done; do not call again until your pending approvals are decided.", r.message),
+            r => format!("REFUSED: {} - do not retry.", r.map_or("", |r| r.message.as_str())),
+        },
         Status::DryRun => "DRY RUN: nothing was executed.".into(),
         Status::Failed => format!("FAILED: {}", o.reason.as_ref().map_or("", |r| r.message.as_str())),
         Status::Approved => "APPROVED: nothing executed yet; the caller's next claim of this intent executes it.".into(),
@@ -181,7 +184,9 @@ pub fn http_status(o: &Outcome) -> StatusCode {
         Status::Denied => StatusCode::FORBIDDEN,
         Status::Refused => match o.reason.as_ref().map(|r| r.code) {
             Some(Code::StoreUnavailable) => StatusCode::SERVICE_UNAVAILABLE,
-            Some(Code::AttemptCeiling | Code::Contention) => StatusCode::TOO_MANY_REQUESTS,
+            Some(Code::AttemptCeiling | Code::Contention | Code::ApprovalQueueFull) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             _ => StatusCode::CONFLICT,
         },
     }

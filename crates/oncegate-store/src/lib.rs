@@ -135,6 +135,9 @@ pub struct Listing<T> {
     pub items: Vec<T>,
     /// The rows that did not, in listing order.
     pub unreadable: Vec<UnreadableRow>,
+    /// Where the next page starts, when rows remain past this one's limit; `None` on
+    /// the last page.
+    pub next: Option<PageAfter>,
 }
 
 impl<T> Default for Listing<T> {
@@ -142,8 +145,69 @@ impl<T> Default for Listing<T> {
         Self {
             items: Vec::new(),
             unreadable: Vec::new(),
+            next: None,
         }
     }
+}
+
+/// Where a page of a listing ends: the sort position of its last row. The next page is
+/// the rows strictly after it in the listing's order (keyset paging, never OFFSET: a
+/// row written meanwhile neither shifts a later page nor is listed twice).
+///
+/// `at` is the row's sort time (an intent's `updated_at`, an approval's `created_at`, a
+/// finding's `raised_at`), `id` its key or id, `generation` an intent's generation (0
+/// otherwise); ties in time are ordered by id, then generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageAfter {
+    /// The row's sort time.
+    pub at: jiff::Timestamp,
+    /// The intent key, approval id or finding id.
+    pub id: String,
+    /// The intent's generation; 0 for approvals and findings.
+    pub generation: u32,
+}
+
+impl PageAfter {
+    /// The position of an intent record in the intent listing.
+    pub fn of_intent(r: &IntentRecord) -> Self {
+        Self {
+            at: r.updated_at,
+            id: r.key.as_str().to_owned(),
+            generation: r.generation,
+        }
+    }
+
+    /// The position of an approval in the approval listing.
+    pub fn of_approval(a: &Approval) -> Self {
+        Self {
+            at: a.created_at,
+            id: a.id.clone(),
+            generation: 0,
+        }
+    }
+
+    /// The position of a finding in the findings listing.
+    pub fn of_finding(f: &FindingRow) -> Self {
+        Self {
+            at: f.raised_at,
+            id: f.id.clone(),
+            generation: 0,
+        }
+    }
+}
+
+/// A filter and a page of the approval listing.
+#[derive(Clone, Debug, Default)]
+pub struct ApprovalFilter {
+    /// Only this state.
+    pub state: Option<ApprovalState>,
+    /// At most this many; 0 means every one (the store's own readers).
+    pub limit: u32,
+    /// Newest first (the console's recent decisions); oldest first otherwise (the
+    /// queue, in the order calls were held).
+    pub newest_first: bool,
+    /// Only approvals after this position in the listing's order.
+    pub after: Option<PageAfter>,
 }
 
 /// A row a listing could not return.
@@ -177,6 +241,8 @@ pub struct IntentFilter {
     pub run_id: Option<String>,
     /// Only intents with this (normalised) business reference.
     pub business_ref: Option<String>,
+    /// Only intents after this position in the listing's order (the next page).
+    pub after: Option<PageAfter>,
 }
 
 /// One atomic write: the intent, an approval, a kill switch, and the audit event that
@@ -412,8 +478,10 @@ pub trait StoreRead: Send + Sync {
         cross_key: &IntentKey,
         run_id: Option<&str>,
     ) -> impl Future<Output = Result<Option<IntentRecord>, StoreError>> + Send;
-    /// Intents, newest first. A row that does not decode (or does not match its seal)
-    /// is reported in [`Listing::unreadable`] by key, never fails the listing.
+    /// Intents, newest first (by `updated_at`, then key, then generation), one page of
+    /// at most the filter's limit with [`Listing::next`] when more remain. A row that
+    /// does not decode (or does not match its seal) is reported in
+    /// [`Listing::unreadable`] by key, never fails the listing.
     fn list_intents(
         &self,
         filter: &IntentFilter,
@@ -423,11 +491,21 @@ pub trait StoreRead: Send + Sync {
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Option<Approval>, StoreError>> + Send;
-    /// Approvals, oldest first; unreadable rows as in [`StoreRead::list_intents`].
+    /// Approvals, oldest first (by `created_at`, then id; newest first when the filter
+    /// says so), paged as in
+    /// [`StoreRead::list_intents`]; unreadable rows as there.
     fn list_approvals(
         &self,
-        state: Option<ApprovalState>,
+        filter: &ApprovalFilter,
     ) -> impl Future<Output = Result<Listing<Approval>, StoreError>> + Send;
+    /// How many approvals of `principal`'s calls are pending and not expired at `now`
+    /// (the `pending_approvals_per_agent` budget; counted from the rows as stored, no
+    /// seal check: a budget, not a decision about any one call).
+    fn pending_approvals_of(
+        &self,
+        principal: &str,
+        now: jiff::Timestamp,
+    ) -> impl Future<Output = Result<u32, StoreError>> + Send;
     /// Every intent and approval row with its seal and link, for
     /// `oncegate_core::audit::verify_rows` (`audit verify`).
     fn stored_rows(&self) -> impl Future<Output = Result<Vec<StoredRow>, StoreError>> + Send;
@@ -470,10 +548,12 @@ pub trait StoreRead: Send + Sync {
         scope: &str,
         since: jiff::Timestamp,
     ) -> impl Future<Output = Result<i64, StoreError>> + Send;
-    /// Findings, newest first, at most `limit`.
+    /// Findings, newest first (by `raised_at`, then id, both descending), at most
+    /// `limit`, after `after` when given (the next page).
     fn findings(
         &self,
         limit: u32,
+        after: Option<&PageAfter>,
     ) -> impl Future<Output = Result<Vec<FindingRow>, StoreError>> + Send;
     /// Findings not yet delivered whose next delivery is due at `now`, oldest first.
     fn findings_due(

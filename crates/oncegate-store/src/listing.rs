@@ -4,8 +4,13 @@
 //! no index serves it: the planner cannot know at prepare time which terms apply, so it
 //! scans the table. Each shape gets its own statement instead, built only from the
 //! constant fragments below (never from input), and migrations give each shape an index
-//! that ends in `updated_at`, so `ORDER BY updated_at LIMIT n` stops after n rows. The
-//! backends' tests check the plans with `EXPLAIN`.
+//! that ends in `(updated_at, key, generation)`, so `ORDER BY updated_at, key,
+//! generation LIMIT n` stops after n rows, and a page's cursor (`after`) is a range on
+//! that index, not an OFFSET that reads every skipped row. The backends' tests check
+//! the plans with `EXPLAIN`.
+//!
+//! Each statement asks for one row more than the page, so the backend knows whether a
+//! next page exists; the approvals' and findings' pages are built here too.
 
 use sqlx::query::Query;
 use sqlx::{Database, Encode, Type};
@@ -26,11 +31,179 @@ impl Dialect {
             Dialect::Postgres => format!("${n}"),
         }
     }
+
+    /// A time column as the integer a page's cursor is made from (`AS sort_at`).
+    fn sort_at(self, column: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("{column} AS sort_at"),
+            Dialect::Postgres => {
+                format!("(extract(epoch from {column}) * 1000000)::int8 AS sort_at")
+            }
+        }
+    }
+
+    /// The time `sort_at` read back.
+    pub(crate) fn sort_time(self, sort_at: i64) -> Option<jiff::Timestamp> {
+        match self {
+            Dialect::Sqlite => jiff::Timestamp::from_millisecond(sort_at).ok(),
+            Dialect::Postgres => jiff::Timestamp::from_microsecond(sort_at).ok(),
+        }
+    }
+}
+
+/// The approval listing: oldest (or newest) first, `(created_at, id)` from the index
+/// `approvals_by_state_created` / `approvals_by_created`. Parameters: the state (if
+/// filtered), the cursor's time and id (if paged), the limit (if any).
+pub(crate) fn approvals_sql(
+    dialect: Dialect,
+    state: bool,
+    after: bool,
+    limit: bool,
+    newest_first: bool,
+) -> String {
+    let (op, order) = if newest_first {
+        ("<", "DESC")
+    } else {
+        (">", "ASC")
+    };
+    let mut terms = Vec::new();
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        dialect.placeholder(n)
+    };
+    if state {
+        terms.push(format!("state = {}", next()));
+    }
+    if after {
+        let (at, id) = (next(), next());
+        terms.push(match dialect {
+            Dialect::Sqlite => format!("(created_at, id) {op} ({at}, {id})"),
+            Dialect::Postgres => format!("(created_at, id) {op} ({at}::timestamptz, {id})"),
+        });
+    }
+    let filter_sql = if terms.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", terms.join(" AND "))
+    };
+    let limit_sql = if limit {
+        format!(" LIMIT {}", next())
+    } else {
+        String::new()
+    };
+    let sort_at = dialect.sort_at("created_at");
+    format!(
+        "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash, {sort_at} FROM approvals{filter_sql} ORDER BY created_at {order}, id {order}{limit_sql}"
+    )
+}
+
+/// The approval listing for `filter`, parameters bound.
+pub(crate) fn approvals_query<DB>(
+    dialect: Dialect,
+    filter: &crate::ApprovalFilter,
+) -> Query<'static, DB, DB::Arguments>
+where
+    DB: Database,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Type<DB>,
+{
+    let sql = approvals_sql(
+        dialect,
+        filter.state.is_some(),
+        filter.after.is_some(),
+        filter.limit > 0,
+        filter.newest_first,
+    );
+    let mut query = sqlx::query::<DB>(sqlx::AssertSqlSafe(sql));
+    if let Some(state) = filter.state {
+        query = query.bind(state.as_str());
+    }
+    if let Some(after) = &filter.after {
+        query = bind_time(dialect, query, after.at).bind(after.id.clone());
+    }
+    if filter.limit > 0 {
+        query = query.bind(fetch_count(filter.limit));
+    }
+    query
+}
+
+/// How many of `expiries` (pending approvals' `expires_at`, as stored text) are still
+/// live at `now`. One that does not parse counts: the budget errs on the side of the
+/// approvers.
+pub(crate) fn live_count(
+    expiries: impl Iterator<Item = Option<String>>,
+    now: jiff::Timestamp,
+) -> u32 {
+    let live = expiries
+        .filter(|e| {
+            e.as_deref()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_none_or(|t| t > now)
+        })
+        .count();
+    u32::try_from(live).unwrap_or(u32::MAX)
+}
+
+/// Binds a time as the backend stores it: SQLite as epoch milliseconds, PostgreSQL as
+/// text cast to timestamptz (rounded to the microsecond as the stored value was).
+fn bind_time<DB>(
+    dialect: Dialect,
+    query: Query<'static, DB, DB::Arguments>,
+    at: jiff::Timestamp,
+) -> Query<'static, DB, DB::Arguments>
+where
+    DB: Database,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Type<DB>,
+{
+    match dialect {
+        Dialect::Sqlite => query.bind(at.as_millisecond()),
+        Dialect::Postgres => query.bind(at.to_string()),
+    }
+}
+
+/// Splits `rows` fetched for a page of `limit` (one more than the page when another
+/// follows; `None`: no limit, every row) into the page and where the next one starts:
+/// `position` gives a row's `(sort_at, id, generation)`.
+pub(crate) fn page_of<R>(
+    dialect: Dialect,
+    mut rows: Vec<R>,
+    limit: Option<u32>,
+    position: impl Fn(&R) -> (i64, String, u32),
+) -> (Vec<R>, Option<crate::PageAfter>) {
+    let Some(limit) = limit else {
+        return (rows, None);
+    };
+    let page = usize::try_from(fetch_count(limit) - 1).unwrap_or(usize::MAX);
+    if rows.len() <= page {
+        return (rows, None);
+    }
+    rows.truncate(page);
+    let next = rows.last().and_then(|last| {
+        let (sort_at, id, generation) = position(last);
+        Some(crate::PageAfter {
+            at: dialect.sort_time(sort_at)?,
+            id,
+            generation,
+        })
+    });
+    (rows, next)
+}
+
+/// The rows a page of `limit` fetches: one more, to know whether another page follows.
+/// A limit of 0 is 100.
+pub(crate) fn fetch_count(limit: u32) -> i64 {
+    let limit = if limit == 0 { 100 } else { limit };
+    i64::from(limit) + 1
 }
 
 /// `SELECT ... FROM intents WHERE ... ORDER BY updated_at ... LIMIT ...` for `filter`.
 /// Parameters, in order: the state, the capability, the time, the run and the business
-/// reference (each if filtered), then the limit.
+/// reference (each if filtered), the cursor's time, key and generation (if paged), then
+/// the limit. The rows carry their sort time as `sort_at` (SQLite: milliseconds,
+/// PostgreSQL: microseconds).
 pub(crate) fn intents_sql(dialect: Dialect, filter: &IntentFilter) -> String {
     let mut terms = Vec::new();
     let mut n = 0;
@@ -65,6 +238,18 @@ pub(crate) fn intents_sql(dialect: Dialect, filter: &IntentFilter) -> String {
     if filter.business_ref.is_some() {
         terms.push(format!("business_ref = {}", next()));
     }
+    if filter.after.is_some() {
+        let op = if filter.oldest_first { ">" } else { "<" };
+        let (at, key, generation) = (next(), next(), next());
+        terms.push(match dialect {
+            Dialect::Sqlite => {
+                format!("(updated_at, key, generation) {op} ({at}, {key}, {generation})")
+            }
+            Dialect::Postgres => format!(
+                "(updated_at, key, generation) {op} ({at}::timestamptz, {key}, {generation})"
+            ),
+        });
+    }
     let limit = next();
     let filter_sql = if terms.is_empty() {
         String::new()
@@ -72,8 +257,9 @@ pub(crate) fn intents_sql(dialect: Dialect, filter: &IntentFilter) -> String {
         format!(" WHERE {}", terms.join(" AND "))
     };
     let order = if filter.oldest_first { "ASC" } else { "DESC" };
+    let sort_at = dialect.sort_at("updated_at");
     format!(
-        "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents{filter_sql} ORDER BY updated_at {order} LIMIT {limit}"
+        "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash, {sort_at} FROM intents{filter_sql} ORDER BY updated_at {order}, key {order}, generation {order} LIMIT {limit}"
     )
 }
 
@@ -86,6 +272,7 @@ where
     DB: Database,
     for<'t> &'t str: Encode<'t, DB> + Type<DB>,
     for<'t> i64: Encode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Type<DB>,
 {
     bind_filter(
         dialect,
@@ -104,6 +291,7 @@ where
     DB: Database,
     for<'t> &'t str: Encode<'t, DB> + Type<DB>,
     for<'t> i64: Encode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Type<DB>,
 {
     if let Some(state) = filter.state {
         query = query.bind(state.as_str());
@@ -124,8 +312,12 @@ where
     if let Some(reference) = filter.business_ref.as_deref() {
         query = query.bind(reference);
     }
-    let limit = if filter.limit == 0 { 100 } else { filter.limit };
-    query.bind(i64::from(limit))
+    if let Some(after) = &filter.after {
+        query = bind_time(dialect, query, after.at)
+            .bind(after.id.clone())
+            .bind(i64::from(after.generation));
+    }
+    query.bind(fetch_count(filter.limit))
 }
 
 /// Every filter shape the listing has, for the plan tests: each combination of state,
@@ -139,21 +331,49 @@ pub(crate) fn every_shape() -> Vec<IntentFilter> {
             for breaker_tripped in [false, true] {
                 for oldest_first in [false, true] {
                     for updated_since in [None, Some(jiff::Timestamp::UNIX_EPOCH)] {
-                        shapes.push(IntentFilter {
-                            state,
-                            capability: capability.clone(),
-                            breaker_tripped,
-                            limit: 100,
-                            oldest_first,
-                            updated_since,
-                            ..IntentFilter::default()
-                        });
+                        for after in [None, Some(some_page())] {
+                            shapes.push(IntentFilter {
+                                state,
+                                capability: capability.clone(),
+                                breaker_tripped,
+                                limit: 100,
+                                oldest_first,
+                                updated_since,
+                                after,
+                                ..IntentFilter::default()
+                            });
+                        }
                     }
                 }
             }
         }
     }
+    for run_id in [None, Some("run-1".to_owned())] {
+        for business_ref in [None, Some("inv-1".to_owned())] {
+            if run_id.is_some() == business_ref.is_some() {
+                continue;
+            }
+            for after in [None, Some(some_page())] {
+                shapes.push(IntentFilter {
+                    run_id: run_id.clone(),
+                    business_ref: business_ref.clone(),
+                    after,
+                    ..IntentFilter::default()
+                });
+            }
+        }
+    }
     shapes
+}
+
+/// A cursor for the plan tests.
+#[cfg(test)]
+fn some_page() -> crate::PageAfter {
+    crate::PageAfter {
+        at: jiff::Timestamp::UNIX_EPOCH,
+        id: "00".into(),
+        generation: 1,
+    }
 }
 
 #[cfg(test)]
@@ -173,6 +393,7 @@ mod tests {
         DB: Database,
         for<'t> &'t str: Encode<'t, DB> + Type<DB>,
         for<'t> i64: Encode<'t, DB> + Type<DB>,
+        for<'t> String: Encode<'t, DB> + Type<DB>,
     {
         every_shape()
             .iter()
@@ -265,7 +486,7 @@ mod tests {
         };
         assert_eq!(
             intents_sql(Dialect::Sqlite, &sweep),
-            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE state = ?1 ORDER BY updated_at ASC LIMIT ?2"
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash, updated_at AS sort_at FROM intents WHERE state = ?1 ORDER BY updated_at ASC, key ASC, generation ASC LIMIT ?2"
         );
         let all = IntentFilter {
             capability: Some("x".into()),
@@ -274,11 +495,22 @@ mod tests {
         };
         assert_eq!(
             intents_sql(Dialect::Postgres, &all),
-            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE capability = $1 AND breaker_tripped ORDER BY updated_at DESC LIMIT $2"
+            "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash, (extract(epoch from updated_at) * 1000000)::int8 AS sort_at FROM intents WHERE capability = $1 AND breaker_tripped ORDER BY updated_at DESC, key DESC, generation DESC LIMIT $2"
         );
         assert!(
-            intents_sql(Dialect::Sqlite, &IntentFilter::default())
-                .ends_with("FROM intents ORDER BY updated_at DESC LIMIT ?1")
+            intents_sql(Dialect::Sqlite, &IntentFilter::default()).ends_with(
+                "FROM intents ORDER BY updated_at DESC, key DESC, generation DESC LIMIT ?1"
+            )
+        );
+        let paged = IntentFilter {
+            state: Some(IntentState::Unknown),
+            after: Some(some_page()),
+            ..Default::default()
+        };
+        assert!(
+            intents_sql(Dialect::Postgres, &paged).contains(
+                "WHERE state = $1 AND (updated_at, key, generation) < ($2::timestamptz, $3, $4) ORDER BY"
+            )
         );
     }
 }

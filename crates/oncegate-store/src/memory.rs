@@ -45,8 +45,8 @@ use rand::{Rng, SeedableRng};
 use crate::clock::Clock;
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 use crate::{
-    ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
-    StoreWrite,
+    ApprovalFilter, ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession,
+    StoreError, StoreRead, StoreWrite,
 };
 
 /// The in-memory store. Cheap to clone; clones share the data (one "database").
@@ -491,12 +491,30 @@ impl StoreRead for MemoryStore {
                     .is_none_or(|b| r.business_ref.as_deref() == Some(b))
             })
             .collect();
-        // A stable sort over the key order makes ties deterministic (SQLite leaves them
-        // unspecified).
-        rows.sort_by_key(|r| r.updated_at);
+        // The SQL backends' order: time, then key, then generation.
+        let position = |r: &IntentRowV1| (r.updated_at, r.key.clone(), r.generation);
+        rows.sort_by_key(|r| position(r));
         if !filter.oldest_first {
             rows.reverse();
         }
+        if let Some(after) = &filter.after {
+            let after = (after.at, after.id.clone(), after.generation);
+            rows.retain(|r| {
+                if filter.oldest_first {
+                    position(r) > after
+                } else {
+                    position(r) < after
+                }
+            });
+        }
+        let next = (rows.len() > limit).then(|| {
+            let last = rows[limit - 1];
+            crate::PageAfter {
+                at: last.updated_at,
+                id: last.key.clone(),
+                generation: last.generation,
+            }
+        });
         // Rows in memory are always readable: nothing can edit them behind the store.
         Ok(Listing {
             items: rows
@@ -505,6 +523,7 @@ impl StoreRead for MemoryStore {
                 .map(|r| r.clone().into())
                 .collect(),
             unreadable: Vec::new(),
+            next,
         })
     }
 
@@ -515,20 +534,56 @@ impl StoreRead for MemoryStore {
 
     async fn list_approvals(
         &self,
-        state: Option<ApprovalState>,
+        filter: &ApprovalFilter,
     ) -> Result<Listing<Approval>, StoreError> {
         let data = self.reach().await?;
+        let after = filter.after.as_ref().map(|a| (a.at, a.id.as_str()));
         let mut rows: Vec<Approval> = data
             .approvals
             .values()
-            .filter(|a| state.is_none_or(|s| a.state == s))
+            .filter(|a| filter.state.is_none_or(|s| a.state == s))
+            .filter(|a| {
+                after.is_none_or(|after| {
+                    let here = (a.created_at, a.id.as_str());
+                    if filter.newest_first {
+                        here < after
+                    } else {
+                        here > after
+                    }
+                })
+            })
             .map(|a| a.clone().into())
             .collect();
         rows.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        if filter.newest_first {
+            rows.reverse();
+        }
+        let limit = filter.limit as usize;
+        let next = (filter.limit > 0 && rows.len() > limit).then(|| {
+            rows.truncate(limit);
+            crate::PageAfter::of_approval(&rows[limit - 1])
+        });
         Ok(Listing {
             items: rows,
             unreadable: Vec::new(),
+            next,
         })
+    }
+
+    async fn pending_approvals_of(
+        &self,
+        principal: &str,
+        now: jiff::Timestamp,
+    ) -> Result<u32, StoreError> {
+        let data = self.reach().await?;
+        let live = data
+            .approvals
+            .values()
+            .filter(|a| {
+                a.state == ApprovalState::Pending && a.principal == principal && a.expires_at > now
+            })
+            .count();
+        Ok(u32::try_from(live).unwrap_or(u32::MAX))
     }
 
     async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
@@ -634,10 +689,20 @@ impl StoreRead for MemoryStore {
             .sum())
     }
 
-    async fn findings(&self, limit: u32) -> Result<Vec<crate::FindingRow>, StoreError> {
+    async fn findings(
+        &self,
+        limit: u32,
+        after: Option<&crate::PageAfter>,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
         let data = self.reach().await?;
-        let mut all: Vec<_> = data.findings.values().cloned().collect();
-        all.sort_by(|a, b| b.raised_at.cmp(&a.raised_at).then(a.id.cmp(&b.id)));
+        let after = after.map(|a| (a.at, a.id.as_str()));
+        let mut all: Vec<_> = data
+            .findings
+            .values()
+            .filter(|f| after.is_none_or(|after| (f.raised_at, f.id.as_str()) < after))
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| (b.raised_at, &b.id).cmp(&(a.raised_at, &a.id)));
         all.truncate(limit.max(1) as usize);
         Ok(all)
     }

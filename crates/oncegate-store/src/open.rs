@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use oncegate_core::Registry;
 use oncegate_core::audit::{AuditRecord, ChainKey, StoredRow};
-use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
+use oncegate_core::intent::{Approval, IntentRecord};
 use oncegate_core::key::IntentKey;
 use oncegate_core::redact;
 use tracing::Instrument;
@@ -391,12 +391,24 @@ impl StoreRead for Store {
 
     async fn list_approvals(
         &self,
-        state: Option<ApprovalState>,
+        filter: &crate::ApprovalFilter,
     ) -> Result<Listing<Approval>, StoreError> {
         match self {
-            Store::Sqlite(s) => s.list_approvals(state).await,
-            Store::Postgres(s) => s.list_approvals(state).await,
-            Store::Memory(s) => s.list_approvals(state).await,
+            Store::Sqlite(s) => s.list_approvals(filter).await,
+            Store::Postgres(s) => s.list_approvals(filter).await,
+            Store::Memory(s) => s.list_approvals(filter).await,
+        }
+    }
+
+    async fn pending_approvals_of(
+        &self,
+        principal: &str,
+        now: jiff::Timestamp,
+    ) -> Result<u32, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.pending_approvals_of(principal, now).await,
+            Store::Postgres(s) => s.pending_approvals_of(principal, now).await,
+            Store::Memory(s) => s.pending_approvals_of(principal, now).await,
         }
     }
 
@@ -477,11 +489,15 @@ impl StoreRead for Store {
         }
     }
 
-    async fn findings(&self, limit: u32) -> Result<Vec<crate::FindingRow>, StoreError> {
+    async fn findings(
+        &self,
+        limit: u32,
+        after: Option<&crate::PageAfter>,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
         match self {
-            Store::Sqlite(s) => s.findings(limit).await,
-            Store::Postgres(s) => s.findings(limit).await,
-            Store::Memory(s) => s.findings(limit).await,
+            Store::Sqlite(s) => s.findings(limit, after).await,
+            Store::Postgres(s) => s.findings(limit, after).await,
+            Store::Memory(s) => s.findings(limit, after).await,
         }
     }
 

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow};
-use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
+use oncegate_core::intent::{Approval, IntentRecord};
 use oncegate_core::key::IntentKey;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -41,13 +41,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::controls;
 use crate::ledger::{self, LimitLedgers};
-use crate::listing::{self, Dialect};
+use crate::listing::{self, Dialect, live_count};
 pub use crate::options::{OpenMode, StoreOptions};
 use crate::rows::{RowData, body_hash, listed};
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, SwitchRowV1};
 use crate::{
-    ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
-    StoreWrite, UnreadableRow,
+    ApprovalFilter, ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession,
+    StoreError, StoreRead, StoreWrite, UnreadableRow,
 };
 use crate::{key_since, serve_anchor};
 
@@ -656,7 +656,14 @@ impl StoreRead for SqliteStore {
             .fetch_all(&self.inner.readers)
             .await
             .map_err(unavailable)?;
-        let mut listing = Listing::default();
+        let (rows, next) = listing::page_of(Dialect::Sqlite, rows, Some(filter.limit), |r| {
+            let row = row_data(r, RowKind::Intent);
+            (r.get("sort_at"), row.id, row.generation)
+        });
+        let mut listing = Listing {
+            next,
+            ..Listing::default()
+        };
         for r in &rows {
             let row = row_data(r, RowKind::Intent);
             match listed::<IntentRowV1, _>(&row) {
@@ -684,16 +691,20 @@ impl StoreRead for SqliteStore {
 
     async fn list_approvals(
         &self,
-        state: Option<ApprovalState>,
+        filter: &ApprovalFilter,
     ) -> Result<Listing<Approval>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals WHERE (?1 IS NULL OR state = ?1) ORDER BY created_at, id",
-        )
-        .bind(state.map(|s| s.as_str()))
-        .fetch_all(&self.inner.readers)
-        .await
-        .map_err(unavailable)?;
-        let mut listing = Listing::default();
+        let rows = listing::approvals_query(Dialect::Sqlite, filter)
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(unavailable)?;
+        let limit = (filter.limit > 0).then_some(filter.limit);
+        let (rows, next) = listing::page_of(Dialect::Sqlite, rows, limit, |r| {
+            (r.get("sort_at"), r.get("id"), 0)
+        });
+        let mut listing = Listing {
+            next,
+            ..Listing::default()
+        };
         for r in &rows {
             let row = row_data(r, RowKind::Approval);
             match listed::<ApprovalRowV1, _>(&row) {
@@ -709,6 +720,28 @@ impl StoreRead for SqliteStore {
             }
         }
         Ok(listing)
+    }
+
+    async fn pending_approvals_of(
+        &self,
+        principal: &str,
+        now: jiff::Timestamp,
+    ) -> Result<u32, StoreError> {
+        // The expiry is read from the body (no column): the index narrows the rows to
+        // this principal's pending ones, which the budget keeps few.
+        let rows = sqlx::query(
+            "SELECT json_extract(body, '$.expires_at') AS expires_at FROM approvals
+             WHERE state = 'pending' AND json_extract(body, '$.principal') = ?1",
+        )
+        .bind(principal)
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        Ok(live_count(
+            rows.iter()
+                .map(|r| r.get::<Option<String>, _>("expires_at")),
+            now,
+        ))
     }
 
     async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
@@ -876,15 +909,30 @@ impl StoreRead for SqliteStore {
         Ok(row.get(0))
     }
 
-    async fn findings(&self, limit: u32) -> Result<Vec<crate::FindingRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, rule, raised_at, body, delivered_at, attempts, next_attempt_at, audit_shard, audit_seq, row_hash FROM findings
-             ORDER BY raised_at DESC, id LIMIT ?",
-        )
-        .bind(i64::from(limit.max(1)))
-        .fetch_all(&self.inner.readers)
-        .await
-        .map_err(unavailable)?;
+    async fn findings(
+        &self,
+        limit: u32,
+        after: Option<&crate::PageAfter>,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
+        let limit = i64::from(limit.max(1));
+        let query = match after {
+            None => sqlx::query(
+                "SELECT id, rule, raised_at, body, delivered_at, attempts, next_attempt_at, audit_shard, audit_seq, row_hash FROM findings
+                 ORDER BY raised_at DESC, id DESC LIMIT ?1",
+            )
+            .bind(limit),
+            Some(after) => sqlx::query(
+                "SELECT id, rule, raised_at, body, delivered_at, attempts, next_attempt_at, audit_shard, audit_seq, row_hash FROM findings
+                 WHERE (raised_at, id) < (?2, ?3) ORDER BY raised_at DESC, id DESC LIMIT ?1",
+            )
+            .bind(limit)
+            .bind(after.at.as_millisecond())
+            .bind(after.id.clone()),
+        };
+        let rows = query
+            .fetch_all(&self.inner.readers)
+            .await
+            .map_err(unavailable)?;
         rows.iter()
             .map(|r| Ok(finding_row(r)?.listed(self.inner.legacy_before)))
             .collect()

@@ -70,14 +70,7 @@ pub async fn run(command: ApprovalsCommand) -> anyhow::Result<ExitCode> {
     oncegate_gateway::server::install_crypto();
     let client = reqwest::Client::new();
     let (request, remote) = match &command {
-        ApprovalsCommand::List { remote, state } => {
-            let q = if state == "all" {
-                String::new()
-            } else {
-                format!("?state={state}")
-            };
-            (client.get(remote.at(&format!("/v1/approvals{q}"))), remote)
-        }
+        ApprovalsCommand::List { remote, state } => return list(&client, remote, state).await,
         ApprovalsCommand::Approve { remote, id } => (
             client.post(remote.at(&format!("/v1/approvals/{id}/approve"))),
             remote,
@@ -94,5 +87,44 @@ pub async fn run(command: ApprovalsCommand) -> anyhow::Result<ExitCode> {
     if body.get("error").is_some() {
         bail!("the gateway answered {status}");
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `approvals list`: every page of `GET /v1/approvals`, following `next_cursor`, printed
+/// as one JSON document.
+async fn list(client: &reqwest::Client, remote: &Remote, state: &str) -> anyhow::Result<ExitCode> {
+    let mut approvals = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        // The state is one word and a cursor base64url: neither needs escaping.
+        let mut query = "?limit=500".to_owned();
+        if state != "all" {
+            query.push_str(&format!("&state={state}"));
+        }
+        if let Some(c) = cursor.take() {
+            query.push_str(&format!("&cursor={c}"));
+        }
+        let request = client.get(remote.at(&format!("/v1/approvals{query}")));
+        let (status, body) = remote.send(request).await?;
+        if body.get("error").is_some() || !status.is_success() {
+            crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+            bail!("the gateway answered {status}");
+        }
+        let page = |field: &str| {
+            body.get(field)
+                .and_then(serde_json::Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        approvals.extend(page("approvals"));
+        unreadable.extend(page("unreadable"));
+        match body.get("next_cursor").and_then(serde_json::Value::as_str) {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let all = serde_json::json!({"approvals": approvals, "unreadable": unreadable});
+    crate::emit(&format!("{}\n", serde_json::to_string_pretty(&all)?));
     Ok(ExitCode::SUCCESS)
 }

@@ -4,11 +4,15 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
+use oncegate_core::intent::IntentRecord;
 use oncegate_core::intent::IntentState;
 use oncegate_core::key::IntentKey;
-use oncegate_store::{IntentFilter, StoreRead};
+use oncegate_store::{IntentFilter, Listing, StoreRead};
 
 use crate::ConfigArg;
+
+/// Intents read from the store at a time.
+const PAGE: u32 = 500;
 
 #[derive(Debug, Subcommand)]
 pub enum IntentsCommand {
@@ -55,56 +59,35 @@ pub async fn run(command: IntentsCommand) -> anyhow::Result<ExitCode> {
                     Some(IntentState::parse(s).with_context(|| format!("`{s}` is not a state"))?)
                 }
             };
-            let filter = IntentFilter {
+            let mut filter = IntentFilter {
                 state,
                 capability,
                 breaker_tripped: false,
-                limit,
                 oldest_first: false,
                 updated_since: None,
                 ..IntentFilter::default()
             };
-            let listing = store.list_intents(&filter).await?;
-            let intents = &listing.items;
-            for r in intents {
-                if json {
-                    println!("{}", serde_json::to_string(r)?);
-                } else {
-                    println!(
-                        "{}  g{}  {:<14} {:<16} attempts {:<3} ref {:<10} effect {}",
-                        r.key,
-                        r.generation,
-                        r.capability,
-                        r.state.as_str(),
-                        r.attempts,
-                        r.business_ref.as_deref().unwrap_or("-"),
-                        r.effect_ref.as_deref().unwrap_or("-")
-                    );
-                }
-            }
-            // One unreadable row is reported by key; it never hides the others.
-            for u in &listing.unreadable {
-                if json {
-                    println!("{}", serde_json::json!({"unreadable": u}));
-                } else {
-                    println!(
-                        "{}  g{}  UNREADABLE: {}",
-                        u.key,
-                        u.generation.unwrap_or(0),
-                        u.problem
-                    );
+            // Page by page through the store's cursor, printing as it goes: `--limit`
+            // bounds what is printed, a page what is held in memory.
+            let (mut listed, mut unreadable) = (0u32, 0usize);
+            while listed < limit {
+                filter.limit = (limit - listed).min(PAGE);
+                let listing = store.list_intents(&filter).await?;
+                listed += u32::try_from(listing.items.len()).unwrap_or(u32::MAX);
+                unreadable += listing.unreadable.len();
+                print_page(&listing, json)?;
+                match listing.next {
+                    Some(next) => filter.after = Some(next),
+                    None => break,
                 }
             }
             if !json {
-                eprintln!("{} intent(s)", intents.len());
-                if !listing.unreadable.is_empty() {
-                    eprintln!(
-                        "{} row(s) could not be read; run `oncegate audit verify`",
-                        listing.unreadable.len()
-                    );
+                eprintln!("{listed} intent(s)");
+                if unreadable > 0 {
+                    eprintln!("{unreadable} row(s) could not be read; run `oncegate audit verify`");
                 }
             }
-            Ok(if listing.unreadable.is_empty() {
+            Ok(if unreadable == 0 {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
@@ -122,4 +105,38 @@ pub async fn run(command: IntentsCommand) -> anyhow::Result<ExitCode> {
             }
         }
     }
+}
+
+/// Prints one page of the listing: the intents, then the rows that could not be read
+/// (one unreadable row is reported by key; it never hides the others).
+fn print_page(listing: &Listing<IntentRecord>, json: bool) -> anyhow::Result<()> {
+    for r in &listing.items {
+        if json {
+            println!("{}", serde_json::to_string(r)?);
+        } else {
+            println!(
+                "{}  g{}  {:<14} {:<16} attempts {:<3} ref {:<10} effect {}",
+                r.key,
+                r.generation,
+                r.capability,
+                r.state.as_str(),
+                r.attempts,
+                r.business_ref.as_deref().unwrap_or("-"),
+                r.effect_ref.as_deref().unwrap_or("-")
+            );
+        }
+    }
+    for u in &listing.unreadable {
+        if json {
+            println!("{}", serde_json::json!({"unreadable": u}));
+        } else {
+            println!(
+                "{}  g{}  UNREADABLE: {}",
+                u.key,
+                u.generation.unwrap_or(0),
+                u.problem
+            );
+        }
+    }
+    Ok(())
 }

@@ -52,6 +52,17 @@ pub const DEFAULT_STORE_URL: &str = "sqlite://oncegate.db";
 /// The default listen address of `oncegate serve`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
+/// `[gateway] mcp_sessions_per_principal` when absent: live MCP sessions one principal
+/// holds on one gateway process before its least recently used one is ended.
+pub const DEFAULT_MCP_SESSIONS_PER_PRINCIPAL: u32 = 64;
+
+/// `[gateway] pending_approvals_per_agent` when absent: pending approvals one agent may
+/// have before a new held call of its is refused (OG-0058).
+pub const DEFAULT_PENDING_APPROVALS_PER_AGENT: u32 = 100;
+
+/// The most a per-principal budget may be.
+pub const MAX_BUDGET: u32 = 1_000_000;
+
 /// How long a provider may go on processing a request after its caller gave up, on top
 /// of the upstream timeout, for the default settle horizon. Providers and the proxies
 /// in front of them bound a request's processing by their own deadlines, commonly 60 s
@@ -551,6 +562,12 @@ pub struct GatewaySettings {
     pub limits: crate::limits::Limits,
     /// `[gateway.connections]`: connection caps and timeouts.
     pub connections: ConnectionSettings,
+    /// Live MCP sessions one principal holds on one process; opening one more ends its
+    /// least recently used session (never refuses the new one).
+    pub mcp_sessions_per_principal: u32,
+    /// Pending approvals one agent may have; a new held call beyond is refused
+    /// (OG-0058).
+    pub pending_approvals_per_agent: u32,
 }
 
 /// A config problem that is not an error but that a careful reader wants to know.

@@ -104,6 +104,8 @@ pub(super) struct RawGateway {
     pub(super) max_answer_bytes: Option<usize>,
     pub(super) max_answer_depth: Option<usize>,
     pub(super) connections: Option<RawConnections>,
+    pub(super) mcp_sessions_per_principal: Option<i64>,
+    pub(super) pending_approvals_per_agent: Option<i64>,
 }
 
 #[derive(Deserialize)]

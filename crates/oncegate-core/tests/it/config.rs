@@ -729,3 +729,34 @@ fn telemetry_is_off_by_default_and_its_fields_are_checked() {
     assert_eq!(errors[1].field, "capabilities[1].traced_arguments[2]");
     assert!(errors[0].line == line_of(&twice, "traced_arguments"));
 }
+
+#[test]
+fn per_principal_budgets_default_and_refuse_zero_at_their_line() {
+    let r = payments();
+    assert_eq!(r.gateway.mcp_sessions_per_principal, 64);
+    assert_eq!(r.gateway.pending_approvals_per_agent, 100);
+    let set = base().replace(
+        "listen = \"127.0.0.1:7878\"",
+        "listen = \"127.0.0.1:7878\"\nmcp_sessions_per_principal = 8\npending_approvals_per_agent = 3",
+    );
+    let r = parse(&set).unwrap();
+    assert_eq!(
+        (
+            r.gateway.mcp_sessions_per_principal,
+            r.gateway.pending_approvals_per_agent
+        ),
+        (8, 3)
+    );
+    for field in ["mcp_sessions_per_principal", "pending_approvals_per_agent"] {
+        for bad in ["0", "-1", "5000000000"] {
+            let text = base().replace(
+                "listen = \"127.0.0.1:7878\"",
+                &format!("listen = \"127.0.0.1:7878\"\n{field} = {bad}"),
+            );
+            let e = error_for(&text);
+            assert_eq!(e.field, format!("gateway.{field}"), "{e}");
+            assert_eq!(e.line, line_of(&text, &format!("{field} = {bad}")), "{e}");
+            assert!(e.to_string().contains("out of range"), "{e}");
+        }
+    }
+}

@@ -7,7 +7,7 @@
 //! decision returns shows that outcome (the effect reference, or the provider's error).
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum_extra::extract::CookieJar;
@@ -15,12 +15,13 @@ use maud::{Markup, html};
 use oncegate_core::config::Role;
 use oncegate_core::decide::{Choice, MAX_NOTE_CHARS};
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord, Outcome, Status};
-use oncegate_store::StoreRead;
+use oncegate_store::{ApprovalFilter, StoreRead};
 
 use super::page::{Section, json, key_link, notice, or_dash, page, when};
 use super::session::Session;
 use super::{csrf_field, failure, html_page, posted, refusal, tz, viewer};
 use crate::error::ApiError;
+use crate::paging::{self, Listing};
 use crate::routes::approvals::detail::ApprovalDetail;
 use crate::state::AppState;
 use crate::upstream::preview::RequestPreview;
@@ -28,21 +29,60 @@ use crate::upstream::preview::RequestPreview;
 /// How many decided approvals the queue page lists under the pending ones.
 const RECENT: usize = 20;
 
-/// `GET /console/approvals`.
-pub(super) async fn queue(State(state): State<AppState>, jar: CookieJar) -> Response {
+/// Pending approvals per page of the queue.
+pub(super) const QUEUE_PAGE: u32 = 50;
+
+/// How many of the newest approvals the "recently decided" list is drawn from.
+const RECENT_FROM: u32 = 200;
+
+/// `GET /console/approvals?cursor=`: a page of the queue.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct QueueQuery {
+    cursor: Option<String>,
+}
+
+/// `GET /console/approvals`: the pending queue, [`QUEUE_PAGE`] at a time, oldest first.
+pub(super) async fn queue(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    query: Result<Query<QueueQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     let session = match viewer(&state, &jar, Section::Approvals) {
         Ok(s) => s,
         Err(r) => return *r,
     };
+    let q = query.map(|Query(q)| q).unwrap_or_default();
+    let after = match paging::decode(Listing::Approvals, q.cursor.as_deref()) {
+        Ok(after) => after,
+        Err(e) => return failure(&session, &e),
+    };
+    let first_page = after.is_none();
     let store = state.gate().store();
-    let pending = match store.list_approvals(Some(ApprovalState::Pending)).await {
+    let pending = ApprovalFilter {
+        state: Some(ApprovalState::Pending),
+        limit: QUEUE_PAGE,
+        after,
+        ..ApprovalFilter::default()
+    };
+    let pending = match store.list_approvals(&pending).await {
         Ok(l) => l,
         Err(e) => return failure(&session, &ApiError::from(e)),
     };
-    let all = match store.list_approvals(None).await {
+    let newest = ApprovalFilter {
+        limit: RECENT_FROM,
+        newest_first: true,
+        ..ApprovalFilter::default()
+    };
+    let all = match store.list_approvals(&newest).await {
         Ok(l) => l,
         Err(e) => return failure(&session, &ApiError::from(e)),
     };
+    let next_page = pending.next.as_ref().map(|n| {
+        format!(
+            "/console/approvals?cursor={}",
+            paging::encode(Listing::Approvals, n)
+        )
+    });
     let mut cards = Vec::new();
     for approval in &pending.items {
         let record = store
@@ -69,11 +109,19 @@ pub(super) async fn queue(State(state): State<AppState>, jar: CookieJar) -> Resp
     decided.sort_by_key(|a| std::cmp::Reverse(a.decided_at.unwrap_or(a.created_at)));
     let tz = tz(&state);
     let body = html! {
-        h2 { "Pending (" (pending.items.len()) ")" }
+        h2 {
+            "Pending (" (pending.items.len())
+            @if next_page.is_some() { " on this page, oldest first" }
+            ")"
+        }
         @if pending.items.is_empty() {
             p.muted { "Nothing is waiting for a decision." }
         }
         @for card in cards { (card) }
+        nav.pager aria-label="Pending approvals pages" {
+            @if !first_page { a href="/console/approvals" { "First page" } " " }
+            @if let Some(next) = &next_page { a rel="next" href=(next) { "Next page" } }
+        }
         @if !pending.unreadable.is_empty() {
             (notice(false, &format!("{} approval rows could not be read (see the audit chain's Verify).", pending.unreadable.len())))
         }

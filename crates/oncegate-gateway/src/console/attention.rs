@@ -21,7 +21,7 @@ use maud::html;
 use oncegate_core::config::Role;
 use oncegate_core::intent::{Alert, ApprovalReason, ApprovalState, IntentState, Outcome};
 use oncegate_core::key::IntentKey;
-use oncegate_store::{IntentFilter, StoreRead};
+use oncegate_store::{ApprovalFilter, IntentFilter, StoreRead};
 
 use super::approvals::state_badge;
 use super::page::{Section, key_link, notice, or_dash, page as frame, when};
@@ -98,6 +98,9 @@ fn describe(alert: &Alert) -> String {
             replays,
             window_seconds,
         } => format!("Replay storm: {replays} repeats within {window_seconds} s"),
+        Alert::ApprovalQueueFull { pending, max } => format!(
+            "Approval queue full: {pending} pending approvals (max {max}); new held calls are refused (OG-0058)"
+        ),
     }
 }
 
@@ -121,7 +124,13 @@ pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Respo
     let unknown = store.list_intents(&unknown);
     let tripped = store.list_intents(&tripped);
     // Pending only: what is held needs a person; decided ones are on the approvals page.
-    let approvals = store.list_approvals(Some(ApprovalState::Pending));
+    // The oldest 500, like the intents: the page stays bounded under a flood.
+    let pending = ApprovalFilter {
+        state: Some(ApprovalState::Pending),
+        limit: crate::paging::MAX_LIMIT,
+        ..ApprovalFilter::default()
+    };
+    let approvals = store.list_approvals(&pending);
     let (unknown, tripped, approvals) = match tokio::join!(unknown, tripped, approvals) {
         (Ok(u), Ok(t), Ok(a)) => (u.items, t.items, a.items),
         (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {

@@ -45,10 +45,16 @@ pub async fn authenticate(
     if let Some(id) = &session
         && sessions.owner(id).await.as_deref() != Some(principal.name.as_str())
     {
+        // 404 either way: a client re-initialises on it. An evicted session says why.
+        let message = if sessions.was_evicted(id) {
+            "session ended: its principal opened more MCP sessions than gateway.mcp_sessions_per_principal allows, and this was the least recently used; initialize a new session"
+        } else {
+            "session not found"
+        };
         return jsonrpc_error(
             axum::http::StatusCode::NOT_FOUND,
             ErrorCode::INVALID_REQUEST,
-            "session not found",
+            message,
         );
     }
     let method = parts.method.clone();

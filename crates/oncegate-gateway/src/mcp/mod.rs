@@ -43,7 +43,7 @@ pub use crate::wire::OUTCOME_META_KEY;
 /// `/mcp`, authenticated by [`authenticate`] before rmcp reads anything; merged into the
 /// gateway's router.
 pub fn router<S: Clone + Send + Sync + 'static>(state: AppState) -> Router<S> {
-    let sessions = Sessions::of(state.gate());
+    let sessions = Sessions::of(state.gate(), Arc::new(LocalSessionManager::default()));
     let mcp = tower::ServiceBuilder::new()
         .layer(axum::middleware::from_fn_with_state(
             auth::Auth {
@@ -77,9 +77,5 @@ pub fn service(
     // is restored from its `initialize` parameters.
     config.session_store = Some(Arc::new(sessions.clone()));
     let surface = McpSurface::new(state);
-    StreamableHttpService::new(
-        move || Ok(surface.session()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    )
+    StreamableHttpService::new(move || Ok(surface.session()), sessions.manager(), config)
 }

@@ -14,16 +14,26 @@
 //! another replica is refused here within a second); a miss reads the store. A session in use is touched in
 //! the store every [`TOUCH_EVERY`], and sessions idle for longer than rmcp keeps an
 //! idle session ([`IDLE`]) are pruned from it.
+//!
+//! Each principal holds at most `gateway.mcp_sessions_per_principal` live sessions in
+//! one process: opening one more ends its least recently used session (closed in rmcp,
+//! deleted from the store), never refuses the new one, so an agent that lost its
+//! session id is never locked out. The ended session's next request is answered 404
+//! with the reason (`oncegate_mcp_sessions_evicted_total` counts them). A session
+//! idle past [`IDLE`] is closed in rmcp too when the cache drops it: rmcp's worker
+//! ends at its keep-alive, but its handle stays in the manager's map until closed.
+//! What one session costs inside rmcp (its worker task, channels and the handler) is
+//! rmcp's; the cap is what bounds it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
 use oncegate_engine::{Clock, Gate};
 use oncegate_store::{McpSession, Store, StoreRead, StoreWrite};
-use rmcp::transport::streamable_http_server::session::local::SessionConfig;
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::transport::streamable_http_server::session::{
-    SessionState, SessionStore, SessionStoreError,
+    SessionManager, SessionState, SessionStore, SessionStoreError,
 };
 
 /// How long an unused session lives: rmcp's keep-alive of an idle session (the default
@@ -40,6 +50,16 @@ pub const TOUCH_EVERY: SignedDuration = SignedDuration::from_secs(60);
 /// (DELETE) on another replica is refused here within this long.
 pub const CONFIRM_EVERY: SignedDuration = SignedDuration::from_secs(1);
 
+/// How many ended sessions' ids are kept to tell their next request why.
+const EVICTED_KEPT: usize = 4096;
+
+/// Recently evicted session ids: a set to look up, a queue to forget the oldest.
+#[derive(Default)]
+struct Evicted {
+    ids: HashSet<String>,
+    order: VecDeque<String>,
+}
+
 /// Who opened each MCP session, and rmcp's session state: in the store, owners cached.
 #[derive(Clone)]
 pub struct Sessions {
@@ -50,6 +70,13 @@ pub struct Sessions {
     owners: Arc<Mutex<HashMap<String, Cached>>>,
     /// When idle sessions were last pruned from the store.
     pruned: Arc<Mutex<Option<Timestamp>>>,
+    /// rmcp's live sessions in this process: an evicted or idle one is closed there.
+    manager: Arc<LocalSessionManager>,
+    /// Live sessions one principal may hold in this process.
+    per_principal: usize,
+    /// Sessions recently ended to make room (at most [`EVICTED_KEPT`], oldest dropped
+    /// first).
+    evicted: Arc<Mutex<Evicted>>,
 }
 
 #[derive(Clone)]
@@ -62,14 +89,34 @@ struct Cached {
 }
 
 impl Sessions {
-    /// The sessions of a gateway on `gate`'s store (timed by its clock).
-    pub fn of(gate: &Gate) -> Self {
+    /// The sessions of a gateway on `gate`'s store (timed by its clock), rmcp's live
+    /// ones in `manager`.
+    pub fn of(gate: &Gate, manager: Arc<LocalSessionManager>) -> Self {
+        let per_principal = gate.registry().gateway.mcp_sessions_per_principal;
         Self {
             store: gate.store().clone(),
             clock: gate.clock().clone(),
             owners: Arc::default(),
             pruned: Arc::default(),
+            manager,
+            per_principal: usize::try_from(per_principal).unwrap_or(usize::MAX),
+            evicted: Arc::default(),
         }
+    }
+
+    /// rmcp's session manager these sessions live in.
+    pub fn manager(&self) -> Arc<LocalSessionManager> {
+        Arc::clone(&self.manager)
+    }
+
+    /// Whether session `id` was ended here to make room for a newer session of its
+    /// principal (its next request is told so).
+    pub fn was_evicted(&self, id: &str) -> bool {
+        self.evicted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ids
+            .contains(id)
     }
 
     fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
@@ -81,7 +128,7 @@ impl Sessions {
     /// `None` for a session nobody bound, or when the store cannot say (the session is
     /// then refused, never guessed).
     pub async fn owner(&self, id: &str) -> Option<String> {
-        if !plausible(id) {
+        if !plausible(id) || self.was_evicted(id) {
             return None;
         }
         let now = self.clock.now();
@@ -125,7 +172,8 @@ impl Sessions {
         if now.duration_since(stored.updated_at) >= TOUCH_EVERY {
             self.touch(id, now).await;
         }
-        self.remember(id, &principal, now);
+        let idle = self.remember(id, &principal, now);
+        self.close_in_rmcp(idle);
         Some(principal)
     }
 
@@ -133,7 +181,9 @@ impl Sessions {
     /// at most every [`TOUCH_EVERY`]).
     pub async fn bind(&self, id: &str, principal: &str) {
         let now = self.clock.now();
-        self.remember(id, principal, now);
+        let idle = self.remember(id, principal, now);
+        self.close_in_rmcp(idle);
+        self.make_room(id, principal, now).await;
         let session = McpSession {
             id: id.to_owned(),
             principal: Some(principal.to_owned()),
@@ -160,10 +210,17 @@ impl Sessions {
     }
 
     /// Cached owners idle longer than rmcp keeps an idle session are dropped here, so
-    /// the map cannot grow without bound.
-    fn remember(&self, id: &str, principal: &str, now: Timestamp) {
+    /// the map cannot grow without bound; their ids are returned, to be closed in rmcp.
+    fn remember(&self, id: &str, principal: &str, now: Timestamp) -> Vec<String> {
         let mut owners = self.owners();
-        owners.retain(|_, cached| now.duration_since(cached.used) < IDLE);
+        let mut idle = Vec::new();
+        owners.retain(|session, cached| {
+            let live = now.duration_since(cached.used) < IDLE;
+            if !live {
+                idle.push(session.clone());
+            }
+            live
+        });
         owners.insert(
             id.to_owned(),
             Cached {
@@ -173,6 +230,68 @@ impl Sessions {
                 confirmed: now,
             },
         );
+        idle
+    }
+
+    /// Ends `principal`'s least recently used sessions while it holds more than
+    /// `mcp_sessions_per_principal` (never `newest`, the one just opened).
+    async fn make_room(&self, newest: &str, principal: &str, now: Timestamp) {
+        let ended: Vec<String> = {
+            let mut owners = self.owners();
+            let mut held: Vec<(Timestamp, String)> = owners
+                .iter()
+                .filter(|(id, c)| c.principal == principal && id.as_str() != newest)
+                .map(|(id, c)| (c.used, id.clone()))
+                .collect();
+            // The new session counts too: keep per_principal - 1 of the others.
+            let over = (held.len() + 1).saturating_sub(self.per_principal);
+            held.sort();
+            held.truncate(over);
+            for (_, id) in &held {
+                owners.remove(id);
+            }
+            held.into_iter().map(|(_, id)| id).collect()
+        };
+        if ended.is_empty() {
+            return;
+        }
+        {
+            let mut evicted = self.evicted.lock().unwrap_or_else(|e| e.into_inner());
+            for id in &ended {
+                evicted.ids.insert(id.clone());
+                evicted.order.push_back(id.clone());
+            }
+            while evicted.order.len() > EVICTED_KEPT {
+                if let Some(old) = evicted.order.pop_front() {
+                    evicted.ids.remove(&old);
+                }
+            }
+        }
+        metrics::counter!("oncegate_mcp_sessions_evicted_total").increment(ended.len() as u64);
+        tracing::info!(%principal, ended = ended.len(), max = self.per_principal, "MCP sessions over the per-principal cap: least recently used ended");
+        for id in &ended {
+            if let Err(e) = self.store.delete_mcp_session(id, now - IDLE).await {
+                tracing::warn!(error = %e, "an evicted MCP session could not be removed from the store; it is pruned once idle");
+            }
+        }
+        self.close_in_rmcp(ended);
+    }
+
+    /// Closes sessions in rmcp (their worker, channels and handler; their handle in
+    /// the manager's map), in the background: a busy worker does not delay the caller.
+    fn close_in_rmcp(&self, ids: Vec<String>) {
+        if ids.is_empty() {
+            return;
+        }
+        let manager = Arc::clone(&self.manager);
+        tokio::spawn(async move {
+            for id in ids {
+                let id: Arc<str> = id.into();
+                if let Err(e) = manager.close_session(&id).await {
+                    tracing::debug!(error = %e, "an MCP session could not be closed in rmcp");
+                }
+            }
+        });
     }
 
     /// Marks a session used in the store (its `updated_at`), keeping what is stored.

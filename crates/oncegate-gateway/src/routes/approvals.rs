@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use oncegate_core::config::{Capability, Role};
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalState, Outcome};
-use oncegate_store::StoreRead;
+use oncegate_store::{ApprovalFilter, StoreRead};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -22,17 +22,22 @@ use super::calls::envelope_response;
 use super::{json_body, parse_state, require};
 use crate::error::ApiError;
 use crate::front::Door;
+use crate::paging::{self, Listing};
 use crate::state::{AppState, Principal};
 use crate::trace::Parent;
 use crate::wire::Envelope;
 
-/// `GET /v1/approvals` filter.
+/// `GET /v1/approvals` filter and page.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub(crate) struct ApprovalQuery {
     state: Option<String>,
+    /// At most this many, oldest first (default 100, at most 500).
+    limit: Option<u32>,
+    /// The `next_cursor` of the page before (absent: the first page).
+    cursor: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalQuery), responses((status = 200, description = "{\"approvals\": [...]}")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalQuery), responses((status = 200, description = "{\"approvals\": [...], \"next_cursor\": ...}, oldest first; next_cursor is null on the last page"), (status = 422, description = "malformed cursor")), security(("bearer" = [])))]
 pub(crate) async fn list_approvals(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -45,8 +50,22 @@ pub(crate) async fn list_approvals(
         ApprovalState::parse,
         "an approval state",
     )?;
-    let list = state.gate().store().list_approvals(st).await?;
-    Ok(Json(json!({"approvals": list.items, "unreadable": list.unreadable})).into_response())
+    let after = paging::decode(Listing::Approvals, q.cursor.as_deref())?;
+    let list = state
+        .gate()
+        .store()
+        .list_approvals(&ApprovalFilter {
+            state: st,
+            limit: paging::limit(q.limit),
+            after,
+            ..ApprovalFilter::default()
+        })
+        .await?;
+    let next_cursor = list.next.map(|n| paging::encode(Listing::Approvals, &n));
+    Ok(Json(
+        json!({"approvals": list.items, "unreadable": list.unreadable, "next_cursor": next_cursor}),
+    )
+    .into_response())
 }
 
 /// `POST /v1/approvals/{id}/{approve,deny}` body (optional: an empty body is none).

@@ -12,17 +12,20 @@ use serde_json::json;
 
 use super::{json_body, require};
 use crate::error::ApiError;
+use crate::paging::{self, Listing};
 use crate::state::AppState;
 
 /// `GET /v1/findings` query.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct FindingsQuery {
-    /// At most this many, newest first (default 100).
+    /// At most this many, newest first (default 100, at most 500).
     limit: Option<u32>,
+    /// The `next_cursor` of the page before (absent: the first page).
+    cursor: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/findings", tag = "detection", params(FindingsQuery), responses((status = 200, description = "findings, newest first")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/findings", tag = "detection", params(FindingsQuery), responses((status = 200, description = "{\"findings\": [...], \"next_cursor\": ...}, newest first; next_cursor is null on the last page"), (status = 422, description = "malformed cursor")), security(("bearer" = [])))]
 pub(crate) async fn list_findings(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -31,11 +34,13 @@ pub(crate) async fn list_findings(
     let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin, Role::Approver])?;
     let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let findings = state
+    let after = paging::decode(Listing::Findings, query.cursor.as_deref())?;
+    let (findings, next) = state
         .gate()
-        .findings(query.limit.unwrap_or(100).min(1000))
+        .findings_page(paging::limit(query.limit), after.as_ref())
         .await?;
-    Ok(Json(json!({"findings": findings})).into_response())
+    let next_cursor = next.map(|n| paging::encode(Listing::Findings, &n));
+    Ok(Json(json!({"findings": findings, "next_cursor": next_cursor})).into_response())
 }
 
 #[utoipa::path(get, path = "/v1/admin/holds", tag = "detection", responses((status = 200, description = "the holds that are on")), security(("bearer" = [])))]

@@ -8,12 +8,12 @@ use axum::response::{IntoResponse, Response};
 use oncegate_core::config::Role;
 use oncegate_core::intent::IntentState;
 use oncegate_core::key::IntentKey;
-use oncegate_store::{IntentFilter, StoreRead};
+use oncegate_store::{IntentFilter, PageAfter, StoreRead};
 use serde::Deserialize;
-use serde_json::json;
 
 use super::{parse_state, require};
 use crate::error::ApiError;
+use crate::paging::{self, Listing, Page};
 use crate::state::AppState;
 
 #[utoipa::path(get, path = "/v1/intents/{key}", tag = "intents", params(("key" = String, Path, description = "intent key")), responses((status = 200, description = "the intent record (latest generation)"), (status = 404, description = "no such intent")), security(("bearer" = [])))]
@@ -35,15 +35,19 @@ pub(crate) async fn get_intent(
     }
 }
 
-/// `GET /v1/intents` filters.
+/// `GET /v1/intents` filters and page.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub(crate) struct IntentQuery {
     state: Option<String>,
     capability: Option<String>,
+    /// At most this many, newest first (default 100, at most 500; a page also ends
+    /// early once it holds about 2 MiB of JSON).
     limit: Option<u32>,
+    /// The `next_cursor` of the page before (absent: the first page).
+    cursor: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/intents", tag = "intents", params(IntentQuery), responses((status = 200, description = "{\"intents\": [...]}, newest first")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/intents", tag = "intents", params(IntentQuery), responses((status = 200, description = "{\"intents\": [...], \"unreadable\": [...], \"next_cursor\": ...}, newest first; next_cursor is null on the last page"), (status = 422, description = "malformed cursor")), security(("bearer" = [])))]
 pub(crate) async fn list_intents(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -52,19 +56,39 @@ pub(crate) async fn list_intents(
     let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin, Role::Approver])?;
     let st = parse_state(q.state.as_deref(), IntentState::parse, "a state")?;
-    let list = state
-        .gate()
-        .store()
-        .list_intents(&IntentFilter {
-            state: st,
-            capability: q.capability,
-            breaker_tripped: false,
-            limit: q.limit.unwrap_or(100),
-            oldest_first: false,
-            updated_since: None,
-            ..IntentFilter::default()
-        })
-        .await?;
-    // An unreadable row is reported by key; it never fails the whole listing.
-    Ok(Json(json!({"intents": list.items, "unreadable": list.unreadable})).into_response())
+    let mut filter = IntentFilter {
+        state: st,
+        capability: q.capability,
+        after: paging::decode(Listing::Intents, q.cursor.as_deref())?,
+        ..IntentFilter::default()
+    };
+    // Read in chunks, so one listing holds a chunk and a page, never `limit` records of
+    // the largest arguments at once.
+    let mut page = Page::new(paging::limit(q.limit));
+    let mut unreadable = Vec::new();
+    let more = loop {
+        filter.limit = page.room().min(paging::CHUNK);
+        let chunk = state.gate().store().list_intents(&filter).await?;
+        // An unreadable row is reported by key; it never fails the whole listing.
+        unreadable.extend(chunk.unreadable);
+        let mut stopped = false;
+        for record in &chunk.items {
+            if page.is_full() {
+                stopped = true;
+                break;
+            }
+            page.push(record, PageAfter::of_intent(record))?;
+        }
+        // Rows left in the chunk, or beyond it in the store, make a next page.
+        match chunk.next {
+            _ if stopped => break true,
+            None => break false,
+            Some(_) if page.is_full() => break true,
+            Some(next) => filter.after = Some(next),
+        }
+    };
+    let next_cursor = page
+        .next(more)
+        .map(|n| paging::encode(Listing::Intents, &n));
+    page.respond("intents", &unreadable, next_cursor)
 }

@@ -56,7 +56,7 @@ const POLICY: &str = r#"
 permit (principal, action == Action::"refund", resource);
 "#;
 
-async fn gateway(dir: &Path) -> (String, String) {
+pub(crate) async fn gateway(dir: &Path) -> (String, String) {
     install_crypto();
     let sandbox = start_sandbox().await;
     std::fs::write(dir.join("p.cedar"), POLICY).unwrap();
@@ -156,7 +156,7 @@ async fn post(gw: &str, path: &str, cookie: &str, body: &str) -> (u16, String) {
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
-async fn held(gw: &str, order: &str) -> String {
+pub(crate) async fn held(gw: &str, order: &str) -> String {
     let v: Value = http()
         .post(format!("{gw}/v1/calls"))
         .bearer_auth("tok-agent")

@@ -1,6 +1,7 @@
 //! oncegate-gateway integration tests.
 
 mod approvals;
+mod budgets;
 mod claims;
 mod console;
 mod front_door;

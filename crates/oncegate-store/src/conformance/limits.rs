@@ -151,7 +151,7 @@ pub async fn findings<S: Backend>(store: &S) {
         audit_before,
         "the lost raise writes no audit record"
     );
-    let listed = store.findings(10).await.unwrap();
+    let listed = store.findings(10, None).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0], finding("f_one"), "a finding round-trips");
 
@@ -183,6 +183,6 @@ pub async fn findings<S: Backend>(store: &S) {
             .is_empty(),
         "a delivered finding is not sent again"
     );
-    let stored = &store.findings(10).await.unwrap()[0];
+    let stored = &store.findings(10, None).await.unwrap()[0];
     assert_eq!((stored.delivered_at, stored.attempts), (Some(at(101)), 2));
 }

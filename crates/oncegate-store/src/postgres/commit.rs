@@ -492,11 +492,11 @@ async fn write_approval(
 ) -> Result<(), StoreError> {
     let PreparedApproval { stored, body, seal } = prepared;
     let sql = if stored.version == 1 {
-        "INSERT INTO approvals (id, key, generation, state, created_at, version, body, audit_shard, audit_seq, row_hash)
-         VALUES ($1, $2, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING"
+        "INSERT INTO approvals (id, key, generation, state, created_at, version, body, audit_shard, audit_seq, row_hash, principal, expires_at)
+         VALUES ($1, $2, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10, $11, $12::timestamptz) ON CONFLICT (id) DO NOTHING"
     } else {
         "UPDATE approvals SET key = $2, generation = $3, state = $4, created_at = $5::timestamptz, version = $6, body = $7,
-                audit_shard = $8, audit_seq = $9, row_hash = $10
+                audit_shard = $8, audit_seq = $9, row_hash = $10, principal = $11, expires_at = $12::timestamptz
          WHERE id = $1 AND version = $6 - 1"
     };
     let rows = sqlx::query(sql)
@@ -510,6 +510,8 @@ async fn write_approval(
         .bind(i64::from(shard))
         .bind(seq as i64)
         .bind(&seal.hash)
+        .bind(&stored.principal)
+        .bind(ts(stored.expires_at))
         .execute(&mut *conn)
         .await
         .map_err(db_error)?

@@ -9,7 +9,7 @@
 //! file with it.
 
 use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow};
-use oncegate_core::intent::{Approval, ApprovalState, IntentRecord};
+use oncegate_core::intent::{Approval, IntentRecord};
 use oncegate_core::key::IntentKey;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
@@ -18,7 +18,10 @@ use super::{PgStore, corrupt, from_micros, ts, unavailable};
 use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, SwitchRowV1};
-use crate::{IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead, UnreadableRow};
+use crate::{
+    ApprovalFilter, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
+    UnreadableRow,
+};
 use crate::{controls, ledger};
 
 fn row_data(row: &PgRow, kind: RowKind) -> RowData {
@@ -281,7 +284,14 @@ impl StoreRead for PgStore {
             .fetch_all(&mut *self.conn().await?)
             .await
             .map_err(unavailable)?;
-        let mut listing = Listing::default();
+        let (rows, next) = listing::page_of(Dialect::Postgres, rows, Some(filter.limit), |r| {
+            let row = row_data(r, RowKind::Intent);
+            (r.get("sort_at"), row.id, row.generation)
+        });
+        let mut listing = Listing {
+            next,
+            ..Listing::default()
+        };
         for r in &rows {
             let row = row_data(r, RowKind::Intent);
             match listed::<IntentRowV1, _>(&row) {
@@ -317,17 +327,20 @@ impl StoreRead for PgStore {
 
     async fn list_approvals(
         &self,
-        state: Option<ApprovalState>,
+        filter: &ApprovalFilter,
     ) -> Result<Listing<Approval>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, generation, version, body, audit_shard, audit_seq, row_hash FROM approvals
-             WHERE ($1::text IS NULL OR state = $1) ORDER BY created_at, id",
-        )
-        .bind(state.map(|s| s.as_str()))
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(unavailable)?;
-        let mut listing = Listing::default();
+        let rows = listing::approvals_query(Dialect::Postgres, filter)
+            .fetch_all(&mut *self.conn().await?)
+            .await
+            .map_err(unavailable)?;
+        let limit = (filter.limit > 0).then_some(filter.limit);
+        let (rows, next) = listing::page_of(Dialect::Postgres, rows, limit, |r| {
+            (r.get("sort_at"), r.get("id"), 0)
+        });
+        let mut listing = Listing {
+            next,
+            ..Listing::default()
+        };
         for r in &rows {
             let row = row_data(r, RowKind::Approval);
             match listed::<ApprovalRowV1, _>(&row) {
@@ -343,6 +356,23 @@ impl StoreRead for PgStore {
             }
         }
         Ok(listing)
+    }
+
+    async fn pending_approvals_of(
+        &self,
+        principal: &str,
+        now: jiff::Timestamp,
+    ) -> Result<u32, StoreError> {
+        let row = sqlx::query(
+            "SELECT count(*) FROM approvals
+             WHERE state = 'pending' AND principal = $1 AND expires_at > $2::timestamptz",
+        )
+        .bind(principal)
+        .bind(ts(now))
+        .fetch_one(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        Ok(u32::try_from(row.get::<i64, _>(0)).unwrap_or(u32::MAX))
     }
 
     async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
@@ -503,14 +533,28 @@ impl StoreRead for PgStore {
         Ok(row.get(0))
     }
 
-    async fn findings(&self, limit: u32) -> Result<Vec<crate::FindingRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings ORDER BY raised_at DESC, id LIMIT $1",
-        )
-        .bind(i64::from(limit.max(1)))
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(unavailable)?;
+    async fn findings(
+        &self,
+        limit: u32,
+        after: Option<&crate::PageAfter>,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
+        let limit = i64::from(limit.max(1));
+        let query = match after {
+            None => sqlx::query(
+                "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings ORDER BY raised_at DESC, id DESC LIMIT $1",
+            )
+            .bind(limit),
+            Some(after) => sqlx::query(
+                "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings WHERE (raised_at, id) < ($2::timestamptz, $3) ORDER BY raised_at DESC, id DESC LIMIT $1",
+            )
+            .bind(limit)
+            .bind(ts(after.at))
+            .bind(after.id.clone()),
+        };
+        let rows = query
+            .fetch_all(&mut *self.conn().await?)
+            .await
+            .map_err(unavailable)?;
         rows.iter()
             .map(|r| Ok(finding_row(r)?.listed(self.legacy_before_ms())))
             .collect()

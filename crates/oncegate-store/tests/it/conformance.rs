@@ -150,3 +150,19 @@ async fn memory_store_unavailable_window_fails_closed_and_keeps_data() {
         2
     );
 }
+
+/// The paging check alone (also in the suite), for a quick run: `-E 'test(/listing_pages/)'`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_listing_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::scratch(&dir.path().join("p.db"))
+        .await
+        .unwrap();
+    oncegate_store::conformance::listing_pages(&store).await;
+}
+
+#[tokio::test]
+async fn memory_listing_pages() {
+    let store = oncegate_store::MemoryStore::new();
+    oncegate_store::conformance::listing_pages(&store).await;
+}

@@ -105,7 +105,7 @@ where
         "a cleared switch is off"
     );
     assert!(on.iter().all(|s| s.problem.is_none()), "{on:?}");
-    assert!(store.findings(10).await.unwrap()[0].problem.is_none());
+    assert!(store.findings(10, None).await.unwrap()[0].problem.is_none());
     let clean = verify_audit(store, None, "", &[], Walk::Full)
         .await
         .unwrap();
@@ -140,7 +140,7 @@ where
         }
         other => panic!("a deleted reservation must not make room in its budget: {other:?}"),
     }
-    assert!(store.findings(10).await.unwrap()[0].problem.is_some());
+    assert!(store.findings(10, None).await.unwrap()[0].problem.is_some());
 
     let report = verify_audit(store, None, "", &[], Walk::Full)
         .await

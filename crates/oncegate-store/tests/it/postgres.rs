@@ -105,6 +105,19 @@ async fn postgres_passes_the_conformance_suite() {
     }
 }
 
+/// The paging check alone (also in the suite), for a quick run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_listing_pages() {
+    let db = TestDb::create().await;
+    let store = db
+        .store(OpenMode::CreateIfMissing, StoreOptions::default())
+        .await
+        .unwrap();
+    oncegate_store::conformance::listing_pages(&store).await;
+    store.close().await;
+    db.drop().await;
+}
+
 /// Three pools on one database are three replicas: they commit concurrently to the same
 /// shards (four, so every shard sees all three), and every shard still chains without a
 /// fork, and every row matches the record that wrote it.

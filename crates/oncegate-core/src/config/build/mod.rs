@@ -20,7 +20,8 @@ use super::locate::{Locator, Seg, help_for_serde};
 use super::raw::{RawConfig, RawGateway, RawStore};
 use super::{
     BodyTemplate, Capability, ConfigEnv, ConfigError, ConfigErrors, ConfigWarning, DEFAULT_LISTEN,
-    DEFAULT_STORE_URL, GatewaySettings, McpServer, PrincipalConfig, Registry, StoreSettings,
+    DEFAULT_MCP_SESSIONS_PER_PRINCIPAL, DEFAULT_PENDING_APPROVALS_PER_AGENT, DEFAULT_STORE_URL,
+    GatewaySettings, MAX_BUDGET, McpServer, PrincipalConfig, Registry, StoreSettings,
 };
 use crate::policy::PolicyEngine;
 use crate::template::Template;
@@ -396,9 +397,21 @@ impl Builder<'_> {
             max_answer_bytes: None,
             max_answer_depth: None,
             connections: None,
+            mcp_sessions_per_principal: None,
+            pending_approvals_per_agent: None,
         });
         let limits = self.limits(&raw);
         let connections = self.connections(raw.connections);
+        let mcp_sessions_per_principal = self.budget(
+            "mcp_sessions_per_principal",
+            raw.mcp_sessions_per_principal,
+            DEFAULT_MCP_SESSIONS_PER_PRINCIPAL,
+        );
+        let pending_approvals_per_agent = self.budget(
+            "pending_approvals_per_agent",
+            raw.pending_approvals_per_agent,
+            DEFAULT_PENDING_APPROVALS_PER_AGENT,
+        );
         let tenant = raw.tenant.unwrap_or_else(|| "default".to_owned());
         let tz_name = raw.time_zone.unwrap_or_else(|| "UTC".to_owned());
         let time_zone = match self.env.time_zone(&tz_name) {
@@ -501,6 +514,25 @@ impl Builder<'_> {
             mcp_allowed_origins,
             limits,
             connections,
+            mcp_sessions_per_principal,
+            pending_approvals_per_agent,
+        }
+    }
+
+    /// A per-principal budget: a count of at least one (a zero budget would lock every
+    /// principal out), at most [`MAX_BUDGET`].
+    fn budget(&mut self, name: &str, value: Option<i64>, default: u32) -> u32 {
+        let v = value.unwrap_or(i64::from(default));
+        match u32::try_from(v) {
+            Ok(v) if (1..=MAX_BUDGET).contains(&v) => v,
+            _ => {
+                self.err(
+                    &[k("gateway"), k(name)],
+                    format!("{name} = {v} is out of range"),
+                    Some(&format!("use 1 to {MAX_BUDGET} (default {default})")),
+                );
+                default
+            }
         }
     }
 
