@@ -448,7 +448,10 @@ async fn simulate(
     let again = invoke(&gate, args.clone(), &up).await?;
     checks.push(Check {
         name: "timeout after commit".into(),
-        ok: up.count() == 1 && first.status == Status::Unknown && again.status != Status::Applied,
+        // Unknown, or at once held for a human (`escalate` with no read to ask).
+        ok: up.count() == 1
+            && matches!(first.status, Status::Unknown | Status::PendingApproval)
+            && again.status != Status::Applied,
         detail: format!(
             "first {}, repeat {}, {} effect(s) from {} execution(s)",
             first.status.as_str(),

@@ -210,6 +210,12 @@ pub(crate) const FAMILIES: &[Family] = &[
         "MCP sessions ended to keep a principal within mcp_sessions_per_principal",
     ),
     family(
+        "oncegate_tool_changes_total",
+        Counter,
+        &["server"],
+        "Fronted tools held because their server changed a pinned definition",
+    ),
+    family(
         "oncegate_auth_failures_total",
         Counter,
         &[],
@@ -258,7 +264,7 @@ pub(crate) fn describe() {
 pub(crate) fn export_at_zero(registry: &Registry) {
     for f in FAMILIES {
         match (f.kind, f.labels) {
-            (Counter, []) => metrics::counter!(f.name).absolute(0),
+            (Counter, []) => metrics::counter!(f.name).increment(0),
             (Gauge, []) => metrics::gauge!(f.name).increment(0.0),
             (Counter, [label]) if !fixed_values(f.name).is_empty() => {
                 for v in fixed_values(f.name) {
