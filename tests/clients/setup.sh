@@ -17,10 +17,13 @@
 #   - promtool (crates/oncegate-cli/tests/it/metrics.rs): Prometheus's `promtool`, to
 #     check /metrics, taken out of Debian's `prometheus` package (`apt-get download`, no
 #     install, no root: nothing starts a Prometheus server) into target/promtool.
+#   - openapi (crates/oncegate-cli/tests/it/openapi.rs): PyPI `openapi-spec-validator`,
+#     pinned with every dependency (openapi/requirements.txt), into
+#     target/openapi-tools/venv, to validate the served OpenAPI document.
 #   - faketime (crates/oncegate-cli/tests/{it,replicas}/clocks.rs): Debian's `faketime`
 #     (libfaketime.so.1, preloaded into a gateway to give it a wrong or stepping wall
 #     clock), with apt-get, as the browser. Needs root (or sudo) the first time.
-# `setup.sh` does all six; `setup.sh mcp-clients` (or another part's name) one of them.
+# `setup.sh` does all seven; `setup.sh mcp-clients` (or another part's name) one of them.
 # Idempotent and cached: per part, a stamp holding a hash of what it was built from (for
 # the Python client, its sources too) skips the work when nothing changed. Safe to run
 # concurrently (nextest runs tests in parallel processes, each of which may call it): one
@@ -42,11 +45,11 @@ client_reqs="$client_src/tests/requirements.txt"
 conformance_dir="$here/../conformance"
 
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser faketime promtool)
+[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser faketime promtool openapi)
 for part in "${parts[@]}"; do
   case "$part" in
-    mcp-clients | python-client | conformance | browser | faketime | promtool) ;;
-    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser, faketime, promtool)" >&2; exit 2 ;;
+    mcp-clients | python-client | conformance | browser | faketime | promtool | openapi) ;;
+    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser, faketime, promtool, openapi)" >&2; exit 2 ;;
   esac
 done
 
@@ -225,6 +228,22 @@ setup_promtool() {
   echo "promtool: ready ($bin)" >&2
 }
 
+setup_openapi() {
+  command -v python3 >/dev/null 2>&1 || { echo "openapi: FATAL: python3 is not on PATH" >&2; exit 1; }
+  local out="$root/target/openapi-tools" reqs="$here/openapi/requirements.txt" want
+  want="$( { cat "$here/setup.sh" "$reqs"; python3 --version 2>&1; } | sha256sum | cut -d' ' -f1)"
+  if [[ -f "$out/stamp" && "$(cat "$out/stamp")" == "$want" && -x "$out/venv/bin/openapi-spec-validator" ]]; then
+    return 0
+  fi
+  echo "openapi: creating the virtualenv at $out/venv" >&2
+  rm -rf "$out" && mkdir -p "$out"
+  python3 -m venv "$out/venv"
+  "$out/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$reqs" >&2 \
+    || { echo "openapi: FATAL: pip install -r $reqs failed" >&2; exit 1; }
+  echo "$want" >"$out/stamp"
+  echo "openapi: ready" >&2
+}
+
 for part in "${parts[@]}"; do
   case "$part" in
     mcp-clients) setup_mcp_clients ;;
@@ -233,5 +252,6 @@ for part in "${parts[@]}"; do
     browser) setup_browser ;;
     faketime) setup_faketime ;;
     promtool) setup_promtool ;;
+    openapi) setup_openapi ;;
   esac
 done

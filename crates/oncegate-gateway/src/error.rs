@@ -155,12 +155,35 @@ fn refusal(code: Code, message: &str) -> CallToolResult {
     result
 }
 
+/// The one error envelope every refusal of the JSON API answers with: what
+/// [`crate::error::ApiError`] serialises, so the schema is the wire.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The code and the sentence of an [`ErrorBody`].
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// A stable code (`OG-0001` ...), listed in docs/error-codes.md.
+    #[schema(pattern = "^OG-[0-9]{4}$", example = "OG-0054")]
+    pub code: &'static str,
+    /// What happened and what to do, for a human or a model.
+    pub message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code, message) = self.parts();
         let mut response = (
             status,
-            Json(json!({"error": {"code": code, "message": message}})),
+            Json(ErrorBody {
+                error: ErrorDetail {
+                    code: code.as_str(),
+                    message,
+                },
+            }),
         )
             .into_response();
         if status == StatusCode::UNAUTHORIZED {

@@ -3,6 +3,7 @@
 
 use axum::Json;
 
+use crate::error::{ErrorBody, ErrorDetail};
 use crate::routes::admin::KillBody;
 use crate::routes::approvals::DecisionBody;
 use crate::routes::approvals::detail::{ApprovalDetail, HeldBecause, HeldIntent, MoneyArgument};
@@ -19,8 +20,8 @@ use crate::wire::Envelope;
 #[openapi(
     info(title = "oncegate", description = "One intent, at most one effect: the JSON API for orchestrators without MCP."),
     paths(calls::post_call, claims::post_claim, claims::complete, claims::heartbeat, intents::list_intents, intents::get_intent, approvals::list_approvals, approvals::detail::get_approval, approvals::approve, approvals::deny, calls::derive_key, audit::audit_verify, audit::audit_export, admin::reset_breaker, admin::kill_switch, detection::list_findings, detection::list_holds, detection::clear_hold, detection::list_doubts, detection::clear_doubt, detection::list_limits, detection::reconcile_limit, tools::list_tools, tools::accept_tool, ops::healthz, ops::readyz, ops::metrics_route, ops::protected_resource),
-    components(schemas(CallBody, Envelope, DeriveBody, DecisionBody, KillBody, ClearBody, ReconcileBody, AcceptBody, ClaimAnswer, CompleteBody, Completed, HeartbeatBody, ApprovalDetail, HeldBecause, HeldIntent, MoneyArgument, RequestPreview, PreviewHeader)),
-    modifiers(&BearerAuth)
+    components(schemas(CallBody, Envelope, DeriveBody, DecisionBody, KillBody, ClearBody, ReconcileBody, AcceptBody, ClaimAnswer, CompleteBody, Completed, HeartbeatBody, ApprovalDetail, HeldBecause, HeldIntent, MoneyArgument, RequestPreview, PreviewHeader, ErrorBody, ErrorDetail)),
+    modifiers(&BearerAuth, &ErrorResponses)
 )]
 pub struct ApiDoc;
 
@@ -34,6 +35,97 @@ impl utoipa::Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// Documents the refusals every authenticated route can answer, each with
+/// [`ErrorBody`]: 400 (a malformed header or body), 401 (no or a bad token, with
+/// `WWW-Authenticate`), 403 (the wrong role), 429 (authentication throttled), 503 (the
+/// store or the identity provider unavailable); 404 where the path names something, 422
+/// where a query or a body is read. A status a handler documents keeps its description
+/// and gains the schema.
+struct ErrorResponses;
+
+impl ErrorResponses {
+    const EVERY: [(&'static str, &'static str); 5] = [
+        ("400", "a malformed header or body"),
+        (
+            "401",
+            "no token, or one that does not verify (`WWW-Authenticate` says how)",
+        ),
+        ("403", "the principal's role may not do this"),
+        (
+            "429",
+            "too many failed authentications from this address or for this principal",
+        ),
+        (
+            "503",
+            "the store or the identity provider is unavailable: nothing was done",
+        ),
+    ];
+}
+
+impl utoipa::Modify for ErrorResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::ParameterIn;
+        use utoipa::openapi::schema::{OneOfBuilder, Schema};
+        use utoipa::openapi::{Content, Ref, RefOr, Response};
+        let content = || Content::new(Some(Ref::from_schema_name("ErrorBody")));
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let operations = [
+                item.get.as_mut(),
+                item.put.as_mut(),
+                item.post.as_mut(),
+                item.delete.as_mut(),
+            ];
+            for op in operations.into_iter().flatten() {
+                if op.security.as_ref().is_none_or(Vec::is_empty) {
+                    continue;
+                }
+                let reads_input = op.request_body.is_some()
+                    || op
+                        .parameters
+                        .iter()
+                        .flatten()
+                        .any(|p| p.parameter_in == ParameterIn::Query);
+                let mut wanted: Vec<(&str, &str)> = Self::EVERY.to_vec();
+                if path.contains('{') {
+                    wanted.push(("404", "nothing by that name"));
+                }
+                if reads_input {
+                    wanted.push(("422", "a query or a body that does not parse"));
+                }
+                let responses = &mut op.responses.responses;
+                for (status, description) in wanted {
+                    responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| RefOr::T(Response::new(description)));
+                }
+                for (status, response) in responses.iter_mut() {
+                    let RefOr::T(r) = response else { continue };
+                    if status.starts_with('2') {
+                        continue;
+                    }
+                    match r.content.get_mut("application/json") {
+                        None => {
+                            r.content.insert("application/json".to_owned(), content());
+                        }
+                        // An outcome answered with this status (a denial is a 403
+                        // envelope): either body may come.
+                        Some(c) => {
+                            if let Some(outcome) = c.schema.take() {
+                                c.schema = Some(RefOr::T(Schema::OneOf(
+                                    OneOfBuilder::new()
+                                        .item(outcome)
+                                        .item(Ref::from_schema_name("ErrorBody"))
+                                        .build(),
+                                )));
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -17,6 +17,7 @@ mod gateway;
 mod late;
 mod mcp;
 mod metrics;
+mod openapi;
 mod pins;
 mod python_client;
 mod single_server;

@@ -333,7 +333,7 @@ pub(crate) fn intent(gw: &Proc, key: &str) -> Value {
 
 /// Runs `tests/clients/setup.sh <part>` (flock-serialised across the test processes),
 /// failing the test loudly when it fails: the test command stays the only command.
-fn setup_part(part: &str) {
+pub(crate) fn setup_part(part: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = Command::new("bash")
         .arg(root.join("tests/clients/setup.sh"))

@@ -29,6 +29,7 @@ use crate::wire::Envelope;
 
 /// `GET /v1/approvals` filter and page.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ApprovalQuery {
     state: Option<String>,
     /// At most this many, oldest first (default 100, at most 500).

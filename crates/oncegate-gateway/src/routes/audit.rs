@@ -56,6 +56,7 @@ pub(crate) async fn verify_whole(
 
 /// `GET /v1/audit` page.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct AuditQuery {
     after: Option<i64>,
     limit: Option<u32>,

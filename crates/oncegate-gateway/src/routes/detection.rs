@@ -17,6 +17,7 @@ use crate::state::AppState;
 
 /// `GET /v1/findings` query.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct FindingsQuery {
     /// At most this many, newest first (default 100, at most 500).

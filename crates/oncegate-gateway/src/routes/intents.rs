@@ -37,6 +37,7 @@ pub(crate) async fn get_intent(
 
 /// `GET /v1/intents` filters and page.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct IntentQuery {
     state: Option<String>,
     capability: Option<String>,
