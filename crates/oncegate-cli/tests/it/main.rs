@@ -16,6 +16,7 @@ mod doubts;
 mod gateway;
 mod late;
 mod mcp;
+mod mcp_headers;
 mod metrics;
 mod openapi;
 mod pins;

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use crate::support::{API_KEY, Proc, Setup, client, effects, effects_where, fault};
 
 const OUTCOME: &str = "dev.oncegate/outcome";
-const MODERN: &str = "2026-07-28";
+pub(crate) const MODERN: &str = "2026-07-28";
 
 #[test]
 fn a_python_agent_in_the_legacy_era_cannot_charge_an_order_twice() {
