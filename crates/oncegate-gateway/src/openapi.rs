@@ -5,6 +5,10 @@ use axum::Json;
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::routes::admin::KillBody;
+use crate::routes::answers::{
+    Accepted, ApprovalsPage, Cleared, Doubts, FindingsPage, Holds, IntentsPage, KillSwitches,
+    Limits, Reconciled, Tools, Verified,
+};
 use crate::routes::approvals::DecisionBody;
 use crate::routes::approvals::detail::{ApprovalDetail, HeldBecause, HeldIntent, MoneyArgument};
 use crate::routes::calls::{CallBody, DeriveBody};
@@ -20,7 +24,7 @@ use crate::wire::Envelope;
 #[openapi(
     info(title = "oncegate", description = "One intent, at most one effect: the JSON API for orchestrators without MCP."),
     paths(calls::post_call, claims::post_claim, claims::complete, claims::heartbeat, intents::list_intents, intents::get_intent, approvals::list_approvals, approvals::detail::get_approval, approvals::approve, approvals::deny, calls::derive_key, audit::audit_verify, audit::audit_export, admin::reset_breaker, admin::kill_switch, detection::list_findings, detection::list_holds, detection::clear_hold, detection::list_doubts, detection::clear_doubt, detection::list_limits, detection::reconcile_limit, tools::list_tools, tools::accept_tool, ops::healthz, ops::readyz, ops::metrics_route, ops::protected_resource),
-    components(schemas(CallBody, Envelope, DeriveBody, DecisionBody, KillBody, ClearBody, ReconcileBody, AcceptBody, ClaimAnswer, CompleteBody, Completed, HeartbeatBody, ApprovalDetail, HeldBecause, HeldIntent, MoneyArgument, RequestPreview, PreviewHeader, ErrorBody, ErrorDetail)),
+    components(schemas(CallBody, Envelope, DeriveBody, DecisionBody, KillBody, ClearBody, ReconcileBody, AcceptBody, ClaimAnswer, CompleteBody, Completed, HeartbeatBody, ApprovalDetail, HeldBecause, HeldIntent, MoneyArgument, RequestPreview, PreviewHeader, ErrorBody, ErrorDetail, IntentsPage, ApprovalsPage, FindingsPage, Holds, Doubts, Limits, KillSwitches, Tools, Accepted, Cleared, Reconciled, Verified)),
     modifiers(&BearerAuth, &ErrorResponses)
 )]
 pub struct ApiDoc;

@@ -1,14 +1,15 @@
 //! The served OpenAPI document as a third-party tool reads it: `openapi-spec-validator`
 //! (PyPI, installed by `tests/clients/setup.sh openapi`) finds it valid; every
-//! authenticated operation documents its refusals with the one error schema; and real
-//! refusals (401, 403, 404, 422) answer exactly that envelope.
+//! authenticated operation documents its refusals with the one error schema and its
+//! success with a schema; real refusals (401, 403, 404, 422) answer exactly that
+//! envelope, and real answers of the listings match their documented shapes.
 
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::support::{Setup, client, setup_part};
+use crate::support::{Setup, call, client, setup_part};
 
 fn validator() -> std::path::PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -115,5 +116,133 @@ fn the_openapi_document_validates_and_documents_every_refusal() {
             .is_some()
             || path.starts_with("/v1/intents/");
         assert!(documented, "{path}: {status} is not documented");
+    }
+}
+
+/// Where `value` does not match `schema` (types, required and documented fields,
+/// `$ref`s into `doc`, `oneOf`): one line per mismatch.
+fn mismatches(doc: &Value, schema: &Value, value: &Value, at: &str) -> Vec<String> {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.trim_start_matches("#/components/schemas/");
+        return mismatches(doc, &doc["components"]["schemas"][name], value, at);
+    }
+    if let Some(options) = schema["oneOf"].as_array() {
+        return if options
+            .iter()
+            .any(|o| mismatches(doc, o, value, at).is_empty())
+        {
+            Vec::new()
+        } else {
+            vec![format!("{at}: matches none of oneOf")]
+        };
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => return Vec::new(),
+    };
+    let kind = match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    if !types.contains(&kind) && !(kind == "integer" && types.contains(&"number")) {
+        return vec![format!("{at}: a {kind}, documented {types:?}")];
+    }
+    let mut out = Vec::new();
+    match value {
+        Value::Object(fields) => {
+            if let Some(props) = schema["properties"].as_object() {
+                for (k, v) in fields {
+                    match props.get(k) {
+                        Some(p) => out.extend(mismatches(doc, p, v, &format!("{at}.{k}"))),
+                        None => out.push(format!("{at}.{k}: not documented")),
+                    }
+                }
+            }
+            for k in schema["required"].as_array().into_iter().flatten() {
+                let k = k.as_str().unwrap_or_default();
+                if !fields.contains_key(k) {
+                    out.push(format!("{at}.{k}: required, missing"));
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                out.extend(mismatches(doc, &schema["items"], v, &format!("{at}[{i}]")));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+#[test]
+fn every_route_documents_its_answer_and_the_listings_answer_as_documented() {
+    let setup = Setup::new(&[]);
+    let gw = setup.gateway();
+    let doc: Value = client()
+        .get(format!("{}/v1/openapi.json", gw.url))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if !path.starts_with("/v1/") {
+            continue;
+        }
+        for (method, op) in item.as_object().unwrap() {
+            // A success body, or the outcome envelope (a deny's answer is a 403 outcome).
+            let documented = op["responses"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .any(|(status, r)| {
+                    (status.starts_with('2') && r["content"].is_object())
+                        || r.to_string().contains("#/components/schemas/Envelope")
+                });
+            assert!(documented, "{method} {path} documents no success body");
+        }
+    }
+
+    // Something in every listing: an intent and a held refund.
+    let (code, charged) = call(
+        &gw,
+        "charge_card",
+        &json!({"order_id": "OA-1", "amount": 1250}),
+    );
+    assert_eq!(code, 200, "{charged}");
+    let (code, held) = call(
+        &gw,
+        "refund",
+        &json!({"order_id": "OA-1", "amount": "150.00"}),
+    );
+    assert_eq!(code, 202, "{held}");
+    for path in [
+        "/v1/intents",
+        "/v1/approvals",
+        "/v1/findings",
+        "/v1/admin/holds",
+        "/v1/admin/doubts",
+        "/v1/limits",
+        "/v1/admin/tools",
+        "/v1/audit/verify",
+    ] {
+        let body: Value = client()
+            .get(format!("{}{path}", gw.url))
+            .bearer_auth("tok-ops")
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let schema =
+            &doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+        assert!(schema.is_object(), "{path}: no 200 schema");
+        let wrong = mismatches(&doc, schema, &body, path);
+        assert!(wrong.is_empty(), "{path}: {wrong:#?}\n{body}");
     }
 }

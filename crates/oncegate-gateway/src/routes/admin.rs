@@ -42,7 +42,7 @@ pub struct KillBody {
     reason: Option<String>,
 }
 
-#[utoipa::path(put, path = "/v1/admin/kill-switches/{target}", tag = "admin", params(("target" = String, Path, description = "a capability name, or capability:NAME / agent:NAME")), request_body = KillBody, responses((status = 200, description = "the kill switches now on")), security(("bearer" = [])))]
+#[utoipa::path(put, path = "/v1/admin/kill-switches/{target}", tag = "admin", params(("target" = String, Path, description = "a capability name, or capability:NAME / agent:NAME")), request_body = KillBody, responses((status = 200, description = "the kill switches now on", body = super::answers::KillSwitches)), security(("bearer" = [])))]
 pub(crate) async fn kill_switch(
     State(state): State<AppState>,
     headers: HeaderMap,

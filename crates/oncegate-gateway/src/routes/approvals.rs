@@ -38,7 +38,7 @@ pub(crate) struct ApprovalQuery {
     cursor: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalQuery), responses((status = 200, description = "{\"approvals\": [...], \"next_cursor\": ...}, oldest first; next_cursor is null on the last page"), (status = 422, description = "malformed cursor")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalQuery), responses((status = 200, description = "oldest first; next_cursor is null on the last page", body = super::answers::ApprovalsPage), (status = 422, description = "malformed cursor")), security(("bearer" = [])))]
 pub(crate) async fn list_approvals(
     State(state): State<AppState>,
     headers: HeaderMap,

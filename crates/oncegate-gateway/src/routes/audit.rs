@@ -14,7 +14,7 @@ use super::require;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-#[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", responses((status = 200, description = "every shard verified"), (status = 409, description = "the first broken link")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", responses((status = 200, description = "every shard verified", body = super::answers::Verified), (status = 409, description = "the first broken link")), security(("bearer" = [])))]
 pub(crate) async fn audit_verify(
     State(state): State<AppState>,
     headers: HeaderMap,

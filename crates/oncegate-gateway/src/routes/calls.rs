@@ -97,7 +97,7 @@ pub struct DeriveBody {
     step_id: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/keys/derive", tag = "keys", request_body = DeriveBody, responses((status = 200, description = "which inputs entered the key and why"), (status = 422, description = "arguments do not normalise")), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/keys/derive", tag = "keys", request_body = DeriveBody, responses((status = 200, description = "which inputs entered the key and why", body = Object), (status = 422, description = "arguments do not normalise")), security(("bearer" = [])))]
 pub(crate) async fn derive_key(
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -26,7 +26,7 @@ pub struct FindingsQuery {
     cursor: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/findings", tag = "detection", params(FindingsQuery), responses((status = 200, description = "{\"findings\": [...], \"next_cursor\": ...}, newest first; next_cursor is null on the last page"), (status = 422, description = "malformed cursor")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/findings", tag = "detection", params(FindingsQuery), responses((status = 200, description = "newest first; next_cursor is null on the last page", body = super::answers::FindingsPage), (status = 422, description = "malformed cursor")), security(("bearer" = [])))]
 pub(crate) async fn list_findings(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -44,7 +44,7 @@ pub(crate) async fn list_findings(
     Ok(Json(json!({"findings": findings, "next_cursor": next_cursor})).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/admin/holds", tag = "detection", responses((status = 200, description = "the holds that are on")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/admin/holds", tag = "detection", responses((status = 200, description = "the holds that are on", body = super::answers::Holds)), security(("bearer" = [])))]
 pub(crate) async fn list_holds(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -63,7 +63,7 @@ pub struct ClearBody {
     reason: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/admin/holds/{id}/clear", tag = "detection", params(("id" = String, Path)), request_body = ClearBody, responses((status = 200, description = "the hold cleared"), (status = 404, description = "no such hold is on")), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/admin/holds/{id}/clear", tag = "detection", params(("id" = String, Path)), request_body = ClearBody, responses((status = 200, description = "the hold cleared", body = super::answers::Cleared), (status = 404, description = "no such hold is on")), security(("bearer" = [])))]
 pub(crate) async fn clear_hold(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -89,7 +89,7 @@ pub(crate) async fn clear_hold(
     }
 }
 
-#[utoipa::path(get, path = "/v1/admin/doubts", tag = "detection", responses((status = 200, description = "the doubts about providers that are on: a reconciliation read that could not find an applied effect, idempotency keys not honoured")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/admin/doubts", tag = "detection", responses((status = 200, description = "the doubts about providers that are on: a reconciliation read that could not find an applied effect, idempotency keys not honoured", body = super::answers::Doubts)), security(("bearer" = [])))]
 pub(crate) async fn list_doubts(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -100,7 +100,7 @@ pub(crate) async fn list_doubts(
     Ok(Json(json!({"doubts": doubts})).into_response())
 }
 
-#[utoipa::path(post, path = "/v1/admin/doubts/{capability}/{doubt}/clear", tag = "detection", params(("capability" = String, Path), ("doubt" = String, Path, description = "`reconciliation_unproven` or `keys_ignored`")), request_body = ClearBody, responses((status = 200, description = "the doubt cleared: the capability's reads (or keys) are trusted again"), (status = 404, description = "no such doubt is on")), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/admin/doubts/{capability}/{doubt}/clear", tag = "detection", params(("capability" = String, Path), ("doubt" = String, Path, description = "`reconciliation_unproven` or `keys_ignored`")), request_body = ClearBody, responses((status = 200, description = "the doubt cleared: the capability's reads (or keys) are trusted again", body = super::answers::Cleared), (status = 404, description = "no such doubt is on")), security(("bearer" = [])))]
 pub(crate) async fn clear_doubt(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -147,7 +147,7 @@ pub struct ReconcileBody {
     reason: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/admin/limits/{scope}/reconcile", tag = "detection", params(("scope" = String, Path, description = "the budget: a limit's name, or name@principal")), request_body = ReconcileBody, responses((status = 200, description = "the budget reconciled (its audit record says how)"), (status = 503, description = "OG-0030: the budget's ledger does not hold and accept_table was not given")), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/admin/limits/{scope}/reconcile", tag = "detection", params(("scope" = String, Path, description = "the budget: a limit's name, or name@principal")), request_body = ReconcileBody, responses((status = 200, description = "the budget reconciled (its audit record says how)", body = super::answers::Reconciled), (status = 503, description = "OG-0030: the budget's ledger does not hold and accept_table was not given")), security(("bearer" = [])))]
 pub(crate) async fn reconcile_limit(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -175,7 +175,7 @@ pub(crate) async fn reconcile_limit(
     )
 }
 
-#[utoipa::path(get, path = "/v1/limits", tag = "detection", responses((status = 200, description = "every limit's budget: max, used and remaining in its window")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/limits", tag = "detection", responses((status = 200, description = "every limit's budget: max, used and remaining in its window", body = super::answers::Limits)), security(("bearer" = [])))]
 pub(crate) async fn list_limits(
     State(state): State<AppState>,
     headers: HeaderMap,

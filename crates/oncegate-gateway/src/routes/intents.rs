@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::paging::{self, Listing, Page};
 use crate::state::AppState;
 
-#[utoipa::path(get, path = "/v1/intents/{key}", tag = "intents", params(("key" = String, Path, description = "intent key")), responses((status = 200, description = "the intent record (latest generation)"), (status = 404, description = "no such intent")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/intents/{key}", tag = "intents", params(("key" = String, Path, description = "intent key")), responses((status = 200, description = "the intent record (latest generation)", body = Object), (status = 404, description = "no such intent")), security(("bearer" = [])))]
 pub(crate) async fn get_intent(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -48,7 +48,7 @@ pub(crate) struct IntentQuery {
     cursor: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/intents", tag = "intents", params(IntentQuery), responses((status = 200, description = "{\"intents\": [...], \"unreadable\": [...], \"next_cursor\": ...}, newest first; next_cursor is null on the last page"), (status = 422, description = "malformed cursor")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/intents", tag = "intents", params(IntentQuery), responses((status = 200, description = "newest first; next_cursor is null on the last page", body = super::answers::IntentsPage), (status = 422, description = "malformed cursor")), security(("bearer" = [])))]
 pub(crate) async fn list_intents(
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -4,6 +4,7 @@
 //! which the one table in [`crate::error`] puts on the wire.
 
 pub(crate) mod admin;
+pub(crate) mod answers;
 pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod calls;

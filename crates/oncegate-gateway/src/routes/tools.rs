@@ -44,7 +44,7 @@ fn shown(state: &AppState, pin: &ToolPin) -> Value {
     })
 }
 
-#[utoipa::path(get, path = "/v1/admin/tools", tag = "admin", responses((status = 200, description = "every fronted tool's pinned definition, and the changed ones held until accepted (`state`: `pinned` or `changed`)")), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/admin/tools", tag = "admin", responses((status = 200, description = "every fronted tool's pinned definition, and the changed ones held until accepted (`state`: `pinned` or `changed`)", body = super::answers::Tools)), security(("bearer" = [])))]
 pub(crate) async fn list_tools(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -65,7 +65,7 @@ pub struct AcceptBody {
     digest: String,
 }
 
-#[utoipa::path(post, path = "/v1/admin/tools/{server}/{tool}/accept", tag = "admin", params(("server" = String, Path, description = "the `[[mcp_servers]]` alias"), ("tool" = String, Path, description = "the server's name for the tool")), request_body = AcceptBody, responses((status = 200, description = "the changed definition is the pin now (or already was): the tool is offered again"), (status = 404, description = "no pin for that server and tool"), (status = 409, description = "OG-0059: the digest is not the pending definition's (stale)")), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/admin/tools/{server}/{tool}/accept", tag = "admin", params(("server" = String, Path, description = "the `[[mcp_servers]]` alias"), ("tool" = String, Path, description = "the server's name for the tool")), request_body = AcceptBody, responses((status = 200, description = "the changed definition is the pin now (or already was): the tool is offered again", body = super::answers::Accepted), (status = 404, description = "no pin for that server and tool"), (status = 409, description = "OG-0059: the digest is not the pending definition's (stale)")), security(("bearer" = [])))]
 pub(crate) async fn accept_tool(
     State(state): State<AppState>,
     headers: HeaderMap,
