@@ -150,7 +150,8 @@ fn mismatches(doc: &Value, schema: &Value, value: &Value, at: &str) -> Vec<Strin
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     };
-    if !types.contains(&kind) && !(kind == "integer" && types.contains(&"number")) {
+    let fits = types.contains(&kind) || kind == "integer" && types.contains(&"number");
+    if !fits {
         return vec![format!("{at}: a {kind}, documented {types:?}")];
     }
     let mut out = Vec::new();
