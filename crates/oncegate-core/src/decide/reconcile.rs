@@ -289,10 +289,14 @@ pub fn after_sweep(
                 json!({"sweep": "lease_expired", "why": message}),
             )
         }
-        // Nothing will ever read it: once no call of its attempt runs, a human decides
-        // (once per attempt: a denied or expired escalation stays unknown until a repeat).
+        // Nothing will ever read it: once its attempt can no longer land (no call of it
+        // runs here, and the settle horizon has passed: another replica's call, or a
+        // stalled worker, may still be at work until then), a human decides. Once per
+        // attempt: a denied or expired escalation stays unknown until a repeat.
         ReconcileResult::Undecidable { message }
-            if escalates_at_once(cap) && !attempt_running && !escalated(record) =>
+            if escalates_at_once(cap)
+                && absence_unproven(&next, cap, attempt_running, now).is_none()
+                && !escalated(record) =>
         {
             (
                 Status::Unknown,
@@ -303,7 +307,7 @@ pub fn after_sweep(
     };
     let approval = (next.state == IntentState::Unknown
         && escalates_at_once(cap)
-        && !attempt_running
+        && absence_unproven(&next, cap, attempt_running, now).is_none()
         && !escalated(record))
     .then(|| escalate_unknown(&mut next, cap, now));
     let (mut status, mut detail) = (status, detail);

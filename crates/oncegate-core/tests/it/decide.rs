@@ -1935,18 +1935,22 @@ fn escalate_without_a_read_holds_an_unknown_attempt_for_a_human_at_once() {
     );
     assert!(failed.approval.is_none(), "{failed:?}");
 
-    // A lease that expired with nobody to record the attempt: the sweep holds it too.
+    // A lease that expired with nobody to record the attempt: unknown first (a stalled
+    // worker, or another replica's call, may still land it), then, once the settle
+    // horizon has passed since the lease expired, the sweep holds it for a human too.
     let expired = t0() + f.cap.lease + secs(1);
-    let swept = after_sweep(
-        &claimed,
-        ReconcileResult::Undecidable {
-            message: "no reconciliation read".into(),
-        },
-        &f.cap,
-        false,
-        expired,
-    )
-    .expect("an expired lease is news");
+    let undecided = || ReconcileResult::Undecidable {
+        message: "no reconciliation read".into(),
+    };
+    let swept = after_sweep(&claimed, undecided(), &f.cap, false, expired)
+        .expect("an expired lease is news");
+    assert_eq!(swept.outcome.status, Status::Unknown, "{swept:?}");
+    assert!(swept.approval.is_none(), "{swept:?}");
+    let lapsed = swept.record.expect("unknown now");
+    let settled = t0() + f.cap.lease + f.cap.settle_horizon + secs(1);
+    assert!(after_sweep(&lapsed, undecided(), &f.cap, false, settled - secs(2)).is_none());
+    let swept = after_sweep(&lapsed, undecided(), &f.cap, false, settled)
+        .expect("held once the horizon passed");
     assert_eq!(swept.outcome.status, Status::PendingApproval, "{swept:?}");
     let swept_ap = swept.approval.expect("an approval");
     assert_eq!(swept_ap.reason, ApprovalReason::UnknownFirstAttempt);
@@ -1980,9 +1984,11 @@ fn escalate_without_a_read_holds_an_unknown_attempt_for_a_human_at_once() {
     assert!(d.approval.is_none(), "{d:?}");
     let unknown = d.record.expect("recorded unknown");
     assert_eq!(unknown.state, IntentState::Unknown);
-    assert!(after_sweep(&unknown, undecidable(), &mcp.cap, true, t0() + secs(5)).is_none());
-    let ended = after_sweep(&unknown, undecidable(), &mcp.cap, false, t0() + secs(5))
-        .expect("held once the call ended");
+    assert!(after_sweep(&unknown, undecidable(), &mcp.cap, true, t0() + secs(3600)).is_none());
+    let horizon = t0() + mcp.cap.settle_horizon;
+    assert!(after_sweep(&unknown, undecidable(), &mcp.cap, false, horizon - secs(1)).is_none());
+    let ended = after_sweep(&unknown, undecidable(), &mcp.cap, false, horizon + secs(1))
+        .expect("held once the call ended and the horizon passed");
     assert_eq!(ended.outcome.status, Status::PendingApproval);
     assert!(ended.approval.is_some());
 
