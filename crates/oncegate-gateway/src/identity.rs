@@ -232,8 +232,14 @@ impl Identity {
 
 /// A claim by dotted path (`realm_access.roles`): nested objects only. A top-level
 /// claim literally named `realm_access.roles` is not read for it, so a claim the token's
-/// issuer does not structure that way cannot stand in for the nested one.
+/// issuer does not structure that way cannot stand in for the nested one. A
+/// collision-resistant name (a URL or a URN, as Auth0 and others namespace custom
+/// claims: `https://app.example.com/roles`) is one top-level claim, dots and all: it is
+/// never a path (no issuer nests claims under a host name's labels).
 fn claim<'v>(claims: &'v Value, path: &str) -> Option<&'v Value> {
+    if path.contains("://") || path.starts_with("urn:") {
+        return claims.get(path);
+    }
     path.split('.').try_fold(claims, |v, seg| v.get(seg))
 }
 
@@ -507,6 +513,20 @@ mod tests {
         assert_eq!(
             claim(&flat, "realm_access.roles"),
             Some(&serde_json::json!(["agent"]))
+        );
+        // Namespaced claims (Auth0's rule) are names, not paths.
+        let namespaced = serde_json::json!({
+            "https://app.example.com/roles": ["admin"],
+            "urn:example:roles": "agent",
+            "https://app": {"example": {"com/roles": ["forged"]}},
+        });
+        assert_eq!(
+            claim(&namespaced, "https://app.example.com/roles"),
+            Some(&serde_json::json!(["admin"]))
+        );
+        assert_eq!(
+            claim(&namespaced, "urn:example:roles"),
+            Some(&serde_json::json!("agent"))
         );
     }
 }
