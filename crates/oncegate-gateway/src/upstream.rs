@@ -32,6 +32,7 @@ use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_engine::{Attempt, Executor, IntentHandle, LateAnswer};
 use serde_json::{Map, Value, json};
 use tracing::Instrument;
+use unicode_normalization::UnicodeNormalization;
 
 use self::client::{reqwest_error_text, secrets};
 use crate::inflight::InFlight;
@@ -246,6 +247,13 @@ fn segment_problem(text: &str) -> Option<&'static str> {
     }
     if text.contains(LOOK_ALIKES) {
         return Some("holds a character a server may read as a dot or a slash");
+    }
+    // Any other compatibility character NFKC turns into a dot or a slash (`℀` is `a/c`,
+    // `⒈` is `1.`): a server that normalises would see another segment or a traversal.
+    let marks = |t: &str| t.matches(['.', '/', '\\']).count();
+    let normalised: String = text.nfkc().collect();
+    if marks(&normalised) > marks(text) {
+        return Some("holds a character that normalises (NFKC) to a dot or a slash");
     }
     None
 }
