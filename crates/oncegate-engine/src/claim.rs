@@ -418,7 +418,9 @@ impl Gate {
                 caller_sends: sender == Sender::Caller,
             };
             let decision = decide::decide(existing.as_ref(), &req, &cap, &verdict, now);
-            // A new approval beyond the agent's budget is refused, not queued.
+            // A new approval beyond the agent's budget is refused, not queued. The agent's
+            // turn is held through this iteration's commit: parallel calls count in turn.
+            let _turn = self.queue_turn(&decision, principal).await;
             if let Some(refused) = self.approval_queue_full(&decision, principal, now).await {
                 log_alerts(&refused, &cap);
                 return Ok(Step::Settled(refused));

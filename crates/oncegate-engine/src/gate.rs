@@ -71,6 +71,8 @@ pub struct Gate {
     pub(crate) read_backs: Arc<std::sync::Mutex<HashMap<String, i64>>>,
     /// When each agent's full approval queue was last alerted on (queue.rs).
     pub(crate) queue_alerts: Arc<std::sync::Mutex<HashMap<String, jiff::Timestamp>>>,
+    /// One turn per agent at its approval queue, from the count to the commit (queue.rs).
+    pub(crate) queue_turns: crate::queue::QueueTurns,
 }
 
 /// The fronted servers' undeclared tools: those offered now, and those a server stopped
@@ -98,6 +100,7 @@ impl Clone for Gate {
             fronted: self.fronted.clone(),
             read_backs: self.read_backs.clone(),
             queue_alerts: self.queue_alerts.clone(),
+            queue_turns: self.queue_turns.clone(),
         }
     }
 }
@@ -154,6 +157,7 @@ impl Gate {
             fronted: Arc::default(),
             read_backs: Arc::default(),
             queue_alerts: Arc::default(),
+            queue_turns: Arc::default(),
         }
     }
 

@@ -9,10 +9,15 @@
 //!
 //! The count is the store's (every replica's approvals, expired ones not counted), read
 //! only when a decision would create an approval, so calls that need none never pay
-//! for it. Two calls racing at the budget's edge may both pass: the budget bounds the
-//! queue, it does not need to be exact. The refusal carries the `approval_queue_full`
+//! for it. Within one process an agent's calls take turns from the count to the
+//! commit ([`Gate::queue_turn`]), so a flood of parallel calls cannot all pass the
+//! same count; across replicas two calls racing at the edge may both pass (at most one
+//! more per replica). The refusal carries the `approval_queue_full`
 //! alert at most once a minute per agent and process, so a flood does not flood the
 //! alert webhook too.
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use oncegate_core::codes::Code;
@@ -25,7 +30,29 @@ use crate::gate::Gate;
 /// How often one agent's full queue is alerted on (per process).
 const ALERT_EVERY: SignedDuration = SignedDuration::from_mins(1);
 
+/// One lock per agent with a call at its approval queue now (entries nobody holds are
+/// dropped as others come, so the map holds the agents queueing at this moment).
+pub(crate) type QueueTurns = Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
+
 impl Gate {
+    /// The agent's turn at its approval queue when `decision` would queue a new approval
+    /// (held until the caller drops it, after its commit); `None` otherwise.
+    pub(crate) async fn queue_turn(
+        &self,
+        decision: &Decision,
+        principal: &str,
+    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        if !queues_new_approval(decision) {
+            return None;
+        }
+        let lock = {
+            let mut turns = self.queue_turns.lock().unwrap_or_else(|e| e.into_inner());
+            turns.retain(|_, l| Arc::strong_count(l) > 1);
+            turns.entry(principal.to_owned()).or_default().clone()
+        };
+        Some(lock.lock_owned().await)
+    }
+
     /// The refusal of `decision` when it would queue a new approval for `principal`
     /// beyond the budget; `None` when it queues none or the budget has room. A store
     /// that cannot count lets the call be held (the approval itself is the safe side).
@@ -35,13 +62,8 @@ impl Gate {
         principal: &str,
         now: Timestamp,
     ) -> Option<Outcome> {
-        let new_approval = decision.approval.as_ref().is_some_and(|a| {
-            a.version == 0
-                && a.state == ApprovalState::Pending
-                && a.reason != ApprovalReason::UnknownFirstAttempt
-        });
         let record = decision.record.as_ref()?;
-        if !new_approval {
+        if !queues_new_approval(decision) {
             return None;
         }
         let max = self.registry.gateway.pending_approvals_per_agent;
@@ -85,4 +107,13 @@ impl Gate {
         alerted.insert(principal.to_owned(), now);
         true
     }
+}
+
+/// Whether `decision` queues a new approval the budget counts.
+fn queues_new_approval(decision: &Decision) -> bool {
+    decision.approval.as_ref().is_some_and(|a| {
+        a.version == 0
+            && a.state == ApprovalState::Pending
+            && a.reason != ApprovalReason::UnknownFirstAttempt
+    })
 }

@@ -329,3 +329,47 @@ fn an_agent_at_its_pending_approval_budget_is_refused_with_og_0058() {
     let (status, body) = refund("tok-planner", "Q-9");
     assert_eq!(status, 202, "room again after a decision: {body}");
 }
+
+/// The flood of the issue, in parallel: 40 held calls from one agent at once against a
+/// budget of 5 queue exactly 5 (an agent's calls take turns from the count to the
+/// commit), the rest refused with OG-0058.
+#[test]
+fn a_parallel_flood_of_held_calls_queues_no_more_than_the_budget() {
+    let setup = Setup::with_registry(&[], |text| {
+        text.replace(
+            "listen = \"127.0.0.1:7878\"",
+            "listen = \"127.0.0.1:7878\"\npending_approvals_per_agent = 5",
+        )
+    });
+    let gw = setup.gateway();
+    let url = format!("{}/v1/calls", gw.url);
+    let answers: Vec<u16> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..40)
+            .map(|i| {
+                let url = url.clone();
+                s.spawn(move || {
+                    client()
+                        .post(url)
+                        .bearer_auth("tok-planner")
+                        .json(&json!({"capability": "refund", "arguments": {"order_id": format!("P-{i}"), "amount": "150.00"}}))
+                        .send()
+                        .unwrap()
+                        .status()
+                        .as_u16()
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let held = answers.iter().filter(|s| **s == 202).count();
+    let refused = answers.iter().filter(|s| **s == 429).count();
+    assert_eq!((held, refused), (5, 35), "{answers:?}");
+    let pending: Value = client()
+        .get(format!("{}/v1/approvals?state=pending", gw.url))
+        .bearer_auth("tok-alice")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(pending["approvals"].as_array().map(Vec::len), Some(5));
+}
