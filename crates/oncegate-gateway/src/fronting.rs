@@ -145,9 +145,11 @@ pub async fn read(state: &AppState, server: &McpServer) -> Result<Vec<FrontedToo
     }
 }
 
-/// Checks the undeclared tools `server` offers against their pins: each changed one is
-/// held (its verdict says why, its capability is not handed on). Every offered tool's
-/// verdict records its pin.
+/// Checks the undeclared tools `server` lists against their pins: each changed one is
+/// held (its verdict says why, its capability is not handed on). Refused tools are
+/// pinned too: one that turns "read-only" later (a flipped `readOnlyHint`) would
+/// otherwise be pinned at that moment and offered as a pass-through read at once.
+/// Every checked tool's verdict records its pin.
 async fn hold_changed(
     state: &AppState,
     server: &McpServer,
@@ -158,7 +160,12 @@ async fn hold_changed(
     let (offered, definitions): (Vec<usize>, Vec<ToolDefinition>) = classified
         .iter()
         .enumerate()
-        .filter(|(_, t)| matches!(t.verdict, Verdict::Read | Verdict::RequireApproval))
+        .filter(|(_, t)| {
+            matches!(
+                t.verdict,
+                Verdict::Read | Verdict::RequireApproval | Verdict::Refused(_)
+            )
+        })
         .filter_map(|(i, t)| {
             let listed = tools.iter().find(|l| l.name == t.tool.as_str())?;
             Some((

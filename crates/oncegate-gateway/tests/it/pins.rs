@@ -217,6 +217,23 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
         "{pinned}"
     );
     assert!(first["definition"]["input_schema"].is_object(), "{first}");
+    // A tool refused today (`create_charge` is no read) is pinned too: if it turned
+    // "read-only" later, that change would be held, not offered as a read at once.
+    let (_, all) = admin(
+        reqwest::Method::GET,
+        format!("{one}/v1/admin/tools"),
+        "root",
+        None,
+    )
+    .await;
+    assert!(
+        all["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["tool"] == "create_charge" && t["state"] == "pinned"),
+        "{all}"
+    );
     assert_eq!(
         pin(&two).await["digest"],
         pinned.as_str(),
