@@ -5,7 +5,9 @@
 //! checked against the pinned definitions (a changed tool is held: not handed on), and
 //! handed to the engine, which then knows the undeclared tools' capabilities. While a
 //! server has a held tool its list is read every few seconds, so an acceptance made
-//! through another replica is honoured here soon.
+//! through another replica is honoured here soon; and every few seconds the store is
+//! asked whether another replica saw a change this one still offers, so a change of a
+//! server that announces nothing is held everywhere soon too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,13 +71,46 @@ async fn keep_current(state: AppState, server: McpServer) {
             Ok(tools) if !held(&tools) => refresh,
             _ => READ_RETRY.min(refresh),
         };
-        tokio::select! {
-            () = changed.notified() => {}
-            () = tokio::time::sleep(wait) => {}
-            () = state.mcp_shutdown().cancelled() => break,
+        let next_read = tokio::time::Instant::now() + wait;
+        // Until then, the store is asked every few seconds whether another replica saw
+        // a change this one has not (a server that announces nothing): then read now.
+        loop {
+            let nap =
+                PIN_POLL.min(next_read.saturating_duration_since(tokio::time::Instant::now()));
+            tokio::select! {
+                () = changed.notified() => break,
+                () = tokio::time::sleep(nap) => {}
+                () = state.mcp_shutdown().cancelled() => {
+                    watcher.abort();
+                    return;
+                }
+            }
+            if tokio::time::Instant::now() >= next_read || changed_elsewhere(&state, &server).await
+            {
+                break;
+            }
         }
     }
-    watcher.abort();
+}
+
+/// How often a replica asks the store whether another one saw a tool change.
+const PIN_POLL: Duration = Duration::from_secs(5);
+
+/// Whether the store holds a change of one of `server`'s tools that this replica still
+/// offers (another replica read it first; its pin is pending). A store that cannot be
+/// read says no: the next scheduled read checks the pins anyway.
+async fn changed_elsewhere(state: &AppState, server: &McpServer) -> bool {
+    let Ok(pins) = state.gate().tool_pins().await else {
+        return false;
+    };
+    let offered = state.fronted().tools(&server.alias).unwrap_or_default();
+    pins.iter()
+        .filter(|p| p.server == server.alias && p.pending.is_some())
+        .any(|p| {
+            offered
+                .iter()
+                .any(|t| t.tool.as_str() == p.tool && !matches!(t.verdict, Verdict::Changed(_)))
+        })
 }
 
 /// Holds a watching connection to `server`, reconnecting when it ends; a connection

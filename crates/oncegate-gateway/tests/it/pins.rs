@@ -200,7 +200,7 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
     .unwrap()
     .store()
     .clone();
-    let [one, two] = replicas(dir, &text, store).await;
+    let [one, two] = replicas(dir, &text, store.clone()).await;
     let on_one = agent(&one).await;
     let on_two = agent(&two).await;
 
@@ -239,6 +239,33 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
         pinned.as_str(),
         "one pin for both replicas"
     );
+
+    // A change another replica saw (its pin pending in the store) makes these two read
+    // the server again within seconds, though the server announced nothing: here the
+    // server still offers the pin, so their reads clear it.
+    {
+        use oncegate_store::ToolPins;
+        let noted = store
+            .pin_tool(oncegate_store::OfferedTool {
+                server: "pay".into(),
+                tool: "find_charge".into(),
+                digest: "sha256:seen-by-another-replica".into(),
+                definition: "{}".into(),
+                at: jiff::Timestamp::now(),
+            })
+            .await
+            .unwrap();
+        assert!(noted.pending.is_some(), "{noted:?}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = pin(&one).await;
+            if now["state"] == "pinned" && now["pending"].is_null() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "still pending: {now}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 
     // The server changes the description: withheld on both replicas, other tools stay.
     describe(&sandbox, json!({"find_charge": INJECTED})).await;
