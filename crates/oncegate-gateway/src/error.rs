@@ -20,7 +20,7 @@ use oncegate_engine::GateError;
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData as McpError, MetaObject};
 use serde_json::json;
 
-use crate::wire::{Envelope, OUTCOME_META_KEY};
+use crate::wire::{Envelope, OUTCOME_META_KEY, structured_content};
 
 /// Everything a route can fail with, mapped to the wire once.
 #[derive(Debug)]
@@ -152,6 +152,7 @@ fn refusal(code: Code, message: &str) -> CallToolResult {
     let mut meta = MetaObject::new();
     meta.insert(OUTCOME_META_KEY.into(), envelope.mcp_meta());
     result.meta = Some(meta);
+    result.structured_content = Some(structured_content(None, &envelope));
     result
 }
 

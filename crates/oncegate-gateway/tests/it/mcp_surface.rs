@@ -137,3 +137,84 @@ async fn tools_show_the_right_schemas_and_honest_hints() {
     assert_eq!(seen.last().unwrap()["meta"], Value::from(key), "{seen:?}");
     client.cancel().await.unwrap();
 }
+
+/// Whether a model line tells the model not to call again.
+fn line_forbids_repeat(line: &str) -> bool {
+    let line = line.to_lowercase();
+    line.contains("do not call again") || line.contains("do not retry")
+}
+
+#[tokio::test]
+async fn every_answer_carries_the_outcome_in_structured_content_as_declared() {
+    install_crypto();
+    let (upstream, _provider) = provider().await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = gateway(&upstream, dir.path()).await;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    config.auth_header = Some("tok".into());
+    let transport = StreamableHttpClientTransport::with_client(http_client(), config);
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+
+    // Every tool declares the field, and allows the upstream's own beside it.
+    for tool in client.list_all_tools().await.unwrap() {
+        let schema = serde_json::to_value(tool.output_schema.as_deref()).unwrap();
+        assert_eq!(schema["type"], "object", "{}: {schema}", tool.name);
+        assert_eq!(schema["required"], json!(["oncegate"]), "{schema}");
+        assert_eq!(schema["additionalProperties"], json!(true), "{schema}");
+        assert_eq!(
+            schema["properties"]["oncegate"]["required"],
+            json!(["status", "message", "do_not_call_again"]),
+            "{schema}"
+        );
+    }
+
+    let call = |name: &str, arguments: Value| {
+        let mut params = CallToolRequestParams::new(name.to_owned());
+        params.arguments = Some(arguments.as_object().unwrap().clone());
+        let client = &client;
+        async move {
+            let CallToolResponse::Complete(result) = client.call_tool_once(params).await.unwrap()
+            else {
+                panic!("not a complete result")
+            };
+            serde_json::to_value(result).unwrap()
+        }
+    };
+    let first = call("pay", json!({"order_id": "S-1"})).await;
+    let again = call("pay", json!({"order_id": "S-1"})).await;
+    // Refused before deciding: the key's argument is missing.
+    let refused = call("note", json!({})).await;
+    for (result, status, forbids) in [
+        (&first, "applied", false),
+        (&again, "replayed", true),
+        (&refused, "refused", false),
+    ] {
+        let og = &result["structuredContent"]["oncegate"];
+        let line = result["content"][0]["text"].as_str().unwrap();
+        assert_eq!(og["status"], status, "{result}");
+        assert_eq!(
+            og["message"], line,
+            "the model line, for structured readers: {result}"
+        );
+        assert_eq!(og["do_not_call_again"], forbids, "{result}");
+        assert_eq!(line_forbids_repeat(line), forbids, "{line}");
+        assert_eq!(
+            og["intent_key"], result["_meta"]["dev.oncegate/outcome"]["intentKey"],
+            "{result}"
+        );
+    }
+    // The upstream's own structured answer keeps its fields, the replay included.
+    assert_eq!(first["structuredContent"]["id"], "fx_1", "{first}");
+    assert_eq!(again["structuredContent"]["id"], "fx_1", "{again}");
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(refused["structuredContent"]["oncegate"]["intent_key"].is_null());
+    client.cancel().await.unwrap();
+}
