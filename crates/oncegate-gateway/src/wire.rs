@@ -61,6 +61,10 @@ pub struct Envelope {
     pub alerts: Vec<Value>,
     /// One line the model can act on.
     pub message: String,
+    /// Whether `message` tells the model not to call again (the MCP renderings carry it;
+    /// the JSON API's callers read `status`).
+    #[serde(skip)]
+    pub do_not_call_again: bool,
 }
 
 /// One line of text a model can act on.
@@ -88,6 +92,21 @@ pub fn model_line(o: &Outcome) -> String {
     }
 }
 
+/// Whether [`model_line`] tells the model not to call again: a repeat would only replay,
+/// wait on the same attempt, or be refused again. An applied call, a read, a dry run and
+/// a failure say nothing either way.
+pub fn forbids_repeat(o: &Outcome) -> bool {
+    match o.status {
+        Status::Replayed
+        | Status::InFlight
+        | Status::Unknown
+        | Status::PendingApproval
+        | Status::Denied
+        | Status::Refused => true,
+        Status::Applied | Status::DryRun | Status::Failed | Status::Approved => false,
+    }
+}
+
 impl From<&Outcome> for Envelope {
     fn from(o: &Outcome) -> Self {
         Envelope {
@@ -106,6 +125,7 @@ impl From<&Outcome> for Envelope {
                 .map(|a| serde_json::to_value(a).unwrap_or(Value::Null))
                 .collect(),
             message: model_line(o),
+            do_not_call_again: forbids_repeat(o),
         }
     }
 }
@@ -118,8 +138,14 @@ pub fn reason(code: Code, message: &str) -> Value {
 impl Envelope {
     /// A call the gateway refused before deciding it (bad arguments, forbidden, store
     /// down): no intent, nothing claimed. `status` is `denied` or `refused`; `line` is
-    /// the model line.
-    pub fn refusal(status: &str, code: Code, message: &str, line: String) -> Self {
+    /// the model line; `do_not_call_again` whether it says so.
+    pub fn refusal(
+        status: &str,
+        code: Code,
+        message: &str,
+        line: String,
+        do_not_call_again: bool,
+    ) -> Self {
         Envelope {
             status: status.to_owned(),
             intent_key: None,
@@ -132,6 +158,7 @@ impl Envelope {
             reason: Some(reason(code, message)),
             alerts: Vec::new(),
             message: line,
+            do_not_call_again,
         }
     }
 
@@ -151,6 +178,7 @@ impl Envelope {
             alerts: Vec::new(),
             message: "PASS THROUGH: a read; run it yourself, there is nothing to complete."
                 .to_owned(),
+            do_not_call_again: false,
         }
     }
 
@@ -178,13 +206,7 @@ impl Envelope {
         let mut out = serde_json::Map::new();
         out.insert("status".into(), json!(self.status));
         out.insert("message".into(), json!(self.message));
-        out.insert(
-            "do_not_call_again".into(),
-            json!(do_not_call_again(
-                &self.status,
-                self.reason.as_ref().and_then(|r| r.get("code"))
-            )),
-        );
+        out.insert("do_not_call_again".into(), json!(self.do_not_call_again));
         if let Some(key) = &self.intent_key {
             out.insert("intent_key".into(), json!(key));
         }
@@ -207,26 +229,6 @@ impl Envelope {
             envelope.result = envelope.result.map(record_of);
         }
         (http_status(o), envelope)
-    }
-}
-
-/// Whether the model line of an outcome with this status (and reason code) tells the
-/// model not to call again: a repeat would only replay, wait on the same attempt, or be
-/// refused again. Bad arguments and rate limits invite a corrected or later call; an
-/// applied call, a read, a dry run and a failure say nothing either way.
-fn do_not_call_again(status: &str, code: Option<&Value>) -> bool {
-    let invites_retry = |c: Code| code == Some(&json!(c));
-    match status {
-        "replayed" | "in_flight" | "unknown" | "pending_approval" | "denied" => true,
-        "refused" => ![
-            Code::InvalidArguments,
-            Code::ArgumentsTooLarge,
-            Code::ArgumentsTooDeep,
-            Code::RateLimited,
-        ]
-        .into_iter()
-        .any(invites_retry),
-        _ => false,
     }
 }
 

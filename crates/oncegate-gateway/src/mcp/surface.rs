@@ -347,7 +347,8 @@ pub fn tool_result(o: &Outcome, cap: &Capability) -> CallToolResult {
             }
             _ => {
                 let mut t = CallToolResult::success(vec![ContentBlock::text(r.to_string())]);
-                t.structured_content = r.is_object().then(|| r.clone());
+                // Not an object: `structured_content` keeps it whole under `result`.
+                t.structured_content = Some(r.clone());
                 t
             }
         }

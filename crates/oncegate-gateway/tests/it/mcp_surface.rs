@@ -218,3 +218,112 @@ async fn every_answer_carries_the_outcome_in_structured_content_as_declared() {
     assert!(refused["structuredContent"]["oncegate"]["intent_key"].is_null());
     client.cancel().await.unwrap();
 }
+
+/// The merge rules of `structuredContent`, and its `oncegate` field agreeing with the model
+/// line, for every status and shape of upstream answer (not only those a live call
+/// reaches easily).
+#[test]
+fn every_outcome_says_in_structured_content_what_its_line_says() {
+    use oncegate_core::codes::Code;
+    use oncegate_core::intent::{IntentState, Outcome, Reason, Status};
+    use oncegate_core::key::IntentKey;
+    use oncegate_gateway::mcp::surface::tool_result;
+
+    let dir = tempfile::tempdir().unwrap();
+    let registry = registry_in(
+        dir.path(),
+        r#"
+[store]
+url = "sqlite://gw.db"
+
+[[capabilities]]
+name = "note"
+category = "non_idempotent"
+key = { business_ref = "text" }
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:9/notes"
+idempotency = "argument"
+idempotency_arg = "key"
+"#,
+    );
+    let cap = registry.capability("note").unwrap();
+    let statuses = [
+        (Status::Applied, None, true),
+        (Status::Replayed, Some(IntentState::Applied), true),
+        (Status::Replayed, Some(IntentState::Failed), false),
+        (Status::InFlight, None, false),
+        (Status::Unknown, None, false),
+        (Status::PendingApproval, None, false),
+        (Status::Denied, None, false),
+        (Status::DryRun, None, true),
+        (Status::Failed, None, false),
+    ];
+    let codes = [
+        Code::InvalidArguments,
+        Code::RateLimited,
+        Code::ApprovalQueueFull,
+        Code::AttemptCeiling,
+    ];
+    let refusals = codes.map(|c| (Status::Refused, None, false, Some(c)));
+    let answers = [
+        (None, json!(null)),
+        (Some(json!({"id": "n_1"})), json!({"id": "n_1"})),
+        // An upstream field of the same name is never overwritten: the value moves whole.
+        (
+            Some(json!({"id": "n_1", "oncegate": 7})),
+            json!({"result": {"id": "n_1", "oncegate": 7}}),
+        ),
+        (Some(json!(["a", "b"])), json!({"result": ["a", "b"]})),
+        (Some(json!("done")), json!({"result": "done"})),
+    ];
+    let cases = statuses
+        .into_iter()
+        .map(|(s, st, ok)| (s, st, ok, Some(Code::Contention)))
+        .chain(refusals);
+    for (status, state, success, code) in cases {
+        for (answer, expected) in &answers {
+            let outcome = Outcome {
+                status,
+                key: Some(IntentKey::from_hex("ab12")),
+                generation: 1,
+                attempt: 1,
+                state,
+                effect_ref: Some("n_1".into()),
+                result: answer.clone(),
+                approval_id: (status == Status::PendingApproval).then(|| "ap_1".to_owned()),
+                reason: code.map(|code| Reason {
+                    code,
+                    message: "why".into(),
+                }),
+                alerts: Vec::new(),
+            };
+            let result = serde_json::to_value(tool_result(&outcome, cap)).unwrap();
+            let structured = &result["structuredContent"];
+            let og = &structured["oncegate"];
+            let line = result["content"][0]["text"].as_str().unwrap();
+            let case = format!("{status:?} {state:?} {code:?} {answer:?}: {result}");
+            assert_eq!(og["message"], line, "{case}");
+            assert_eq!(og["status"], json!(status.as_str()), "{case}");
+            assert_eq!(og["do_not_call_again"], line_forbids_repeat(line), "{case}");
+            assert_eq!(og["intent_key"], "ab12", "{case}");
+            assert_eq!(
+                og.get("approval_id").is_some(),
+                status == Status::PendingApproval,
+                "{case}"
+            );
+            assert_eq!(result["isError"], json!(!success), "{case}");
+            // The upstream's value: shown when the call succeeded or the provider refused it.
+            let shown = success || matches!(status, Status::Failed | Status::Replayed);
+            let mut rest = structured.as_object().unwrap().clone();
+            rest.remove("oncegate");
+            let want = if shown && answer.is_some() {
+                expected.clone()
+            } else {
+                json!({})
+            };
+            assert_eq!(Value::Object(rest), want, "{case}");
+        }
+    }
+}
