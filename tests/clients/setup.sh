@@ -20,10 +20,14 @@
 #   - openapi (crates/oncegate-cli/tests/it/openapi.rs): PyPI `openapi-spec-validator`,
 #     pinned with every dependency (openapi/requirements.txt), into
 #     target/openapi-tools/venv, to validate the served OpenAPI document.
+#   - pydantic-ai (crates/oncegate-cli/tests/it/structured.rs): PyPI `pydantic-ai-slim[mcp]`
+#     (its MCP toolset, built on FastMCP), pinned with every dependency
+#     (pydantic_ai/requirements.txt), into target/pydantic-ai/venv: an agent framework
+#     that hands the model only a tool's `structuredContent`.
 #   - faketime (crates/oncegate-cli/tests/{it,replicas}/clocks.rs): Debian's `faketime`
 #     (libfaketime.so.1, preloaded into a gateway to give it a wrong or stepping wall
 #     clock), with apt-get, as the browser. Needs root (or sudo) the first time.
-# `setup.sh` does all seven; `setup.sh mcp-clients` (or another part's name) one of them.
+# `setup.sh` does all eight; `setup.sh mcp-clients` (or another part's name) one of them.
 # Idempotent and cached: per part, a stamp holding a hash of what it was built from (for
 # the Python client, its sources too) skips the work when nothing changed. Safe to run
 # concurrently (nextest runs tests in parallel processes, each of which may call it): one
@@ -45,11 +49,11 @@ client_reqs="$client_src/tests/requirements.txt"
 conformance_dir="$here/../conformance"
 
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser faketime promtool openapi)
+[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser faketime promtool openapi pydantic-ai)
 for part in "${parts[@]}"; do
   case "$part" in
-    mcp-clients | python-client | conformance | browser | faketime | promtool | openapi) ;;
-    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser, faketime, promtool, openapi)" >&2; exit 2 ;;
+    mcp-clients | python-client | conformance | browser | faketime | promtool | openapi | pydantic-ai) ;;
+    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser, faketime, promtool, openapi, pydantic-ai)" >&2; exit 2 ;;
   esac
 done
 
@@ -244,6 +248,24 @@ setup_openapi() {
   echo "openapi: ready" >&2
 }
 
+setup_pydantic_ai() {
+  command -v python3 >/dev/null 2>&1 || { echo "pydantic-ai: FATAL: python3 is not on PATH" >&2; exit 1; }
+  local out="$root/target/pydantic-ai" reqs="$here/pydantic_ai/requirements.txt" want
+  want="$( { cat "$here/setup.sh" "$reqs"; python3 --version 2>&1; } | sha256sum | cut -d' ' -f1)"
+  if [[ -f "$out/stamp" && "$(cat "$out/stamp")" == "$want" && -x "$out/venv/bin/python" ]]; then
+    return 0
+  fi
+  echo "pydantic-ai: creating the virtualenv at $out/venv" >&2
+  rm -rf "$out" && mkdir -p "$out"
+  python3 -m venv "$out/venv"
+  "$out/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$reqs" >&2 \
+    || { echo "pydantic-ai: FATAL: pip install -r $reqs failed" >&2; exit 1; }
+  "$out/venv/bin/python" -m pip check --disable-pip-version-check >&2
+  (cd / && "$out/venv/bin/python" -c 'from pydantic_ai.mcp import MCPToolset; from pydantic_ai.models.function import FunctionModel' >&2)
+  echo "$want" >"$out/stamp"
+  echo "pydantic-ai: ready" >&2
+}
+
 for part in "${parts[@]}"; do
   case "$part" in
     mcp-clients) setup_mcp_clients ;;
@@ -253,5 +275,6 @@ for part in "${parts[@]}"; do
     faketime) setup_faketime ;;
     promtool) setup_promtool ;;
     openapi) setup_openapi ;;
+    pydantic-ai) setup_pydantic_ai ;;
   esac
 done

@@ -20,7 +20,7 @@ use oncegate_engine::GateError;
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData as McpError, MetaObject};
 use serde_json::json;
 
-use crate::wire::{Envelope, OUTCOME_META_KEY};
+use crate::wire::{Envelope, OUTCOME_META_KEY, structured_content};
 
 /// Everything a route can fail with, mapped to the wire once.
 #[derive(Debug)]
@@ -133,25 +133,33 @@ impl ApiError {
 
 /// A call the gateway refused before deciding (bad arguments, forbidden, store down).
 fn refusal(code: Code, message: &str) -> CallToolResult {
-    let (status, line) = match code {
-        Code::Forbidden => ("denied", format!("DENIED: {message} - do not retry.")),
+    // The third value: whether the line tells the model not to call again.
+    let (status, line, stop) = match code {
+        Code::Forbidden => ("denied", format!("DENIED: {message} - do not retry."), true),
         Code::InvalidArguments | Code::ArgumentsTooLarge | Code::ArgumentsTooDeep => (
             "refused",
             format!(
                 "INVALID ARGUMENTS: {message} - nothing was done; fix the arguments and call again."
             ),
+            false,
         ),
         Code::RateLimited => (
             "refused",
             format!("RATE LIMITED: {message} - nothing was done; wait before reading again."),
+            false,
         ),
-        _ => ("refused", format!("REFUSED: {message} - do not retry.")),
+        _ => (
+            "refused",
+            format!("REFUSED: {message} - do not retry."),
+            true,
+        ),
     };
-    let envelope = Envelope::refusal(status, code, message, line);
+    let envelope = Envelope::refusal(status, code, message, line, stop);
     let mut result = CallToolResult::error(vec![ContentBlock::text(envelope.message.clone())]);
     let mut meta = MetaObject::new();
     meta.insert(OUTCOME_META_KEY.into(), envelope.mcp_meta());
     result.meta = Some(meta);
+    result.structured_content = Some(structured_content(None, &envelope));
     result
 }
 

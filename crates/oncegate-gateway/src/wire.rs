@@ -4,8 +4,11 @@
 //! JSON API answers the envelope itself (snake_case, with an HTTP status from
 //! [`http_status`]); `/mcp` answers a tool result whose first text block is the
 //! envelope's `message` (the model line) and whose `_meta[OUTCOME_META_KEY]` is
-//! [`Envelope::mcp_meta`] (camelCase). A call refused before it was decided has an
-//! envelope too ([`Envelope::refusal`]), so an MCP client reads one shape either way.
+//! [`Envelope::mcp_meta`] (camelCase), and whose `structuredContent` carries
+//! [`Envelope::structured`] under [`OUTCOME_STRUCTURED_KEY`] (for frameworks that hand
+//! the model only the structured output; [`structured_content`] merges it with the
+//! upstream's own). A call refused before it was decided has an envelope too
+//! ([`Envelope::refusal`]), so an MCP client reads one shape either way.
 
 use axum::http::StatusCode;
 use oncegate_core::codes::Code;
@@ -18,6 +21,15 @@ use crate::tool_result::record_of;
 
 /// The `_meta` key an MCP tool result reports the outcome under.
 pub const OUTCOME_META_KEY: &str = "dev.oncegate/outcome";
+
+/// The `structuredContent` field an MCP tool result reports the outcome under (declared
+/// in every offered tool's `outputSchema`: [`crate::mcp::schema::output_schema`]).
+pub const OUTCOME_STRUCTURED_KEY: &str = "oncegate";
+
+/// Where an upstream's structured value goes when it cannot take the outcome's field
+/// beside its own: not an object, or an object with an `oncegate` field of its own
+/// (never overwritten).
+pub const UPSTREAM_STRUCTURED_KEY: &str = "result";
 
 /// The outcome envelope on the wire.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -49,6 +61,10 @@ pub struct Envelope {
     pub alerts: Vec<Value>,
     /// One line the model can act on.
     pub message: String,
+    /// Whether `message` tells the model not to call again (the MCP renderings carry it;
+    /// the JSON API's callers read `status`).
+    #[serde(skip)]
+    pub do_not_call_again: bool,
 }
 
 /// One line of text a model can act on.
@@ -76,6 +92,21 @@ pub fn model_line(o: &Outcome) -> String {
     }
 }
 
+/// Whether [`model_line`] tells the model not to call again: a repeat would only replay,
+/// wait on the same attempt, or be refused again. An applied call, a read, a dry run and
+/// a failure say nothing either way.
+pub fn forbids_repeat(o: &Outcome) -> bool {
+    match o.status {
+        Status::Replayed
+        | Status::InFlight
+        | Status::Unknown
+        | Status::PendingApproval
+        | Status::Denied
+        | Status::Refused => true,
+        Status::Applied | Status::DryRun | Status::Failed | Status::Approved => false,
+    }
+}
+
 impl From<&Outcome> for Envelope {
     fn from(o: &Outcome) -> Self {
         Envelope {
@@ -94,6 +125,7 @@ impl From<&Outcome> for Envelope {
                 .map(|a| serde_json::to_value(a).unwrap_or(Value::Null))
                 .collect(),
             message: model_line(o),
+            do_not_call_again: forbids_repeat(o),
         }
     }
 }
@@ -106,8 +138,14 @@ pub fn reason(code: Code, message: &str) -> Value {
 impl Envelope {
     /// A call the gateway refused before deciding it (bad arguments, forbidden, store
     /// down): no intent, nothing claimed. `status` is `denied` or `refused`; `line` is
-    /// the model line.
-    pub fn refusal(status: &str, code: Code, message: &str, line: String) -> Self {
+    /// the model line; `do_not_call_again` whether it says so.
+    pub fn refusal(
+        status: &str,
+        code: Code,
+        message: &str,
+        line: String,
+        do_not_call_again: bool,
+    ) -> Self {
         Envelope {
             status: status.to_owned(),
             intent_key: None,
@@ -120,6 +158,7 @@ impl Envelope {
             reason: Some(reason(code, message)),
             alerts: Vec::new(),
             message: line,
+            do_not_call_again,
         }
     }
 
@@ -139,6 +178,7 @@ impl Envelope {
             alerts: Vec::new(),
             message: "PASS THROUGH: a read; run it yourself, there is nothing to complete."
                 .to_owned(),
+            do_not_call_again: false,
         }
     }
 
@@ -158,6 +198,24 @@ impl Envelope {
         })
     }
 
+    /// The structured rendering: the value of `structuredContent[OUTCOME_STRUCTURED_KEY]`
+    /// (snake_case like the JSON API; small on purpose: the status, the model line, and
+    /// whether that line forbids a repeat, so a model that sees only structured output
+    /// reads what the first text block says).
+    pub fn structured(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        out.insert("status".into(), json!(self.status));
+        out.insert("message".into(), json!(self.message));
+        out.insert("do_not_call_again".into(), json!(self.do_not_call_again));
+        if let Some(key) = &self.intent_key {
+            out.insert("intent_key".into(), json!(key));
+        }
+        if let Some(id) = &self.approval_id {
+            out.insert("approval_id".into(), json!(id));
+        }
+        Value::Object(out)
+    }
+
     /// The JSON API rendering of a decided call to `cap`: its HTTP status and the
     /// envelope, whose `result` is the provider's record for an MCP upstream (as an HTTP
     /// upstream's body would be; MCP clients get the whole tool result on `/mcp`).
@@ -172,6 +230,21 @@ impl Envelope {
         }
         (http_status(o), envelope)
     }
+}
+
+/// A tool result's `structuredContent`: the upstream's own object with the outcome added
+/// under [`OUTCOME_STRUCTURED_KEY`] (its fields untouched); an upstream value that is not
+/// an object, or that has an `oncegate` field of its own, is kept whole under
+/// [`UPSTREAM_STRUCTURED_KEY`] instead; no upstream value: the outcome alone.
+pub fn structured_content(upstream: Option<Value>, envelope: &Envelope) -> Value {
+    let outcome = envelope.structured();
+    let mut out = match upstream {
+        Some(Value::Object(m)) if !m.contains_key(OUTCOME_STRUCTURED_KEY) => m,
+        Some(other) => serde_json::Map::from_iter([(UPSTREAM_STRUCTURED_KEY.to_owned(), other)]),
+        None => serde_json::Map::new(),
+    };
+    out.insert(OUTCOME_STRUCTURED_KEY.to_owned(), outcome);
+    Value::Object(out)
 }
 
 /// The HTTP status of a decided call.

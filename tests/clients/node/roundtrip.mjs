@@ -80,6 +80,11 @@ check(
   applied,
 );
 check(first.structuredContent?.id === applied.effectRef, "structuredContent is the provider's charge", first);
+check(
+  first.structuredContent?.oncegate?.status === "applied" && first.structuredContent.oncegate.message === text(first),
+  "structuredContent.oncegate carries the outcome and the model line",
+  first.structuredContent,
+);
 
 const again = await client.callTool({
   name: "charge_card",
@@ -95,10 +100,23 @@ check(
   "the model reads ALREADY APPLIED",
   text(again),
 );
+const provider = (s) => JSON.stringify({ ...s, oncegate: undefined });
 check(
-  JSON.stringify(again.structuredContent) === JSON.stringify(first.structuredContent),
-  "the repeat returns the first call's structuredContent untouched",
+  provider(again.structuredContent) === provider(first.structuredContent),
+  "the repeat returns the first call's structuredContent, the provider's fields untouched",
   [first.structuredContent, again.structuredContent],
+);
+check(
+  again.structuredContent?.oncegate?.status === "replayed" &&
+    again.structuredContent.oncegate.do_not_call_again === true &&
+    again.structuredContent.oncegate.message === text(again),
+  "structuredContent.oncegate says replayed, do not call again",
+  again.structuredContent,
+);
+check(
+  charge.outputSchema?.required?.includes("oncegate") && charge.outputSchema?.properties?.oncegate?.type === "object",
+  "charge_card declares structuredContent.oncegate in its outputSchema",
+  charge.outputSchema,
 );
 
 await client.close();

@@ -207,15 +207,27 @@ async def stalled_charge_then_replans(args: argparse.Namespace) -> None:
             structured = again.structured_content
             check(
                 isinstance(structured, dict) and structured.get("id") == ref and structured.get("order_id") == order,
-                f"re-plan {i}: structuredContent is the provider's charge, untouched",
+                f"re-plan {i}: structuredContent is the provider's charge, its fields untouched",
                 structured,
             )
-            if charge is None:
-                charge, effect_ref = structured, ref
+            og = structured.get("oncegate")
             check(
-                structured == charge and ref == effect_ref,
+                og == {
+                    "status": "replayed",
+                    "message": text,
+                    "do_not_call_again": True,
+                    "intent_key": key,
+                },
+                f"re-plan {i}: structuredContent.oncegate says replayed, do not call again (for models that read only it)",
+                og,
+            )
+            provider = {k: v for k, v in structured.items() if k != "oncegate"}
+            if charge is None:
+                charge, effect_ref = provider, ref
+            check(
+                provider == charge and ref == effect_ref,
                 f"re-plan {i} returns the very same charge as the re-plans before",
-                (structured, charge),
+                (provider, charge),
             )
 
         read = await client.call_tool("get_order", {"order_id": order}, meta=step_meta(args, "read"))

@@ -23,6 +23,7 @@ mod pins;
 mod python_client;
 mod single_server;
 mod store_faults;
+mod structured;
 mod support;
 mod telemetry;
 mod throttle;

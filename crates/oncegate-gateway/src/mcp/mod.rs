@@ -10,8 +10,10 @@
 //! in their own task, so an agent that closes its stream never aborts an effect
 //! half-way, and the result is recorded whatever the caller does. Every answer carries
 //! `_meta["dev.oncegate/outcome"]` and, first in `content`, one plain line the model can
-//! act on (several agent frameworks drop `_meta`). Applied and replayed calls return the
-//! upstream's own result after that line (`content` and `structuredContent` untouched);
+//! act on (several agent frameworks drop `_meta`), and `structuredContent.oncegate` (others
+//! hand the model only structured output). Applied and replayed calls return the
+//! upstream's own result after that line (`content` untouched, `structuredContent` with
+//! its fields untouched);
 //! denied, refused, unknown, in-flight, pending approval and failed calls are tool
 //! execution errors (`isError: true`). JSON-RPC errors are kept for malformed requests
 //! and unknown tools.

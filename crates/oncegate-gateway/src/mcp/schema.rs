@@ -143,6 +143,41 @@ pub(crate) fn strip_property(schema: &mut JsonObject, name: &str) {
     }
 }
 
+/// Every offered tool's `outputSchema`: an object whose `oncegate` field is the outcome
+/// ([`crate::wire::Envelope::structured`]); the upstream's own fields are allowed beside
+/// it (or its whole value under `result`), so every answer validates, a replay of a
+/// result stored before the field existed included (the field is added when answering).
+pub fn output_schema() -> JsonObject {
+    let outcome = json!({
+        "type": "object",
+        "description": "What oncegate did with this call. Read `message` and follow it: when `do_not_call_again` is true, do not call this tool again for this intent.",
+        "properties": {
+            "status": {
+                "type": "string",
+                "description": "applied, replayed (already done earlier: nothing new happened), in_flight, unknown, pending_approval, denied, refused, dry_run, failed"
+            },
+            "message": {
+                "type": "string",
+                "description": "The one line to act on (the first text block of `content`)."
+            },
+            "do_not_call_again": {
+                "type": "boolean",
+                "description": "True when `message` says not to call again: a repeat would only replay, wait or be refused."
+            },
+            "intent_key": {"type": "string", "description": "The intent this call resolved to."},
+            "approval_id": {"type": "string", "description": "The approval holding the call."}
+        },
+        "required": ["status", "message", "do_not_call_again"]
+    });
+    let key = crate::wire::OUTCOME_STRUCTURED_KEY;
+    Map::from_iter([
+        ("type".to_owned(), json!("object")),
+        ("properties".to_owned(), json!({ key: outcome })),
+        ("required".to_owned(), json!([key])),
+        ("additionalProperties".to_owned(), json!(true)),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,8 @@
 //! The rmcp handler: `tools/list` (the capabilities a principal may call) and
 //! `tools/call`, which takes the front door like `POST /v1/calls` and answers the
 //! outcome's [`Envelope`] as a tool result: the model line first in `content`, the
-//! envelope's MCP rendering in `_meta`.
+//! envelope's MCP rendering in `_meta`, and its structured rendering in
+//! `structuredContent.oncegate` (declared in every tool's `outputSchema`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,15 +26,16 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
 use super::passthrough;
-use super::schema::{annotations, derived_schema, strip_property};
+use super::schema::{annotations, derived_schema, output_schema, strip_property};
 use crate::error::ApiError;
 use crate::front::Door;
 use crate::headers::{header_string, invalid_header};
 use crate::state::{AppState, Principal};
+use crate::tool_result::all_text;
 use crate::trace::Parent;
 use crate::upstream::UpstreamExecutor;
 use crate::upstream::mcp::log_rank;
-use crate::wire::{Envelope, OUTCOME_META_KEY};
+use crate::wire::{Envelope, OUTCOME_META_KEY, structured_content};
 
 /// The request `_meta` key of the orchestrator's run id.
 pub const RUN_ID_META_KEY: &str = "dev.oncegate/run_id";
@@ -232,6 +234,10 @@ impl McpSurface {
             .unwrap_or_else(|| format!("{} (through oncegate)", cap.name));
         let mut tool = Tool::new(cap.name.clone(), description, self.input_schema(cap).await)
             .with_annotations(annotations(cap));
+        // Every answer carries the outcome in `structuredContent`; clients that validate
+        // structured results against this schema (the Python and TypeScript SDKs) find
+        // it declared, and the upstream's own fields allowed beside it.
+        tool.output_schema = Some(Arc::new(output_schema()));
         let mut meta = MetaObject::new();
         meta.insert("dev.oncegate/category".into(), json!(cap.category));
         tool.meta = Some(meta);
@@ -305,8 +311,9 @@ impl McpSurface {
 
 /// The answer to one decided call.
 pub fn tool_result(o: &Outcome, cap: &Capability) -> CallToolResult {
-    // Both renderings of the one wire type: its model line first in `content`, its MCP
-    // form in `_meta`.
+    // The renderings of the one wire type: its model line first in `content`, its MCP
+    // form in `_meta`, its structured form in `structuredContent` (pydantic-ai, among
+    // others, hands the model only that).
     let envelope = Envelope::from(o);
     let line = ContentBlock::text(envelope.message.clone());
     let upstream_is_mcp = cap
@@ -325,11 +332,23 @@ pub fn tool_result(o: &Outcome, cap: &Capability) -> CallToolResult {
                 if let Some(meta) = t.meta.as_mut() {
                     meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
                 }
+                // Text only, no structured value: the text becomes the upstream's value,
+                // since a client that prefers `structuredContent` (pydantic-ai) would
+                // otherwise see the outcome alone and never the provider's answer.
+                if t.structured_content.is_none()
+                    && !t.content.is_empty()
+                    && t.content.iter().all(|c| c.as_text().is_some())
+                {
+                    let text = all_text(&t);
+                    t.structured_content =
+                        Some(serde_json::from_str(&text).unwrap_or(Value::String(text)));
+                }
                 t
             }
             _ => {
                 let mut t = CallToolResult::success(vec![ContentBlock::text(r.to_string())]);
-                t.structured_content = r.is_object().then(|| r.clone());
+                // Not an object: `structured_content` keeps it whole under `result`.
+                t.structured_content = Some(r.clone());
                 t
             }
         }
@@ -347,18 +366,26 @@ pub fn tool_result(o: &Outcome, cap: &Capability) -> CallToolResult {
         (true, None) => CallToolResult::success(vec![line]),
         (false, up) => {
             let mut content = vec![line];
+            let mut structured = None;
             // A definite refusal by the provider: show the model what it said.
             if matches!(o.status, Status::Failed | Status::Replayed)
                 && let Some(up) = up
             {
                 content.extend(up.content);
+                structured = up.structured_content;
             }
-            CallToolResult::error(content)
+            let mut t = CallToolResult::error(content);
+            t.structured_content = structured;
+            t
         }
     };
     let mut meta = result.meta.take().unwrap_or_default();
     meta.insert(OUTCOME_META_KEY.into(), envelope.mcp_meta());
     result.meta = Some(meta);
+    result.structured_content = Some(structured_content(
+        result.structured_content.take(),
+        &envelope,
+    ));
     result
 }
 
