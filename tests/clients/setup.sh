@@ -17,9 +17,10 @@
 #   - promtool (crates/oncegate-cli/tests/it/metrics.rs): Prometheus's `promtool`, to
 #     check /metrics, taken out of Debian's `prometheus` package (`apt-get download`, no
 #     install, no root: nothing starts a Prometheus server) into target/promtool.
-#   - openapi (crates/oncegate-cli/tests/it/openapi.rs): PyPI `openapi-spec-validator`,
-#     pinned with every dependency (openapi/requirements.txt), into
-#     target/openapi-tools/venv, to validate the served OpenAPI document.
+#   - openapi (crates/oncegate-cli/tests/it/openapi.rs): PyPI `openapi-spec-validator`
+#     and `schemathesis`, pinned with every dependency (openapi/requirements.txt), into
+#     target/openapi-tools/venv, to validate the served OpenAPI document and to fuzz the
+#     API against it.
 #   - pydantic-ai (crates/oncegate-cli/tests/it/structured.rs): PyPI `pydantic-ai-slim[mcp]`
 #     (its MCP toolset, built on FastMCP), pinned with every dependency
 #     (pydantic_ai/requirements.txt), into target/pydantic-ai/venv: an agent framework
@@ -236,7 +237,7 @@ setup_openapi() {
   command -v python3 >/dev/null 2>&1 || { echo "openapi: FATAL: python3 is not on PATH" >&2; exit 1; }
   local out="$root/target/openapi-tools" reqs="$here/openapi/requirements.txt" want
   want="$( { cat "$here/setup.sh" "$reqs"; python3 --version 2>&1; } | sha256sum | cut -d' ' -f1)"
-  if [[ -f "$out/stamp" && "$(cat "$out/stamp")" == "$want" && -x "$out/venv/bin/openapi-spec-validator" ]]; then
+  if [[ -f "$out/stamp" && "$(cat "$out/stamp")" == "$want" && -x "$out/venv/bin/openapi-spec-validator" && -x "$out/venv/bin/schemathesis" ]]; then
     return 0
   fi
   echo "openapi: creating the virtualenv at $out/venv" >&2
@@ -244,6 +245,7 @@ setup_openapi() {
   python3 -m venv "$out/venv"
   "$out/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$reqs" >&2 \
     || { echo "openapi: FATAL: pip install -r $reqs failed" >&2; exit 1; }
+  "$out/venv/bin/schemathesis" --version >&2 || { echo "openapi: FATAL: schemathesis does not run" >&2; exit 1; }
   echo "$want" >"$out/stamp"
   echo "openapi: ready" >&2
 }

@@ -50,6 +50,9 @@ impl utoipa::Modify for BearerAuth {
 /// and gains the schema.
 struct ErrorResponses;
 
+/// The headers [`crate::headers::header_string`] reads, with its rule.
+const STRUCTURAL_HEADERS: [&str; 3] = ["Oncegate-Run-Id", "Oncegate-Step-Id", "Idempotency-Key"];
+
 impl ErrorResponses {
     const EVERY: [(&'static str, &'static str); 5] = [
         ("400", "a malformed header or body"),
@@ -72,7 +75,7 @@ impl ErrorResponses {
 impl utoipa::Modify for ErrorResponses {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::path::ParameterIn;
-        use utoipa::openapi::schema::{OneOfBuilder, Schema};
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
         use utoipa::openapi::{Content, Ref, RefOr, Response};
         let content = || Content::new(Some(Ref::from_schema_name("ErrorBody")));
         for (path, item) in openapi.paths.paths.iter_mut() {
@@ -93,8 +96,27 @@ impl utoipa::Modify for ErrorResponses {
                         .flatten()
                         .any(|p| p.parameter_in == ParameterIn::Query);
                 let mut wanted: Vec<(&str, &str)> = Self::EVERY.to_vec();
-                if path.contains('{') {
-                    wanted.push(("404", "nothing by that name"));
+                if path.contains('{') || op.request_body.is_some() {
+                    wanted.push((
+                        "404",
+                        "nothing by that name (a path's, or a body's capability)",
+                    ));
+                }
+                // The structural headers' own rule (headers.rs), so a generated client
+                // never sends one the gateway refuses: 1 to 255 visible ASCII characters.
+                for p in op.parameters.iter_mut().flatten() {
+                    if p.parameter_in == ParameterIn::Header
+                        && STRUCTURAL_HEADERS.contains(&p.name.as_str())
+                    {
+                        p.schema = Some(RefOr::T(Schema::Object(
+                            ObjectBuilder::new()
+                                .schema_type(Type::String)
+                                .min_length(Some(1))
+                                .max_length(Some(255))
+                                .pattern(Some("^[!-~]+$"))
+                                .build(),
+                        )));
+                    }
                 }
                 if reads_input {
                     wanted.push(("422", "a query or a body that does not parse"));
