@@ -38,6 +38,33 @@ impl Remote {
             .context("the gateway's answer is not JSON")?;
         Ok((status, body))
     }
+
+    /// `GET path` as an admin listing: `--json` prints the answer whole and gives
+    /// `None`; otherwise the array under `field`, for a table. An error answer is
+    /// printed and fails.
+    pub async fn list(
+        &self,
+        client: &reqwest::Client,
+        path: &str,
+        field: &str,
+        json: bool,
+    ) -> anyhow::Result<Option<Vec<serde_json::Value>>> {
+        let (status, body) = self.send(client.get(self.at(path))).await?;
+        if body.get("error").is_some() || !status.is_success() {
+            crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+            anyhow::bail!("the gateway answered {status}");
+        }
+        if json {
+            crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+            return Ok(None);
+        }
+        Ok(Some(
+            body.get(field)
+                .and_then(serde_json::Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+        ))
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -42,21 +42,10 @@ pub async fn run(command: DoubtsCommand) -> anyhow::Result<ExitCode> {
     let client = reqwest::Client::new();
     match command {
         DoubtsCommand::List { remote, json } => {
-            let (status, body) = remote
-                .send(client.get(remote.at("/v1/admin/doubts")))
-                .await?;
-            if body.get("error").is_some() || !status.is_success() {
-                crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
-                bail!("the gateway answered {status}");
-            }
-            if json {
-                crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
-            } else {
-                let doubts = body
-                    .get("doubts")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
+            if let Some(doubts) = remote
+                .list(&client, "/v1/admin/doubts", "doubts", json)
+                .await?
+            {
                 crate::emit(&table(&doubts));
                 eprintln!("{} doubt(s) on", doubts.len());
             }

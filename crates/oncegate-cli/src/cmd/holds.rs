@@ -36,21 +36,10 @@ pub async fn run(command: HoldsCommand) -> anyhow::Result<ExitCode> {
     let client = reqwest::Client::new();
     match command {
         HoldsCommand::List { remote, json } => {
-            let (status, body) = remote
-                .send(client.get(remote.at("/v1/admin/holds")))
-                .await?;
-            if body.get("error").is_some() || !status.is_success() {
-                crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
-                bail!("the gateway answered {status}");
-            }
-            if json {
-                crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
-            } else {
-                let holds = body
-                    .get("holds")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
+            if let Some(holds) = remote
+                .list(&client, "/v1/admin/holds", "holds", json)
+                .await?
+            {
                 crate::emit(&table(&holds));
                 eprintln!("{} hold(s) on", holds.len());
             }

@@ -42,21 +42,10 @@ pub async fn run(command: ToolsCommand) -> anyhow::Result<ExitCode> {
     let client = reqwest::Client::new();
     match command {
         ToolsCommand::List { remote, json } => {
-            let (status, body) = remote
-                .send(client.get(remote.at("/v1/admin/tools")))
-                .await?;
-            if body.get("error").is_some() || !status.is_success() {
-                crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
-                bail!("the gateway answered {status}");
-            }
-            if json {
-                crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
-            } else {
-                let tools = body
-                    .get("tools")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
+            if let Some(tools) = remote
+                .list(&client, "/v1/admin/tools", "tools", json)
+                .await?
+            {
                 crate::emit(&table(&tools));
                 let held = tools.iter().filter(|t| t["state"] == "changed").count();
                 eprintln!("{} pinned tool(s), {held} changed and held", tools.len());
