@@ -9,9 +9,10 @@
 //!                first-byte and idle timeouts, the open-file limit
 //! router         app(state) -> Router: the routes, /mcp, body limit, JSON rejections,
 //!                RFC 9728 metadata and the 401 challenge naming it
-//! openapi        the OpenAPI document from the route handlers
+//! openapi        the OpenAPI document from the route handlers (refusals, header rules)
 //! routes/        JSON API handlers by resource: calls (and keys), intents, approvals,
-//!                audit, admin, ops (health, readiness, metrics)
+//!                audit, admin, detection, tools, ops (health, readiness, metrics);
+//!                answers: the 200 shapes for the document
 //! mcp/           /mcp: auth (middleware), surface (rmcp handler), schema, sessions
 //! sweep          the reconciliation loop (executors from the front door)
 //! fronting       fronted MCP servers' tool lists kept current (read, watch, refresh)
@@ -34,6 +35,8 @@
 //! upstream/      executors: HTTP, MCP (upstream::mcp), the shared reqwest client
 //! tool_result    reading stored MCP tool results (shared by upstream::mcp and wire)
 //! inflight       detached tasks shutdown waits for
+//! metric_catalog every metric family (type, labels, HELP): described at start, exported
+//!                at zero where the labels are known; the README's table
 //! ```
 //!
 //! `probe` stands beside this tree (it uses `upstream`; nothing in it uses `probe`). The
