@@ -30,3 +30,19 @@ fn the_official_conformance_suite_passes_every_scenario_a_tools_gateway_can() {
     assert!(output.contains("✓ tools-call-with-progress"), "{output}");
     assert!(output.contains("✓ prompts-get-with-args"), "{output}");
 }
+
+/// A scenario outside the suite's active set that the gateway passes, kept by name
+/// (docs/mcp-conformance.md): a tool whose input schema is JSON Schema 2020-12.
+#[test]
+fn the_json_schema_2020_12_scenario_outside_the_active_suite_passes_too() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut cmd = Command::new("timeout");
+    cmd.args(["--kill-after=20", "240", "bash"])
+        .arg(root.join("tests/conformance/run.sh"))
+        .args(["--oncegate", env!("CARGO_BIN_EXE_oncegate")])
+        .args(["--scenario", "json-schema-2020-12"])
+        .stdin(Stdio::null());
+    let (ok, output) = run_client(cmd, Duration::from_secs(300));
+    assert!(ok, "json-schema-2020-12 failed:\n{output}");
+    assert!(output.contains("0 failed"), "{output}");
+}
