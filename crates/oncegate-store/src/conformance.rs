@@ -2,6 +2,13 @@
 //!
 //! Each check takes a fresh, empty store and panics with a message on a violation.
 //! Backends call [`run_all`] from their integration tests (see `tests/it`).
+//!
+//! Why one file, for now: one check per store concern (intents, approvals, the audit
+//! chain, shared state, limits and findings, listings, tool pins) over the one trait pair
+//! [`crate::StoreRead`] / [`crate::StoreWrite`] that every backend implements. Issue 34
+//! cuts that trait pair by table and puts this suite (and [`crate::memory`]) behind a
+//! `testing` feature; the suite is split along the same cut then, so each check moves
+//! once, with the trait it checks.
 
 use jiff::Timestamp;
 use oncegate_core::audit::{AuditEvent, AuditKind, verify_shard};

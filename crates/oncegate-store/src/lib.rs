@@ -16,6 +16,12 @@
 //! from memory it kept: another writer (another replica on a shared database) may have
 //! appended since. SQLite has one writer per file, so it may cache heads in its writer
 //! task; a shared backend locks the shard's head row (`SELECT ... FOR UPDATE`) instead.
+//!
+//! Why one file, for now: the traits, the commit and the row types every backend shares
+//! are the store API itself, and it is one wide trait pair (intents, approvals, audit,
+//! sessions, work claims, findings, switches, limits, pins). Issue 34 cuts it by table (a
+//! read/write trait pair per concern, one place that decodes each row kind); this file
+//! splits along that cut then, rather than along a second cut now.
 
 use std::future::Future;
 use std::path::Path;

@@ -24,7 +24,10 @@
 //! ids) and its writes must stay inside that one critical section to keep SQLite's
 //! atomicity, and the reads are short views of the same maps. Split by table it would
 //! spread one critical section over several files. (It keeps no limit ledgers: nothing
-//! outside the process can edit it, so there is nothing for a ledger to prove.)
+//! outside the process can edit it, so there is nothing for a ledger to prove.) Its
+//! length follows the store API's width (intents, approvals, audit, sessions, work
+//! claims, findings, switches, limits, pins); when issue 34 cuts that API by table, the
+//! read views move with their traits and the one critical section stays here.
 //!
 //! It is not durable across process restarts of the real program, only across
 //! simulated ones (the simulation keeps the store and restarts the gate on it).
