@@ -129,8 +129,8 @@ async fn admin(
     (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
 }
 
-/// The pin of the sandbox's `find_charge`, as `GET /v1/admin/tools` shows it.
-async fn pin(gw: &str) -> Value {
+/// `GET /v1/admin/tools` as the admin.
+async fn pins(gw: &str) -> Value {
     let (status, body) = admin(
         reqwest::Method::GET,
         format!("{gw}/v1/admin/tools"),
@@ -139,6 +139,12 @@ async fn pin(gw: &str) -> Value {
     )
     .await;
     assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The pin of the sandbox's `find_charge`, as `GET /v1/admin/tools` shows it.
+async fn pin(gw: &str) -> Value {
+    let body = pins(gw).await;
     body["tools"]
         .as_array()
         .unwrap()
@@ -219,13 +225,7 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
     assert!(first["definition"]["input_schema"].is_object(), "{first}");
     // A tool refused today (`create_charge` is no read) is pinned too: if it turned
     // "read-only" later, that change would be held, not offered as a read at once.
-    let (_, all) = admin(
-        reqwest::Method::GET,
-        format!("{one}/v1/admin/tools"),
-        "root",
-        None,
-    )
-    .await;
+    let all = pins(&one).await;
     assert!(
         all["tools"]
             .as_array()
