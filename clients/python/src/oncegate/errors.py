@@ -15,7 +15,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import Outcome
+from ._outcome import (
+    Denied,
+    DryRun,
+    Failed,
+    InFlight,
+    OncegateError,
+    OutcomeError,
+    OutcomeUnknown,
+    PendingApproval,
+    Refused,
+    Replayed,
+    error_for_outcome,
+)
 
 __all__ = [
     "OncegateError",
@@ -36,90 +48,6 @@ __all__ = [
     "IntentNotRecorded",
     "error_for_outcome",
 ]
-
-
-class OncegateError(Exception):
-    """Base of every error this client raises. ``intent_key`` is None when no intent exists."""
-
-    def __init__(self, message: str, *, intent_key: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.intent_key = intent_key
-
-
-class OutcomeError(OncegateError):
-    """The gateway decided, and nothing was executed by this call. ``outcome`` is the envelope."""
-
-    def __init__(self, outcome: Outcome) -> None:
-        super().__init__(outcome.message or outcome.status, intent_key=outcome.intent_key)
-        self.outcome = outcome
-
-    @property
-    def code(self) -> str | None:
-        """The reason's stable code, if the gateway gave one."""
-        return self.outcome.reason_code
-
-
-class InFlight(OutcomeError):
-    """Another attempt holds the claim and is executing. Do not re-issue; poll later."""
-
-
-class OutcomeUnknown(OutcomeError):
-    """An earlier attempt's outcome is not known yet; the gateway is reconciling it with
-    the provider. Do not re-issue: a later call answers what the provider's record says."""
-
-
-class PendingApproval(OutcomeError):
-    """Held for a human. ``approval_id`` names the request an approver decides."""
-
-    @property
-    def approval_id(self) -> str | None:
-        return self.outcome.approval_id
-
-
-class Denied(OutcomeError):
-    """Policy or a human said no. ``code`` says which rule."""
-
-
-class Refused(OutcomeError):
-    """Attempt ceiling, breaker, hold, kill switch, cross-run or store down (``code``).
-
-    ``OG-0007`` (store unavailable) and ``OG-0015`` (contention) are worth retrying
-    later; the others need a human.
-    """
-
-
-class Failed(OutcomeError):
-    """The provider said no (definitely: nothing happened), now or on an earlier attempt.
-
-    ``result`` is what the provider answered, as stored. Retrying the same intent
-    replays this failure; change the arguments (a different intent) to try again.
-    """
-
-    @property
-    def result(self) -> Any:
-        return self.outcome.result
-
-
-class DryRun(OutcomeError):
-    """The capability (or this agent) is in dry-run mode: nothing was executed.
-
-    Raised rather than returning None so that code expecting the effect's result
-    cannot mistake "nothing happened" for an answer.
-    """
-
-
-class Replayed(OutcomeError):
-    """Raised when code tries to execute an intent that was already applied.
-
-    Only the :meth:`Client.intent` block raises it: reading ``claim.idempotency_key``
-    or recording an outcome on a replayed intent means the body is about to run an
-    effect that already happened. ``outcome.result`` is the stored result.
-    """
-
-    @property
-    def result(self) -> Any:
-        return self.outcome.result
 
 
 class GatewayError(OncegateError):
@@ -220,32 +148,3 @@ class IntentNotRecorded(OncegateError):
     reconciles with the provider). Call ``claim.applied(...)``, ``claim.failed(...)`` or
     ``claim.not_sent()`` inside the block.
     """
-
-
-_BY_STATUS: dict[str, type[OutcomeError]] = {
-    "in_flight": InFlight,
-    "unknown": OutcomeUnknown,
-    "pending_approval": PendingApproval,
-    "denied": Denied,
-    "refused": Refused,
-    "failed": Failed,
-    "dry_run": DryRun,
-}
-
-
-def error_for_outcome(outcome: Outcome) -> OutcomeError | None:
-    """The typed error for a non-success outcome, None for applied / replayed / approved.
-
-    A replay of a failure (status ``replayed``, state ``failed``) is :class:`Failed`:
-    the provider said no before, and that is still the answer.
-    """
-    if outcome.failed:
-        return Failed(outcome)
-    cls = _BY_STATUS.get(outcome.status)
-    if cls is not None:
-        return cls(outcome)
-    if outcome.succeeded or outcome.status == "approved":
-        # "approved" answers an approver (nothing executed yet); a claim never gets it.
-        return None
-    # A status this client does not know: not a success it can vouch for.
-    return OutcomeError(outcome)

@@ -16,6 +16,8 @@ import time
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
+from ._outcome import Outcome, Reason
+
 __all__ = [
     "Execute",
     "PassThrough",
@@ -38,67 +40,6 @@ CompletionOutcome = Literal["applied", "failed", "unknown", "not_sent"]
 
 class ProtocolError(ValueError):
     """An answer that does not have the shape the wire contract promises."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Reason:
-    """Why an outcome is what it is, with a stable code (``OG-0004``, docs/error-codes.md)."""
-
-    code: str
-    message: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """The outcome envelope: what happened to an intent, as the gateway recorded it.
-
-    ``status`` is one of applied, replayed, in_flight, unknown, pending_approval,
-    denied, refused, dry_run, failed, approved. ``message`` is one line a model can act
-    on ("ALREADY APPLIED as ch_1 - do not call again."). ``http_status`` is the status
-    the envelope came with.
-    """
-
-    status: str
-    intent_key: str | None
-    generation: int
-    attempt: int
-    state: str | None
-    effect_ref: str | None
-    result: Any
-    approval_id: str | None
-    reason: Reason | None
-    alerts: list[Any]
-    message: str
-    http_status: int
-    raw: dict[str, Any] = dataclasses.field(repr=False, compare=False)
-
-    @property
-    def reason_code(self) -> str | None:
-        """The stable code of the reason, if any (``OG-0004`` attempt ceiling, ...)."""
-        return self.reason.code if self.reason else None
-
-    @property
-    def failed(self) -> bool:
-        """True when the provider said no: a ``failed`` answer, or a replay of one."""
-        return self.status == "failed" or (self.status == "replayed" and self.state == "failed")
-
-    @property
-    def succeeded(self) -> bool:
-        """True when the effect took place (now, before, or by reconciliation)."""
-        return self.status in ("applied", "replayed") and not self.failed
-
-    def raise_for_status(self) -> Outcome:
-        """Raises the typed error for an outcome that is not a success; returns self otherwise.
-
-        Like ``httpx.Response.raise_for_status``: ``call()`` and ``complete()`` return
-        every envelope, and this turns the non-successes into exceptions.
-        """
-        from .errors import error_for_outcome
-
-        err = error_for_outcome(self)
-        if err is not None:
-            raise err
-        return self
 
 
 @dataclasses.dataclass(frozen=True)
