@@ -60,7 +60,7 @@ export interface ProtectOptions<P extends unknown[], R> {
 export declare function protectFunction<P extends unknown[], R>(gate: Gate, capability: string, fn: (...args: [...P, ProtectContext]) => R, options: ProtectOptions<P, Awaited<R>>): (...args: P) => Promise<Awaited<R>>;
 /** `not_sent` only on proof that nothing left; `unknown` for anything else. */
 export declare function failureOutcome(rule: NotSentPredicate, error: unknown): CompletionOutcome;
-/** What the gateway stores as the attempt's error: the name and message, bounded. */
+/** What the gateway stores as the attempt's error: the name and message (and fetch's cause code), bounded. */
 export declare function errorText(error: unknown): string;
 /** The reference at a JSON pointer: a string or integer, else none (an effect without an id is still applied). */
 export declare function effectRefAt(document: unknown, pointer: string): string | null;

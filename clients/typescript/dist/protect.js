@@ -168,9 +168,10 @@ export function failureOutcome(rule, error) {
         return "unknown";
     }
 }
-/** What the gateway stores as the attempt's error: the name and message, bounded. */
+/** What the gateway stores as the attempt's error: the name and message (and fetch's cause code), bounded. */
 export function errorText(error) {
-    const text = error instanceof Error ? `${error.name}: ${error.message}` : `thrown: ${String(error)}`;
+    const code = error instanceof Error ? error.cause?.code : undefined;
+    const text = error instanceof Error ? `${error.name}: ${error.message}${typeof code === "string" ? ` (${code})` : ""}` : `thrown: ${String(error)}`;
     return text.length <= MAX_ERROR_TEXT ? text : `${text.slice(0, MAX_ERROR_TEXT - 3)}...`;
 }
 /**

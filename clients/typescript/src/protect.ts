@@ -242,9 +242,11 @@ export function failureOutcome(rule: NotSentPredicate, error: unknown): Completi
   }
 }
 
-/** What the gateway stores as the attempt's error: the name and message, bounded. */
+/** What the gateway stores as the attempt's error: the name and message (and fetch's cause code), bounded. */
 export function errorText(error: unknown): string {
-  const text = error instanceof Error ? `${error.name}: ${error.message}` : `thrown: ${String(error)}`;
+  const code = error instanceof Error ? (error.cause as { code?: unknown } | undefined)?.code : undefined;
+  const text =
+    error instanceof Error ? `${error.name}: ${error.message}${typeof code === "string" ? ` (${code})` : ""}` : `thrown: ${String(error)}`;
   return text.length <= MAX_ERROR_TEXT ? text : `${text.slice(0, MAX_ERROR_TEXT - 3)}...`;
 }
 

@@ -2,10 +2,11 @@
 // errors' model lines, the wire's parsing, and the lease check before sending.
 
 import assert from "node:assert/strict";
+import { createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { test } from "node:test";
 
-import { Client, Execute, InFlight, Outcome, OutcomeError, StaleClaim, errorForOutcome, notSent, run, step, current } from "../dist/index.js";
+import { Client, CompletionNotRecorded, Execute, InFlight, Outcome, OutcomeError, StaleClaim, errorForOutcome, notSent, run, step, current } from "../dist/index.js";
 import { leaseMsLeft, parseOutcome, parseTimestamp } from "../dist/models.js";
 import { closedPort } from "./harness.mjs";
 
@@ -206,4 +207,57 @@ test("positional parameters need arguments, and the context comes after them", a
   });
   assert.deepEqual(await charge("A-1", "1.00"), { id: "A-1/1.00/k1" });
   await assert.rejects(gate.protect("charge_card", async (order, ctx) => ctx)("A-1"), TypeError);
+});
+
+/** A gateway that answers each completion with the next of `replies` ("drop" closes the connection). */
+async function scriptedGateway(replies) {
+  const seen = [];
+  const srv = createHttpServer((req, res) => {
+    let body = "";
+    req.on("data", (d) => (body += d));
+    req.on("end", () => {
+      seen.push({ path: req.url, body: JSON.parse(body) });
+      const reply = replies.shift() ?? "drop";
+      if (reply === "drop") {
+        req.socket.destroy();
+        return;
+      }
+      res.writeHead(reply.status, { "Content-Type": "application/json" }).end(JSON.stringify(reply.body));
+    });
+  });
+  await new Promise((resolve) => srv.listen(0, "127.0.0.1", resolve));
+  return { url: `http://127.0.0.1:${srv.address().port}`, seen, stop: () => srv.close() };
+}
+
+test("a completion is retried on transport errors and 503, and answers what was recorded", async () => {
+  const storeDown = { status: 503, body: { error: { code: "OG-0007", message: "the store is unavailable" } } };
+  const gw = await scriptedGateway(["drop", storeDown, { status: 200, body: envelope("applied", { effect_ref: "ch_1" }) }]);
+  try {
+    const gate = new Client(gw.url, { token: "t", logger: { warn() {}, error() {} } });
+    const recorded = await gate.complete("k1", "applied", { fencingToken: "g1.e1.x", effectRef: "ch_1", result: { id: "ch_1" } });
+    assert.equal(recorded.status, "applied");
+    assert.equal(gw.seen.length, 3, "two failed tries, then the record");
+    for (const { path, body } of gw.seen) {
+      assert.equal(path, "/v1/intents/k1/complete");
+      assert.deepEqual(body, { fencing_token: "g1.e1.x", outcome: "applied", effect_ref: "ch_1", result: { id: "ch_1" } });
+    }
+  } finally {
+    gw.stop();
+  }
+});
+
+test("a completion that never gets through is CompletionNotRecorded, after every retry", async () => {
+  const gw = await scriptedGateway([]);
+  try {
+    const gate = new Client(gw.url, { token: "t", completeRetries: 2, logger: { warn() {}, error() {} } });
+    await assert.rejects(gate.complete("k1", "unknown", { fencingToken: "g1.e1.x" }), (err) => {
+      assert.ok(err instanceof CompletionNotRecorded, String(err));
+      assert.equal(err.outcome, "unknown");
+      assert.equal(err.intentKey, "k1");
+      return true;
+    });
+    assert.equal(gw.seen.length, 3);
+  } finally {
+    gw.stop();
+  }
 });
