@@ -27,6 +27,7 @@ mod structured;
 mod support;
 mod telemetry;
 mod throttle;
+mod typescript_client;
 mod verify_live;
 
 fn oncegate(args: &[&str]) -> Output {
