@@ -28,7 +28,13 @@
 #   - faketime (crates/oncegate-cli/tests/{it,replicas}/clocks.rs): Debian's `faketime`
 #     (libfaketime.so.1, preloaded into a gateway to give it a wrong or stepping wall
 #     clock), with apt-get, as the browser. Needs root (or sudo) the first time.
-# `setup.sh` does all eight; `setup.sh mcp-clients` (or another part's name) one of them.
+#   - typescript-client (crates/oncegate-cli/tests/it/typescript_client.rs): the dev
+#     dependencies of the TypeScript client (clients/typescript: `typescript` and
+#     `@types/node`, nothing at run time), `npm ci` from its package-lock.json into
+#     target/typescript-client/<sha256 of the lock>/node_modules, linked as
+#     target/typescript-client/current. Outside the work tree, so clients/typescript stays
+#     exactly what `npm install ./clients/typescript` installs.
+# `setup.sh` does all nine; `setup.sh mcp-clients` (or another part's name) one of them.
 # Idempotent and cached: per part, a stamp holding a hash of what it was built from (for
 # the Python client, its sources too) skips the work when nothing changed. Safe to run
 # concurrently (nextest runs tests in parallel processes, each of which may call it): one
@@ -50,11 +56,11 @@ client_reqs="$client_src/tests/requirements.txt"
 conformance_dir="$here/../conformance"
 
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser faketime promtool openapi pydantic-ai)
+[[ ${#parts[@]} -eq 0 ]] && parts=(mcp-clients python-client conformance browser faketime promtool openapi pydantic-ai typescript-client)
 for part in "${parts[@]}"; do
   case "$part" in
-    mcp-clients | python-client | conformance | browser | faketime | promtool | openapi | pydantic-ai) ;;
-    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser, faketime, promtool, openapi, pydantic-ai)" >&2; exit 2 ;;
+    mcp-clients | python-client | conformance | browser | faketime | promtool | openapi | pydantic-ai | typescript-client) ;;
+    *) echo "setup.sh: FATAL: unknown part '$part' (mcp-clients, python-client, conformance, browser, faketime, promtool, openapi, pydantic-ai, typescript-client)" >&2; exit 2 ;;
   esac
 done
 
@@ -268,6 +274,33 @@ setup_pydantic_ai() {
   echo "pydantic-ai: ready" >&2
 }
 
+setup_typescript_client() {
+  for tool in node npm sha256sum; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "typescript-client: FATAL: $tool is not on PATH" >&2; exit 1; }
+  done
+  local src="$root/clients/typescript" out="$root/target/typescript-client" lock want dir
+  lock="$src/package-lock.json"
+  [[ -f "$lock" ]] || { echo "typescript-client: FATAL: no $lock" >&2; exit 1; }
+  # Keyed by the lock alone: the same lock installs the same tree, whatever else changed.
+  want="$(sha256sum <"$lock" | cut -d' ' -f1)"
+  dir="$out/$want"
+  if [[ -f "$dir/stamp" && -x "$dir/node_modules/.bin/tsc" && -d "$dir/node_modules/@types/node" ]]; then
+    ln -sfn "$want" "$out/current"
+    return 0
+  fi
+  echo "typescript-client: npm ci into $dir" >&2
+  rm -rf "$dir" && mkdir -p "$dir"
+  cp "$src/package.json" "$lock" "$dir/"
+  (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2) \
+    || { echo "typescript-client: FATAL: npm ci failed in $dir" >&2; exit 1; }
+  "$dir/node_modules/.bin/tsc" --version >&2 || { echo "typescript-client: FATAL: tsc does not run" >&2; exit 1; }
+  # Other locks' trees are dead weight once this one is in place.
+  find "$out" -mindepth 1 -maxdepth 1 -type d ! -name "$want" -exec rm -rf {} +
+  echo "$want" >"$dir/stamp"
+  ln -sfn "$want" "$out/current"
+  echo "typescript-client: ready ($(node --version), $("$dir/node_modules/.bin/tsc" --version))" >&2
+}
+
 for part in "${parts[@]}"; do
   case "$part" in
     mcp-clients) setup_mcp_clients ;;
@@ -278,5 +311,6 @@ for part in "${parts[@]}"; do
     promtool) setup_promtool ;;
     openapi) setup_openapi ;;
     pydantic-ai) setup_pydantic_ai ;;
+    typescript-client) setup_typescript_client ;;
   esac
 done

@@ -28,6 +28,7 @@ mod support;
 mod telemetry;
 mod throttle;
 mod tidy;
+mod typescript_client;
 mod verify_live;
 
 fn oncegate(args: &[&str]) -> Output {
