@@ -16,6 +16,9 @@ use sha2::{Digest, Sha256};
 use crate::config::{Capability, KeyPrincipal, Scope};
 use crate::normalise::{Folding, NormaliseError, clean_text};
 
+// Their home before `canonical` existed; other crates still name them here.
+pub use crate::canonical::{canonical_json, canonical_json_of, digest};
+
 /// Version of the key material layout. Changing it changes every key: never do it
 /// without a migration plan (the snapshot tests pin it).
 pub const KEY_VERSION: u32 = 1;
@@ -49,22 +52,6 @@ impl fmt::Display for IntentKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
-}
-
-/// RFC 8785 canonical JSON.
-pub fn canonical_json(value: &Value) -> String {
-    serde_json_canonicalizer::to_string(value).expect("a serde_json::Value always serialises")
-}
-
-/// RFC 8785 canonical JSON of anything that serialises, without building a
-/// `serde_json::Value` first: the same text as [`canonical_json`] of its value form.
-pub fn canonical_json_of(value: &impl Serialize) -> String {
-    serde_json_canonicalizer::to_string(value).expect("storage and audit forms serialise")
-}
-
-/// SHA-256 hex of a value's canonical JSON.
-pub fn digest(value: &Value) -> String {
-    hex::encode(Sha256::digest(canonical_json(value).as_bytes()))
 }
 
 /// SHA-256 hex of every argument of a call as the upstream is sent it (their canonical

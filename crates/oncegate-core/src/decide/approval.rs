@@ -4,10 +4,8 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::{
-    Action, ApprovalDecision, Choice, Decision, approval_covers, claim, event, outcome_of,
-    settle_refusal, standing_outcome,
-};
+use super::model::{Action, ApprovalDecision, Choice, Decision};
+use super::steps::{approval_covers, claim, event, outcome_of, settle_refusal, standing_outcome};
 use crate::audit::{AuditEvent, AuditKind};
 use crate::codes::Code;
 use crate::config::{Capability, Role};

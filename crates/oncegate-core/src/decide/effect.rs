@@ -5,9 +5,9 @@
 use jiff::Timestamp;
 use serde_json::json;
 
-use super::{
-    Action, Decision, EffectResult, escalate_unknown, escalates_at_once, event, outcome_of,
-    settle_applied, standing_outcome,
+use super::model::{Action, Decision, EffectResult};
+use super::steps::{
+    escalate_unknown, escalates_at_once, event, outcome_of, settle_applied, standing_outcome,
 };
 use crate::audit::AuditKind;
 use crate::codes::Code;

@@ -6,8 +6,9 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::call::unknown_path;
-use super::{Action, CallRequest, Decision, claim, event, new_approval, outcome_of};
+use super::model::{Action, CallRequest, Decision};
+use super::steps::{claim, event, new_approval, outcome_of};
+use super::unknown::unknown_path;
 use crate::audit::AuditKind;
 use crate::codes::Code;
 use crate::config::{Capability, CrossRun};

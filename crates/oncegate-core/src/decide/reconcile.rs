@@ -5,9 +5,10 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::{
-    Action, Decision, ReconcileResult, attempt_approval_id, claim, escalate_unknown,
-    escalates_at_once, event, new_approval, outcome_of, settle_applied, standing_outcome,
+use super::model::{Action, Decision, ReconcileResult};
+use super::steps::{
+    attempt_approval_id, claim, escalate_unknown, escalates_at_once, event, new_approval,
+    outcome_of, settle_applied, standing_outcome,
 };
 
 use crate::audit::AuditKind;

@@ -7,14 +7,14 @@ use iso_currency::Currency;
 use jiff::SignedDuration;
 use serde_json::Value;
 
-use super::{Builder, DEFAULT_TIMEOUT, k};
+use super::builder::{Builder, DEFAULT_TIMEOUT, k};
 use crate::config::locate::Seg;
 use crate::config::raw::{NormKind, RawCapability, RawKey};
 use crate::config::{
     AfterWindow, Capability, Category, CrossRun, DEFAULT_LATE_PROCESSING, KeyRecipe, KeyThreading,
-    MCP_LATE_ANSWER_LIMIT_SECS, Normaliser, OnUnknown, Scope, SignificantArg, UpstreamKind,
+    MCP_LATE_ANSWER_LIMIT_SECS, OnUnknown, Scope, SignificantArg, UpstreamKind,
 };
-use crate::normalise::{ArgPath, Folding};
+use crate::normalise::{ArgPath, Folding, Normaliser};
 use crate::template::{Source, Template};
 
 pub(super) struct Defaults {

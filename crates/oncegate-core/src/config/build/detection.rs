@@ -8,13 +8,14 @@ use iso_currency::Currency;
 use jiff::SignedDuration;
 use serde_json::Value;
 
-use super::{Builder, DEFAULT_TIMEOUT, k};
+use super::builder::{Builder, DEFAULT_TIMEOUT, k};
 use crate::config::locate::Seg;
 use crate::config::raw::{RawDuplicates, RawLimit, RawListing, RawMax};
 use crate::config::{
     Category, DuplicateRule, Escalation, HoldOn, KeyRecipe, Limit, LimitPer, Listing, MatchOn,
-    Measure, Normaliser, OverLimit, UpstreamKind,
+    Measure, OverLimit, UpstreamKind,
 };
+use crate::normalise::Normaliser;
 use crate::template::{Part, Source};
 
 /// The shortest `every`: the scheduler's own tick.

@@ -11,7 +11,7 @@ use jiff::SignedDuration;
 
 use super::super::locate::Seg;
 use super::super::raw::{RawIdentity, RawIssuer};
-use super::{Builder, k};
+use super::builder::{Builder, k};
 use crate::config::{
     ACCEPTABLE_ALGORITHMS, DEFAULT_ALGORITHMS, IdentitySettings, IssuerConfig, JwksSource,
     PrincipalConfig, RoleValues,

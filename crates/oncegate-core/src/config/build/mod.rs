@@ -14,18 +14,17 @@ use std::sync::Arc;
 
 use jiff::SignedDuration;
 use jiff::tz::TimeZone;
-use serde_json::Value;
 
 use super::locate::{Locator, Seg, help_for_serde};
 use super::raw::{RawConfig, RawGateway, RawStore};
 use super::{
-    BodyTemplate, Capability, ConfigEnv, ConfigError, ConfigErrors, ConfigWarning, DEFAULT_LISTEN,
+    Capability, ConfigEnv, ConfigError, ConfigErrors, DEFAULT_LISTEN,
     DEFAULT_MCP_SESSIONS_PER_PRINCIPAL, DEFAULT_PENDING_APPROVALS_PER_AGENT, DEFAULT_STORE_URL,
-    GatewaySettings, MAX_BUDGET, McpServer, PrincipalConfig, Registry, StoreSettings,
+    GatewaySettings, MAX_BUDGET, PrincipalConfig, Registry, StoreSettings,
 };
 use crate::policy::PolicyEngine;
-use crate::template::Template;
 
+mod builder;
 mod capability;
 mod connections;
 mod detection;
@@ -33,23 +32,11 @@ mod identity;
 mod servers;
 mod telemetry;
 
-pub use servers::FrontedAs;
 mod upstream;
 
-const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_secs(10);
+pub use servers::FrontedAs;
 
-fn parse_duration(text: &str) -> Result<SignedDuration, String> {
-    let d: SignedDuration = text
-        .trim()
-        .parse()
-        .map_err(|e| format!("`{text}` is not a duration ({e})"))?;
-    if d.is_negative() {
-        return Err(format!("`{text}` is negative"));
-    }
-    Ok(d)
-}
-
-const DURATION_HELP: &str = "write durations like \"30s\", \"10m\", \"24h\" or \"1h 30m\"";
+use builder::{Builder, k};
 
 impl Registry {
     /// Parses and validates a config. `file` is used in messages and to resolve relative
@@ -83,88 +70,7 @@ impl Registry {
     }
 }
 
-struct Builder<'a> {
-    loc: &'a Locator<'a>,
-    env: &'a dyn ConfigEnv,
-    errors: Vec<ConfigError>,
-    warnings: Vec<ConfigWarning>,
-    /// `[[mcp_servers]]`, built before the capabilities that name them.
-    servers: Vec<McpServer>,
-}
-
-fn k(s: &str) -> Seg {
-    Seg::Key(s.to_owned())
-}
-
 impl Builder<'_> {
-    fn err(&mut self, path: &[Seg], message: impl Into<String>, help: Option<&str>) {
-        let e = self.loc.error(path, message, help);
-        self.errors.push(e);
-    }
-
-    fn warn(&mut self, path: &[Seg], message: impl Into<String>) {
-        let e = self.loc.error(path, message, None);
-        self.warnings.push(ConfigWarning {
-            location: format!("{}:{}", e.file.display(), e.line),
-            field: e.field,
-            message: e.message,
-        });
-    }
-
-    fn duration(
-        &mut self,
-        path: &[Seg],
-        text: Option<&str>,
-        default: SignedDuration,
-    ) -> SignedDuration {
-        match text.map(parse_duration) {
-            None => default,
-            Some(Ok(d)) => d,
-            Some(Err(msg)) => {
-                self.err(path, msg, Some(DURATION_HELP));
-                default
-            }
-        }
-    }
-
-    fn template(&mut self, path: &[Seg], text: &str) -> Template {
-        match Template::parse(text) {
-            Ok(t) => t,
-            Err(msg) => {
-                self.err(path, msg, None);
-                Template::parse("").expect("the empty template parses")
-            }
-        }
-    }
-
-    fn body(&mut self, path: &mut Vec<Seg>, value: &toml::Value) -> BodyTemplate {
-        match value {
-            toml::Value::String(s) => BodyTemplate::Text(self.template(path, s)),
-            toml::Value::Table(t) => {
-                let mut out = BTreeMap::new();
-                for (key, v) in t {
-                    path.push(Seg::Key(key.clone()));
-                    out.insert(key.clone(), self.body(path, v));
-                    path.pop();
-                }
-                BodyTemplate::Object(out)
-            }
-            toml::Value::Array(items) => {
-                let mut out = Vec::new();
-                for (i, v) in items.iter().enumerate() {
-                    path.push(Seg::Index(i));
-                    out.push(self.body(path, v));
-                    path.pop();
-                }
-                BodyTemplate::Array(out)
-            }
-            toml::Value::Integer(i) => BodyTemplate::Literal(Value::from(*i)),
-            toml::Value::Float(f) => BodyTemplate::Literal(Value::from(*f)),
-            toml::Value::Boolean(b) => BodyTemplate::Literal(Value::Bool(*b)),
-            toml::Value::Datetime(d) => BodyTemplate::Literal(Value::String(d.to_string())),
-        }
-    }
-
     fn build(mut self, raw: RawConfig) -> Result<Registry, ConfigErrors> {
         let gateway = self.gateway(raw.gateway);
         let audit_chain_key_env = raw.audit.and_then(|a| a.chain_key_env);

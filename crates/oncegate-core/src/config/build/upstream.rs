@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Builder, DEFAULT_TIMEOUT, DURATION_HELP, k};
+use super::builder::{Builder, DEFAULT_TIMEOUT, DURATION_HELP, k};
 use crate::config::locate::Seg;
 use crate::config::raw::{RawReconcile, RawUpstream};
 use crate::config::{
