@@ -6,9 +6,10 @@ use jiff::Timestamp;
 use serde_json::json;
 
 use super::effect::{Reporter, record_reported, settle_reported};
+use super::event::Event;
 use super::lease::{lease_nonce, nonce_holds};
 use super::model::{Action, Decision, EffectResult};
-use super::steps::{event, outcome_of, standing_outcome};
+use super::steps::{outcome_of, standing_outcome};
 use crate::audit::AuditKind;
 use crate::codes::Code;
 use crate::config::Capability;
@@ -130,24 +131,9 @@ pub fn complete_claim(
             if record.state != IntentState::Applied || record.effect_ref != *effect_ref =>
         {
             let outcome = standing_outcome(record);
-            let event = event(
-                AuditKind::Effect,
-                now,
-                actor,
-                Some(record),
-                None,
-                &outcome,
-                &cap.name,
-                record.run_id.as_deref(),
-                json!({"stale_completion": {"generation": generation, "execution": execution, "effect_ref": effect_ref, "why": stale.message}}),
-            );
-            Some(Decision {
-                action: Action::Respond,
-                record: None,
-                approval: None,
-                outcome,
-                event,
-            })
+            let detail = json!({"stale_completion": {"generation": generation, "execution": execution, "effect_ref": effect_ref, "why": stale.message}});
+            let event = Event::about(AuditKind::Effect, record, cap, actor, now);
+            Some(event.nothing_written(Action::Respond, outcome, detail))
         }
         _ => None,
     };
@@ -176,22 +162,7 @@ pub fn heartbeat_claim(
     }
     let outcome = outcome_of(&next, Status::InFlight, None);
     let expires_at = next.lease.as_ref().map(|l| l.expires_at);
-    let event = event(
-        AuditKind::Effect,
-        now,
-        actor,
-        Some(record),
-        Some(&next),
-        &outcome,
-        &cap.name,
-        record.run_id.as_deref(),
-        json!({"heartbeat": {"execution": execution, "lease_expires_at": expires_at}}),
-    );
-    Ok(Decision {
-        action: Action::Respond,
-        record: Some(next),
-        approval: None,
-        outcome,
-        event,
-    })
+    let detail = json!({"heartbeat": {"execution": execution, "lease_expires_at": expires_at}});
+    let event = Event::about(AuditKind::Effect, record, cap, actor, now);
+    Ok(event.writing(Action::Respond, next, None, outcome, detail))
 }

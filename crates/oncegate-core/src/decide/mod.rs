@@ -20,6 +20,7 @@ mod approval;
 mod call;
 mod complete;
 mod effect;
+mod event;
 mod generation;
 mod lease;
 mod model;

@@ -6,7 +6,6 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use super::lease::lease_seal;
-use crate::audit::{AuditEvent, AuditKind};
 use crate::canonical::canonical_json;
 use crate::codes::Code;
 use crate::config::{Capability, OnUnknown};
@@ -98,37 +97,6 @@ pub fn standing_outcome(record: &IntentRecord) -> Outcome {
         _ => None,
     };
     outcome_of(record, status, reason)
-}
-
-#[expect(
-    clippy::too_many_arguments,
-    reason = "private constructor of one flat audit record"
-)]
-pub(super) fn event(
-    kind: AuditKind,
-    now: Timestamp,
-    actor: &str,
-    before: Option<&IntentRecord>,
-    after: Option<&IntentRecord>,
-    outcome: &Outcome,
-    capability: &str,
-    run_id: Option<&str>,
-    detail: Value,
-) -> AuditEvent {
-    AuditEvent {
-        at: now,
-        kind,
-        key: outcome.key.clone(),
-        generation: outcome.generation,
-        capability: Some(capability.to_owned()),
-        actor: actor.to_owned(),
-        run_id: run_id.map(str::to_owned),
-        from: before.map(|r| r.state),
-        to: after.map(|r| r.state).or(before.map(|r| r.state)),
-        status: Some(outcome.status),
-        code: outcome.reason.as_ref().map(|r| r.code),
-        detail,
-    }
 }
 
 /// Starts an execution. Executions (and reconciliation reads, see [`decide`]) are what
