@@ -314,15 +314,15 @@ impl Builder<'_> {
                         default_currency, ..
                     }) => {
                         let currency = match rl.currency.as_deref() {
-                        Some(code) => Currency::from_code(&code.to_ascii_uppercase()).unwrap_or_else(|| {
-                            self.err(&at(base, &["currency"]), format!("`{code}` is not an ISO 4217 currency"), None);
-                            Currency::USD
-                        }),
-                        None => default_currency.unwrap_or_else(|| {
-                            self.err(&at(base, &["currency"]), "a money limit needs a currency (the argument has no default_currency)", Some("currency = \"USD\""));
-                            Currency::USD
-                        }),
-                    };
+                            Some(code) => Currency::from_code(&code.to_ascii_uppercase()).unwrap_or_else(|| {
+                                self.err(&at(base, &["currency"]), format!("`{code}` is not an ISO 4217 currency"), None);
+                                Currency::USD
+                            }),
+                            None => default_currency.unwrap_or_else(|| {
+                                self.err(&at(base, &["currency"]), "a money limit needs a currency (the argument has no default_currency)", Some("currency = \"USD\""));
+                                Currency::USD
+                            }),
+                        };
                         Measure::Money {
                             arg: arg.clone(),
                             currency,
