@@ -17,195 +17,29 @@
 //! - **A chain key.** With a secret, each record's hash is an HMAC-SHA256 (spelled
 //!   `hmac-sha256:HEX`), so someone who edits a shard cannot recompute it.
 //!
-//! Why one file (beside `audit/encoding.rs`, the frozen wire form): the record's hash,
-//! the shard walk that checks it, the anchors and the row seals are one definition of
-//! what the chain proves, and share its private hashing (`hash_of`, `mac_hex`) and the
-//! seal fields each event carries. The row seals and the check of rows against them are
-//! in `audit/seals.rs`; the chain key itself (its secret and the key-since trust) is in
-//! `audit/key.rs`.
+//! This file is the check of the chain: a record against its hash, a shard's links, the
+//! anchors. Below it, layered so that no import runs back up: `audit/event.rs` (the
+//! event, the record and a shard's head), `audit/key.rs` (the chain key and its HMAC),
+//! `audit/encoding.rs` (the frozen form a record's hash covers, and sealing a record
+//! with it) and `audit/seals.rs` (the row seals and the check of rows against them).
 
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::codes::Code;
-use crate::intent::{IntentState, Status};
-use crate::key::{IntentKey, canonical_json};
 
 mod encoding;
+mod event;
 mod key;
 mod seals;
 
+pub use crate::config::AUDIT_SHARDS;
+pub use encoding::{EncodedEvent, EventV1, seal, seal_with};
+pub use event::{AuditEvent, AuditKind, AuditRecord, ChainHead, GENESIS, KEYED_PREFIX};
+pub use key::ChainKey;
 pub use seals::*;
 
-pub use key::ChainKey;
-
-use encoding::mac_bytes;
-pub use encoding::{EncodedEvent, EventV1};
-
-/// The default number of audit shards (`[store] audit_shards`). Changing it re-shards only new records; verification walks
-/// whatever shards exist.
-pub const AUDIT_SHARDS: u32 = 16;
-
-/// The hash that precedes the first record of every shard.
-pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-/// What kind of decision a record documents.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AuditKind {
-    /// A call was decided.
-    Call,
-    /// An effect's outcome was recorded.
-    Effect,
-    /// A reconciliation read was applied.
-    Reconcile,
-    /// A human decided an approval.
-    Approval,
-    /// An admin acted (breaker reset, kill switch).
-    Admin,
-}
-
-impl AuditKind {
-    /// The audit's spelling (`call`, `effect`, `reconcile`, `approval`, `admin`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuditKind::Call => "call",
-            AuditKind::Effect => "effect",
-            AuditKind::Reconcile => "reconcile",
-            AuditKind::Approval => "approval",
-            AuditKind::Admin => "admin",
-        }
-    }
-}
-
-/// One decision, before it is chained. A domain type, free to change: the chain hashes
-/// (and stores keep) its frozen form [`EventV1`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AuditEvent {
-    /// When (the injected clock).
-    pub at: Timestamp,
-    /// What kind of decision.
-    pub kind: AuditKind,
-    /// The intent.
-    pub key: Option<IntentKey>,
-    /// Its generation.
-    pub generation: u32,
-    /// The capability.
-    pub capability: Option<String>,
-    /// Who acted (agent, approver or admin).
-    pub actor: String,
-    /// The run.
-    pub run_id: Option<String>,
-    /// State before.
-    pub from: Option<IntentState>,
-    /// State after.
-    pub to: Option<IntentState>,
-    /// What the caller was told.
-    pub status: Option<Status>,
-    /// The stable code, if any.
-    pub code: Option<Code>,
-    /// Anything else worth keeping (effect ref, approval id, alerts).
-    pub detail: Value,
-}
-
-impl AuditEvent {
-    /// The shard this event belongs to, of the default [`AUDIT_SHARDS`].
-    pub fn shard(&self) -> u32 {
-        self.shard_in(AUDIT_SHARDS)
-    }
-
-    /// The shard this event belongs to in a store of `shards` shards (`[store]
-    /// audit_shards`; 0 counts as 1).
-    pub fn shard_in(&self, shards: u32) -> u32 {
-        let basis = self
-            .key
-            .as_ref()
-            .map_or(self.actor.as_str(), IntentKey::as_str);
-        let first = u32::from_str_radix(basis.get(..4).unwrap_or("0"), 16)
-            .unwrap_or_else(|_| basis.bytes().map(u32::from).sum());
-        first % shards.max(1)
-    }
-}
-
-/// A chained audit record.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AuditRecord {
-    /// The shard.
-    pub shard: u32,
-    /// Position in the shard, from 1.
-    pub seq: u64,
-    /// The previous record's hash (or [`GENESIS`]).
-    pub prev_hash: String,
-    /// This record's hash.
-    pub hash: String,
-    /// The decision.
-    pub event: AuditEvent,
-}
-
-/// The head of one shard's chain.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChainHead {
-    /// Last sequence number (0 when empty).
-    pub seq: u64,
-    /// Last hash (or [`GENESIS`]).
-    pub hash: String,
-}
-
-impl ChainHead {
-    /// An empty shard.
-    pub fn genesis() -> Self {
-        Self {
-            seq: 0,
-            hash: GENESIS.to_owned(),
-        }
-    }
-}
-
-/// How a keyed record's hash is spelled: `hmac-sha256:` then the hex MAC.
-pub const KEYED_PREFIX: &str = "hmac-sha256:";
-
-fn hash_of(
-    shard: u32,
-    seq: u64,
-    prev_hash: &str,
-    event: &AuditEvent,
-    key: Option<&ChainKey>,
-) -> String {
-    // The event's frozen V1 form, never its domain serde: see `encoding`.
-    encoding::hash_at(&encoding::canonical_v1(event), shard, seq, prev_hash, key)
-}
-
-fn mac_hex(key: &ChainKey, material: &Value) -> String {
-    mac_bytes(key, canonical_json(material).as_bytes())
-}
-
-/// Chains `event` after `head` (no chain key, the default shard count).
-pub fn seal(event: AuditEvent, head: &ChainHead) -> AuditRecord {
-    seal_with(event, head, None, AUDIT_SHARDS)
-}
-
-/// Chains `event` after `head` (its shard's head in a store of `shards` shards), with
-/// the chain key when there is one.
-pub fn seal_with(
-    event: AuditEvent,
-    head: &ChainHead,
-    key: Option<&ChainKey>,
-    shards: u32,
-) -> AuditRecord {
-    let shard = event.shard_in(shards);
-    let seq = head.seq + 1;
-    let hash = hash_of(shard, seq, &head.hash, &event, key);
-    AuditRecord {
-        shard,
-        seq,
-        prev_hash: head.hash.clone(),
-        hash,
-        event,
-    }
-}
+use encoding::hash_of;
 
 /// Whether one record's hash matches its content (the per-load check; the links
 /// between records are [`verify_shard_with`]'s job). A keyed record needs the key.
@@ -405,6 +239,8 @@ pub fn check_anchor(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::intent::{IntentState, Status};
+    use crate::key::IntentKey;
     use serde_json::json;
 
     #[test]

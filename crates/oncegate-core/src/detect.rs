@@ -10,8 +10,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::canonical::canonical_json_of;
 use crate::config::{DuplicateRule, MatchOn};
-use crate::key::canonical_json_of;
 
 /// Where an effect was seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -13,8 +13,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::config::{Capability, KeyPrincipal, Scope};
-use crate::normalise::{Folding, NormaliseError, clean_text};
+use crate::config::{Capability, KeyPrincipal, KeyRecipe, Scope};
+use crate::normalise::{ArgPath, Folding, NormaliseError, Normaliser, clean_text};
+
+// Their home before `canonical` existed; other crates still name them here.
+pub use crate::canonical::{canonical_json, canonical_json_of, digest};
 
 /// Version of the key material layout. Changing it changes every key: never do it
 /// without a migration plan (the snapshot tests pin it).
@@ -49,22 +52,6 @@ impl fmt::Display for IntentKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
-}
-
-/// RFC 8785 canonical JSON.
-pub fn canonical_json(value: &Value) -> String {
-    serde_json_canonicalizer::to_string(value).expect("a serde_json::Value always serialises")
-}
-
-/// RFC 8785 canonical JSON of anything that serialises, without building a
-/// `serde_json::Value` first: the same text as [`canonical_json`] of its value form.
-pub fn canonical_json_of(value: &impl Serialize) -> String {
-    serde_json_canonicalizer::to_string(value).expect("storage and audit forms serialise")
-}
-
-/// SHA-256 hex of a value's canonical JSON.
-pub fn digest(value: &Value) -> String {
-    hex::encode(Sha256::digest(canonical_json(value).as_bytes()))
 }
 
 /// SHA-256 hex of every argument of a call as the upstream is sent it (their canonical
@@ -217,124 +204,18 @@ pub fn derive(
         return Err(KeyError::NotAnObject);
     };
     let recipe = &capability.key;
-    let mut used_roots: Vec<&str> = Vec::new();
-
-    let business_ref = match &recipe.business_ref {
-        None => None,
-        Some(path) => {
-            used_roots.push(path.root());
-            let raw = path
-                .lookup(arguments)
-                .ok_or_else(|| KeyError::MissingBusinessRef(path.to_string()))?;
-            let mut changes = Vec::new();
-            let cleaned = match raw {
-                Value::String(s) => Some(clean_text(s, Folding::default(), &mut changes)),
-                _ => None,
-            };
-            let value = match (raw, cleaned.as_deref().map(str::trim)) {
-                (Value::String(_), Some(s)) if !s.is_empty() => s.to_owned(),
-                (Value::Number(n), _) if n.is_i64() || n.is_u64() => n.to_string(),
-                (other, _) => {
-                    return Err(KeyError::BadBusinessRef {
-                        path: path.to_string(),
-                        got: other.to_string(),
-                    });
-                }
-            };
-            Some(KeyInput {
-                arg: path.to_string(),
-                normaliser: "id".into(),
-                raw: raw.clone(),
-                normalised: Value::String(value),
-                changes,
-            })
-        }
-    };
-
-    let mut normalised = Map::new();
-    let mut inputs = Vec::new();
-    for arg in &recipe.significant {
-        used_roots.push(arg.path.root());
-        if let crate::normalise::Normaliser::Money {
-            currency_arg: Some(c),
-            ..
-        } = &arg.normaliser
-        {
-            used_roots.push(c.root());
-        }
-        let mut changes = Vec::new();
-        let value = match arg.path.lookup(arguments) {
-            Some(raw) => arg
-                .normaliser
-                .apply_noting(raw, arguments, &mut changes)
-                .map_err(|source| KeyError::Invalid {
-                    path: arg.path.to_string(),
-                    source,
-                })?,
-            None if arg.optional => Value::Null,
-            None => return Err(KeyError::MissingArgument(arg.path.to_string())),
-        };
-        inputs.push(KeyInput {
-            arg: arg.path.to_string(),
-            normaliser: arg.normaliser.type_name().into(),
-            raw: arg.path.lookup(arguments).cloned().unwrap_or(Value::Null),
-            normalised: value.clone(),
-            changes,
-        });
-        normalised.insert(arg.path.to_string(), value);
-    }
-
-    if recipe.every_argument {
-        // In argument-name order (the map's): the key does not depend on how the caller
-        // ordered its arguments.
-        for (name, raw) in top {
-            if used_roots.contains(&name.as_str()) {
-                continue;
-            }
-            let value = crate::normalise::Normaliser::Json
-                .apply_noting(raw, arguments, &mut Vec::new())
-                .map_err(|source| KeyError::Invalid {
-                    path: name.clone(),
-                    source,
-                })?;
-            inputs.push(KeyInput {
-                arg: name.clone(),
-                normaliser: "json".into(),
-                raw: raw.clone(),
-                normalised: value.clone(),
-                changes: Vec::new(),
-            });
-            normalised.insert(name.clone(), value);
-        }
-        used_roots.extend(top.keys().map(String::as_str));
-    }
-
+    let business_ref = recipe
+        .business_ref
+        .as_ref()
+        .map(|path| business_ref_input(path, arguments))
+        .transpose()?;
+    let Inputs {
+        normalised,
+        inputs,
+        used_roots,
+    } = argument_inputs(recipe, top, arguments)?;
     let mut notes = Vec::new();
-    let (scope_value, cross_scope) = match recipe.scope {
-        Scope::Global => (json!({"kind": "global"}), None),
-        Scope::Day => {
-            let date = now.to_zoned(tz.clone()).date();
-            (json!({"kind": "day", "date": date.to_string()}), None)
-        }
-        Scope::Run | Scope::Step => {
-            if scope.run_id.is_none() {
-                notes.push(
-                    "no run id was given: the key falls back to the replay window alone (never a random value)"
-                        .to_owned(),
-                );
-            }
-            let mut v = json!({"kind": if recipe.scope == Scope::Run { "run" } else { "step" }, "run": scope.run_id});
-            if recipe.scope == Scope::Step {
-                if scope.step_id.is_none() && scope.run_id.is_some() {
-                    notes.push(
-                        "no step id was given: the key is scoped to the run alone".to_owned(),
-                    );
-                }
-                v["step"] = json!(scope.step_id);
-            }
-            (v, Some(json!({"kind": "any_run"})))
-        }
-    };
+    let (scope_value, cross_scope) = scope_material(recipe.scope, scope, now, tz, &mut notes);
 
     let principal_in_key = capability.key_principal == KeyPrincipal::Principal;
     let business_value = business_ref
@@ -392,4 +273,155 @@ pub fn derive(
         args_digest,
         explanation,
     })
+}
+
+/// The business reference at `path`: a non-empty string (cleaned as an `id` is) or an
+/// integer, never anything else.
+fn business_ref_input(path: &ArgPath, arguments: &Value) -> Result<KeyInput, KeyError> {
+    let raw = path
+        .lookup(arguments)
+        .ok_or_else(|| KeyError::MissingBusinessRef(path.to_string()))?;
+    let mut changes = Vec::new();
+    let cleaned = match raw {
+        Value::String(s) => Some(clean_text(s, Folding::default(), &mut changes)),
+        _ => None,
+    };
+    let value = match (raw, cleaned.as_deref().map(str::trim)) {
+        (Value::String(_), Some(s)) if !s.is_empty() => s.to_owned(),
+        (Value::Number(n), _) if n.is_i64() || n.is_u64() => n.to_string(),
+        (other, _) => {
+            return Err(KeyError::BadBusinessRef {
+                path: path.to_string(),
+                got: other.to_string(),
+            });
+        }
+    };
+    Ok(KeyInput {
+        arg: path.to_string(),
+        normaliser: "id".into(),
+        raw: raw.clone(),
+        normalised: Value::String(value),
+        changes,
+    })
+}
+
+/// The arguments that enter a key, normalised.
+struct Inputs<'a> {
+    /// Argument path to normalised value.
+    normalised: Map<String, Value>,
+    /// How each one was read, for the explanation.
+    inputs: Vec<KeyInput>,
+    /// The top-level arguments the recipe reads (the others are ignored).
+    used_roots: Vec<&'a str>,
+}
+
+/// Normalises the recipe's significant arguments, in declaration order, then (for a
+/// recipe that takes every argument) each other top-level argument as exact JSON.
+fn argument_inputs<'a>(
+    recipe: &'a KeyRecipe,
+    top: &'a Map<String, Value>,
+    arguments: &Value,
+) -> Result<Inputs<'a>, KeyError> {
+    let mut used_roots: Vec<&str> = Vec::new();
+    if let Some(path) = &recipe.business_ref {
+        used_roots.push(path.root());
+    }
+    let mut normalised = Map::new();
+    let mut inputs = Vec::new();
+    for arg in &recipe.significant {
+        used_roots.push(arg.path.root());
+        if let Normaliser::Money {
+            currency_arg: Some(c),
+            ..
+        } = &arg.normaliser
+        {
+            used_roots.push(c.root());
+        }
+        let mut changes = Vec::new();
+        let value = match arg.path.lookup(arguments) {
+            Some(raw) => arg
+                .normaliser
+                .apply_noting(raw, arguments, &mut changes)
+                .map_err(|source| KeyError::Invalid {
+                    path: arg.path.to_string(),
+                    source,
+                })?,
+            None if arg.optional => Value::Null,
+            None => return Err(KeyError::MissingArgument(arg.path.to_string())),
+        };
+        inputs.push(KeyInput {
+            arg: arg.path.to_string(),
+            normaliser: arg.normaliser.type_name().into(),
+            raw: arg.path.lookup(arguments).cloned().unwrap_or(Value::Null),
+            normalised: value.clone(),
+            changes,
+        });
+        normalised.insert(arg.path.to_string(), value);
+    }
+
+    if recipe.every_argument {
+        // In argument-name order (the map's): the key does not depend on how the caller
+        // ordered its arguments.
+        for (name, raw) in top {
+            if used_roots.contains(&name.as_str()) {
+                continue;
+            }
+            let value = Normaliser::Json
+                .apply_noting(raw, arguments, &mut Vec::new())
+                .map_err(|source| KeyError::Invalid {
+                    path: name.clone(),
+                    source,
+                })?;
+            inputs.push(KeyInput {
+                arg: name.clone(),
+                normaliser: "json".into(),
+                raw: raw.clone(),
+                normalised: value.clone(),
+                changes: Vec::new(),
+            });
+            normalised.insert(name.clone(), value);
+        }
+        used_roots.extend(top.keys().map(String::as_str));
+    }
+    Ok(Inputs {
+        normalised,
+        inputs,
+        used_roots,
+    })
+}
+
+/// The structural part of the key for `kind`, and the one its cross-run key takes
+/// instead (run and step scopes only); what a reader should know goes to `notes`.
+fn scope_material(
+    kind: Scope,
+    scope: &CallScope<'_>,
+    now: Timestamp,
+    tz: &TimeZone,
+    notes: &mut Vec<String>,
+) -> (Value, Option<Value>) {
+    match kind {
+        Scope::Global => (json!({"kind": "global"}), None),
+        Scope::Day => {
+            let date = now.to_zoned(tz.clone()).date();
+            (json!({"kind": "day", "date": date.to_string()}), None)
+        }
+        Scope::Run | Scope::Step => {
+            if scope.run_id.is_none() {
+                notes.push(
+                    "no run id was given: the key falls back to the replay window alone (never a random value)"
+                        .to_owned(),
+                );
+            }
+            let mut v = json!({"kind": if kind == Scope::Run { "run" } else { "step" }, "run": scope.run_id});
+            if kind == Scope::Step {
+                if scope.step_id.is_none() && scope.run_id.is_some() {
+                    notes.push(
+                        "no step id was given: the key is scoped to the run alone".to_owned(),
+                    );
+                }
+                v["step"] = json!(scope.step_id);
+            }
+            (v, Some(json!({"kind": "any_run"})))
+        }
+    }
 }

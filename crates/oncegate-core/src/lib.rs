@@ -6,6 +6,7 @@
 //! these functions decide.
 
 pub mod audit;
+pub mod canonical;
 pub mod codes;
 pub mod config;
 pub mod decide;

@@ -19,16 +19,18 @@
 //! The row seals inside `detail` ([`RowSeal`](super::RowSeal)) are pinned by the same
 //! rule through the stored-bytes snapshots of `oncegate-store`.
 
-use hmac::{KeyInit, Mac};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Sha256;
 
-use super::{AuditEvent, AuditKind, ChainHead, ChainKey, KEYED_PREFIX};
+use super::event::{AuditEvent, AuditKind, AuditRecord, ChainHead, KEYED_PREFIX};
+use super::key::{ChainKey, mac_bytes};
+use crate::canonical::{canonical_json, canonical_json_of};
 use crate::codes::Code;
+use crate::config::AUDIT_SHARDS;
 use crate::intent::{IntentState, Status};
-use crate::key::{IntentKey, canonical_json};
+use crate::key::IntentKey;
 
 /// Version 1 of the hashed (and stored) form of an audit event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -106,7 +108,7 @@ impl From<EventV1> for AuditEvent {
 /// The canonical JSON of an event's V1 form: the part of a record's hashed bytes that
 /// is the event (see `hash_input_v1` for the whole).
 pub(crate) fn canonical_v1(event: &AuditEvent) -> String {
-    crate::key::canonical_json_of(&EventV1::from(event))
+    canonical_json_of(&EventV1::from(event))
 }
 
 /// What a record's hash (or HMAC) is computed over, before canonical JSON: the shard,
@@ -140,11 +142,41 @@ pub(super) fn hash_at(
     }
 }
 
-pub(super) fn mac_bytes(key: &ChainKey, bytes: &[u8]) -> String {
-    let mut mac =
-        hmac::Hmac::<Sha256>::new_from_slice(&key.secret).expect("HMAC takes any key length");
-    mac.update(bytes);
-    hex::encode(mac.finalize().into_bytes())
+/// The hash (or HMAC) of `event` at (`shard`, `seq`) after `prev_hash`.
+pub(super) fn hash_of(
+    shard: u32,
+    seq: u64,
+    prev_hash: &str,
+    event: &AuditEvent,
+    key: Option<&ChainKey>,
+) -> String {
+    // The event's frozen V1 form, never its domain serde: see [`EventV1`].
+    hash_at(&canonical_v1(event), shard, seq, prev_hash, key)
+}
+
+/// Chains `event` after `head` (no chain key, the default shard count).
+pub fn seal(event: AuditEvent, head: &ChainHead) -> AuditRecord {
+    seal_with(event, head, None, AUDIT_SHARDS)
+}
+
+/// Chains `event` after `head` (its shard's head in a store of `shards` shards), with
+/// the chain key when there is one.
+pub fn seal_with(
+    event: AuditEvent,
+    head: &ChainHead,
+    key: Option<&ChainKey>,
+    shards: u32,
+) -> AuditRecord {
+    let shard = event.shard_in(shards);
+    let seq = head.seq + 1;
+    let hash = hash_of(shard, seq, &head.hash, &event, key);
+    AuditRecord {
+        shard,
+        seq,
+        prev_hash: head.hash.clone(),
+        hash,
+        event,
+    }
 }
 
 /// An event encoded for the chain before it is sealed: encoding (the V1 form's

@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use hmac::{KeyInit, Mac};
 use serde_json::Value;
+use sha2::Sha256;
 
-use super::mac_hex;
+use crate::canonical::canonical_json;
 
 /// The secret of an optional chain key: records sealed with it carry an HMAC-SHA256
 /// instead of a plain hash, so a shard edited and recomputed without the secret fails
@@ -58,4 +60,17 @@ impl std::fmt::Debug for ChainKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ChainKey(..)")
     }
+}
+
+/// The hex HMAC-SHA256 of `material`'s canonical JSON under `key`.
+pub(super) fn mac_hex(key: &ChainKey, material: &Value) -> String {
+    mac_bytes(key, canonical_json(material).as_bytes())
+}
+
+/// The hex HMAC-SHA256 of `bytes` under `key`.
+pub(super) fn mac_bytes(key: &ChainKey, bytes: &[u8]) -> String {
+    let mut mac =
+        hmac::Hmac::<Sha256>::new_from_slice(&key.secret).expect("HMAC takes any key length");
+    mac.update(bytes);
+    hex::encode(mac.finalize().into_bytes())
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use super::{AuditEvent, AuditRecord};
-use crate::key::digest;
+use crate::canonical::digest;
 
 /// The detail field where the store seals the intent row a commit wrote.
 pub const ROW_INTENT: &str = "row_intent";
@@ -51,7 +51,7 @@ pub fn row_hash(body: &Value) -> String {
 /// (what a commit seals; the same hash as `row_hash` of its value form).
 pub fn row_hash_of(body: &impl Serialize) -> String {
     hex::encode(<Sha256 as sha2::Digest>::digest(
-        crate::key::canonical_json_of(body).as_bytes(),
+        crate::canonical::canonical_json_of(body).as_bytes(),
     ))
 }
 
@@ -149,7 +149,10 @@ pub fn ledger_link(prev: &str, entry: &LedgerEntry) -> String {
     let mut hasher = <Sha256 as sha2::Digest>::new();
     sha2::Digest::update(&mut hasher, prev.as_bytes());
     sha2::Digest::update(&mut hasher, b"\n");
-    sha2::Digest::update(&mut hasher, crate::key::canonical_json_of(entry).as_bytes());
+    sha2::Digest::update(
+        &mut hasher,
+        crate::canonical::canonical_json_of(entry).as_bytes(),
+    );
     hex::encode(sha2::Digest::finalize(hasher))
 }
 

@@ -4,11 +4,10 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::{
-    Action, ApprovalDecision, Choice, Decision, approval_covers, claim, event, outcome_of,
-    settle_refusal, standing_outcome,
-};
-use crate::audit::{AuditEvent, AuditKind};
+use super::event::Event;
+use super::model::{Action, ApprovalDecision, Choice, Decision};
+use super::steps::{approval_covers, claim, outcome_of, settle_refusal, standing_outcome};
+use crate::audit::AuditKind;
 use crate::codes::Code;
 use crate::config::{Capability, Role};
 use crate::intent::{Approval, ApprovalState, IntentRecord, IntentState, Outcome, Reason, Status};
@@ -81,18 +80,11 @@ pub fn decide_approval_noted(
     now: Timestamp,
 ) -> ApprovalDecision {
     let note = note.and_then(clean_note);
-    if role == Role::Agent {
-        return ApprovalDecision::Rejected(Reason::new(
-            Code::Forbidden,
-            "agents cannot decide approvals",
-        ));
+    if let Some(reason) = not_theirs_to_decide(approval, actor, role) {
+        return ApprovalDecision::Rejected(reason);
     }
-    if actor == approval.principal {
-        return ApprovalDecision::Rejected(Reason::new(
-            Code::Forbidden,
-            "nobody may approve their own call",
-        ));
-    }
+    let event = Event::about(AuditKind::Approval, record, cap, actor, now);
+    // Every decision's audit record keeps the human's note.
     let decided = |action,
                    rec: Option<IntentRecord>,
                    ap: Option<Approval>,
@@ -101,17 +93,7 @@ pub fn decide_approval_noted(
         if let (Some(n), Some(map)) = (&note, detail.as_object_mut()) {
             map.insert("note".into(), Value::String(n.clone()));
         }
-        let event = event(
-            AuditKind::Approval,
-            now,
-            actor,
-            Some(record),
-            rec.as_ref(),
-            &outcome,
-            &cap.name,
-            record.run_id.as_deref(),
-            detail,
-        );
+        let event = event.audit(rec.as_ref(), &outcome, detail);
         ApprovalDecision::Decided {
             action,
             record: rec,
@@ -120,10 +102,98 @@ pub fn decide_approval_noted(
             event,
         }
     };
-    match (approval.state, choice) {
-        // Single use and idempotent: a second decision (the same click twice, or a deny
-        // that arrives after an approve, from a second approver) answers with the first
-        // one's outcome and changes nothing.
+    // Single use and idempotent: a second decision (the same click twice, or a deny that
+    // arrives after an approve, from a second approver) answers with the first one's
+    // outcome and changes nothing.
+    if let Some(first) = first_decision(record, approval, choice) {
+        return match first {
+            Ok(outcome) => decided(
+                Action::Respond,
+                None,
+                None,
+                outcome,
+                json!({"approval_id": approval.id, "repeat": true, "first_decision": approval.state.as_str(), "decided_by": approval.decided_by}),
+            ),
+            Err(reason) => ApprovalDecision::Rejected(reason),
+        };
+    }
+    if let Some((state, reason)) = no_longer_valid(record, approval, cap, now) {
+        let detail = json!({"approval_id": approval.id, "void": reason.message});
+        let (rec, ap, outcome) = void(record, approval, state, reason, now);
+        return decided(Action::Respond, rec, Some(ap), outcome, detail);
+    }
+    let mut ap = approval.clone();
+    let mut next = record.clone();
+    next.updated_at = now;
+    ap.decided_by = Some(actor.to_owned());
+    ap.decided_at = Some(now);
+    let (action, outcome, detail) = match (choice, executes) {
+        (Choice::Approve, Executes::Here { owner }) => {
+            ap.state = ApprovalState::Approved;
+            claim(&mut next, owner, cap, now);
+            let detail = json!({"approval_id": approval.id, "choice": "approve"});
+            (Action::Execute, standing_outcome(&next), detail)
+        }
+        (Choice::Approve, Executes::OnNextClaim) => {
+            ap.state = ApprovalState::Approved;
+            let mut outcome = standing_outcome(&next);
+            outcome.status = Status::Approved;
+            let detail = json!({"approval_id": approval.id, "choice": "approve", "executes": "on_next_claim"});
+            (Action::Respond, outcome, detail)
+        }
+        (Choice::Deny, _) => {
+            ap.state = ApprovalState::Denied;
+            settle_refusal(&mut next, approval.reason, now);
+            next.error = Some(denied_by(actor, note.as_deref()));
+            let detail = json!({"approval_id": approval.id, "choice": "deny"});
+            (
+                Action::Respond,
+                outcome_of(&next, Status::Denied, None),
+                detail,
+            )
+        }
+    };
+    decided(action, Some(next), Some(ap), outcome, detail)
+}
+
+/// What the agent's next call is told of a human's deny.
+fn denied_by(actor: &str, note: Option<&str>) -> Reason {
+    Reason::new(
+        Code::ApprovalDenied,
+        match note {
+            Some(n) => format!("denied by {actor}: {n}"),
+            None => format!("denied by {actor}"),
+        },
+    )
+}
+
+/// Why `actor` may not decide `approval` at all, whatever its state: agents decide no
+/// approvals, and nobody approves their own call.
+fn not_theirs_to_decide(approval: &Approval, actor: &str, role: Role) -> Option<Reason> {
+    if role == Role::Agent {
+        return Some(Reason::new(
+            Code::Forbidden,
+            "agents cannot decide approvals",
+        ));
+    }
+    if actor == approval.principal {
+        return Some(Reason::new(
+            Code::Forbidden,
+            "nobody may approve their own call",
+        ));
+    }
+    None
+}
+
+/// A decision on an approval that is no longer pending (`None` while it is): `Ok` with
+/// the first decision's outcome when this one agrees with it (an approve after an
+/// approve, a deny after any decision), `Err` with why it cannot be taken otherwise.
+fn first_decision(
+    record: &IntentRecord,
+    approval: &Approval,
+    choice: Choice,
+) -> Option<Result<Outcome, Reason>> {
+    Some(match (approval.state, choice) {
         (ApprovalState::Approved, _) | (ApprovalState::Denied, Choice::Deny) => {
             let mut outcome = standing_outcome(record);
             if approval.state == ApprovalState::Approved
@@ -132,42 +202,63 @@ pub fn decide_approval_noted(
                 // Approved for the caller's next claim, which has not come yet.
                 outcome.status = Status::Approved;
             }
-            return decided(
-                Action::Respond,
-                None,
-                None,
-                outcome,
-                json!({"approval_id": approval.id, "repeat": true, "first_decision": approval.state.as_str(), "decided_by": approval.decided_by}),
-            );
+            Ok(outcome)
         }
-        (ApprovalState::Denied, Choice::Approve) => {
-            return ApprovalDecision::Rejected(Reason::new(
-                Code::ApprovalDenied,
-                format!(
-                    "approval {} was already denied by {}",
-                    approval.id,
-                    approval.decided_by.as_deref().unwrap_or("someone")
-                ),
-            ));
-        }
-        (ApprovalState::Expired, _) => {
-            return ApprovalDecision::Rejected(Reason::new(
-                Code::ApprovalExpired,
-                format!("approval {} expired", approval.id),
-            ));
-        }
-        (ApprovalState::Void, _) => {
-            return ApprovalDecision::Rejected(Reason::new(
-                Code::ApprovalVoid,
-                format!("approval {} is void", approval.id),
-            ));
-        }
-        (ApprovalState::Pending, _) => {}
-    }
+        (ApprovalState::Denied, Choice::Approve) => Err(Reason::new(
+            Code::ApprovalDenied,
+            format!(
+                "approval {} was already denied by {}",
+                approval.id,
+                approval.decided_by.as_deref().unwrap_or("someone")
+            ),
+        )),
+        (ApprovalState::Expired, _) => Err(Reason::new(
+            Code::ApprovalExpired,
+            format!("approval {} expired", approval.id),
+        )),
+        (ApprovalState::Void, _) => Err(Reason::new(
+            Code::ApprovalVoid,
+            format!("approval {} is void", approval.id),
+        )),
+        (ApprovalState::Pending, _) => return None,
+    })
+}
+
+/// Ends an approval that can no longer be decided in `state`: the held intent (when it
+/// is still held by this approval) is refused as the approval's reason says, and the
+/// caller hears `reason`.
+fn void(
+    record: &IntentRecord,
+    approval: &Approval,
+    state: ApprovalState,
+    reason: Reason,
+    now: Timestamp,
+) -> (Option<IntentRecord>, Approval, Outcome) {
     let mut ap = approval.clone();
-    let mut next = record.clone();
-    next.updated_at = now;
-    let void_reason = if now >= approval.expires_at {
+    ap.state = state;
+    let rec = (record.state == IntentState::PendingApproval
+        && record.approval_id.as_deref() == Some(&approval.id))
+    .then(|| {
+        let mut next = record.clone();
+        next.updated_at = now;
+        settle_refusal(&mut next, approval.reason, now);
+        next.error = Some(reason.clone());
+        next
+    });
+    let mut outcome = outcome_of(rec.as_ref().unwrap_or(record), Status::Denied, Some(reason));
+    outcome.approval_id = Some(approval.id.clone());
+    (rec, ap, outcome)
+}
+
+/// Why a pending approval can no longer be decided (it expired, the policy changed, or
+/// the held call is no longer the one it was asked about), with the state it ends in.
+fn no_longer_valid(
+    record: &IntentRecord,
+    approval: &Approval,
+    cap: &Capability,
+    now: Timestamp,
+) -> Option<(ApprovalState, Reason)> {
+    if now >= approval.expires_at {
         Some((
             ApprovalState::Expired,
             Reason::new(Code::ApprovalExpired, "nobody decided the approval in time"),
@@ -194,79 +285,6 @@ pub fn decide_approval_noted(
         ))
     } else {
         None
-    };
-    if let Some((state, reason)) = void_reason {
-        ap.state = state;
-        let rec = (record.state == IntentState::PendingApproval
-            && record.approval_id.as_deref() == Some(&approval.id))
-        .then(|| {
-            settle_refusal(&mut next, approval.reason, now);
-            next.error = Some(reason.clone());
-            next
-        });
-        let mut outcome = outcome_of(
-            rec.as_ref().unwrap_or(record),
-            Status::Denied,
-            Some(reason.clone()),
-        );
-        outcome.approval_id = Some(approval.id.clone());
-        return decided(
-            Action::Respond,
-            rec,
-            Some(ap),
-            outcome,
-            json!({"approval_id": approval.id, "void": reason.message}),
-        );
-    }
-    ap.decided_by = Some(actor.to_owned());
-    ap.decided_at = Some(now);
-    match choice {
-        Choice::Approve => {
-            ap.state = ApprovalState::Approved;
-            match executes {
-                Executes::Here { owner } => {
-                    claim(&mut next, owner, cap, now);
-                    let outcome = standing_outcome(&next);
-                    decided(
-                        Action::Execute,
-                        Some(next),
-                        Some(ap),
-                        outcome,
-                        json!({"approval_id": approval.id, "choice": "approve"}),
-                    )
-                }
-                Executes::OnNextClaim => {
-                    let mut outcome = standing_outcome(&next);
-                    outcome.status = Status::Approved;
-                    decided(
-                        Action::Respond,
-                        Some(next),
-                        Some(ap),
-                        outcome,
-                        json!({"approval_id": approval.id, "choice": "approve", "executes": "on_next_claim"}),
-                    )
-                }
-            }
-        }
-        Choice::Deny => {
-            ap.state = ApprovalState::Denied;
-            settle_refusal(&mut next, approval.reason, now);
-            next.error = Some(Reason::new(
-                Code::ApprovalDenied,
-                match &note {
-                    Some(n) => format!("denied by {actor}: {n}"),
-                    None => format!("denied by {actor}"),
-                },
-            ));
-            let outcome = outcome_of(&next, Status::Denied, None);
-            decided(
-                Action::Respond,
-                Some(next),
-                Some(ap),
-                outcome,
-                json!({"approval_id": approval.id, "choice": "deny"}),
-            )
-        }
     }
 }
 
@@ -282,25 +300,16 @@ pub fn reset_breaker(
     next.attempts = 0;
     next.updated_at = now;
     let outcome = standing_outcome(&next);
-    let event = AuditEvent {
-        kind: AuditKind::Admin,
-        ..event(
-            AuditKind::Admin,
-            now,
-            actor,
-            Some(record),
-            Some(&next),
-            &outcome,
-            &cap.name,
-            None,
-            json!({"breaker": "reset"}),
-        )
+    // An admin's act belongs to no run.
+    let event = Event {
+        run_id: None,
+        ..Event::about(AuditKind::Admin, record, cap, actor, now)
     };
-    Decision {
-        action: Action::Respond,
-        record: Some(next),
-        approval: None,
+    event.writing(
+        Action::Respond,
+        next,
+        None,
         outcome,
-        event,
-    }
+        json!({"breaker": "reset"}),
+    )
 }

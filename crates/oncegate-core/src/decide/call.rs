@@ -5,15 +5,16 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
+use super::event::Event;
 use super::generation::{forgotten_since, new_generation, no_record_outcome, rolled_back_reason};
+use super::model::{Action, CallRequest, Decision};
 use super::reconcile::dedupe_is_proof;
-use super::{
-    Action, CallRequest, Decision, claim, event, new_approval, outcome_of, settle_refusal,
-    standing_outcome,
+use super::steps::{
+    arguments_frozen, claim, drifted_arguments, outcome_of, settle_refusal, standing_outcome,
 };
-use crate::audit::AuditKind;
+use super::unknown::{Finish, Refuse, over_ceiling, unknown_path};
 use crate::codes::Code;
-use crate::config::{AfterWindow, Capability, Category, OnUnknown};
+use crate::config::{AfterWindow, Capability, Category};
 use crate::intent::{
     Alert, Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState, Outcome, Reason,
     Status,
@@ -53,10 +54,10 @@ fn bound_to_approval(
             .record
             .as_ref()
             .is_some_and(|r| r.generation == current.generation);
-    if !acts || !super::arguments_frozen(current) {
+    if !acts || !arguments_frozen(current) {
         return decision;
     }
-    let drifted = super::drifted_arguments(current, req.arguments);
+    let drifted = drifted_arguments(current, req.arguments);
     if drifted.is_empty() {
         return decision;
     }
@@ -73,24 +74,8 @@ fn bound_to_approval(
         ),
     );
     let outcome = outcome_of(current, Status::Refused, Some(reason));
-    let event = event(
-        AuditKind::Call,
-        now,
-        req.principal,
-        Some(current),
-        None,
-        &outcome,
-        &cap.name,
-        req.run_id,
-        json!({"drifted": drifted, "approval_id": current.approval_id}),
-    );
-    Decision {
-        action: Action::Respond,
-        record: None,
-        approval: None,
-        outcome,
-        event,
-    }
+    let detail = json!({"drifted": drifted, "approval_id": current.approval_id});
+    Event::call(req, cap, Some(current), now).nothing_written(Action::Respond, outcome, detail)
 }
 
 fn decide_call(
@@ -100,101 +85,79 @@ fn decide_call(
     verdict: &PolicyVerdict,
     now: Timestamp,
 ) -> Decision {
-    // A decision that writes no intent: the answer, and the audit event that explains it
-    // (committed for `Respond`, dropped for `Replay`).
-    let unwritten = |action: Action, outcome: Outcome, detail: Value| {
-        let event = event(
-            AuditKind::Call,
-            now,
-            req.principal,
-            existing,
-            None,
-            &outcome,
-            &cap.name,
-            req.run_id,
-            detail,
-        );
-        Decision {
-            action,
-            record: None,
-            approval: None,
-            outcome,
-            event,
-        }
-    };
-    let respond_only = |status: Status, reason: Reason, generation: u32, detail: Value| {
-        let outcome = no_record_outcome(req, generation, status, Some(reason));
-        unwritten(Action::Respond, outcome, detail)
-    };
-
-    let stop = req
-        .kill_switch
-        .map(|why| (Code::KillSwitch, "kill_switch", why))
-        .or(req.held.map(|why| (Code::Held, "held", why)));
-    if let Some((code, name, why)) = stop {
-        // A kill switch stops executions, not the truth: a repeat of an intent that
-        // already settled still replays what happened (an agent that lost the result
-        // must not read "refused" for a charge that went through).
-        if existing.is_some_and(|r| matches!(r.state, IntentState::Applied | IntentState::Failed)) {
-            let unkilled = CallRequest {
-                kill_switch: None,
-                held: None,
-                ..req.clone()
-            };
-            let mut d = decide(existing, &unkilled, cap, verdict, now);
-            if d.action == Action::Replay && d.outcome.status == Status::Replayed {
-                if let Value::Object(detail) = &mut d.event.detail {
-                    detail.insert(name.into(), Value::String(why.to_owned()));
-                }
-                return d;
-            }
-        }
-        return respond_only(
-            Status::Refused,
-            Reason::new(code, why),
-            existing.map_or(1, |r| r.generation),
-            json!({}),
-        );
+    if let Some(stopped) = stopped(existing, req, cap, verdict, now) {
+        return stopped;
     }
     if cap.category == Category::Read {
         let mut outcome = no_record_outcome(req, 0, Status::Applied, None);
         outcome.key = None;
-        let event = event(
-            AuditKind::Call,
-            now,
-            req.principal,
-            None,
-            None,
-            &outcome,
-            &cap.name,
-            req.run_id,
-            json!({"pass_through": true}),
-        );
-        return Decision {
-            action: Action::PassThrough,
-            record: None,
-            approval: None,
+        let detail = json!({"pass_through": true});
+        return Event::call(req, cap, None, now).nothing_written(
+            Action::PassThrough,
             outcome,
-            event,
-        };
+            detail,
+        );
     }
+    match existing {
+        None => new_generation(None, req, cap, verdict, now, 1, None),
+        Some(current) => repeat(current, req, cap, verdict, now),
+    }
+}
 
-    let Some(current) = existing else {
-        return new_generation(None, req, cap, verdict, now, 1, None);
-    };
+/// A call an admin's kill switch or a detection finding's hold stops: refused, unless
+/// it repeats an intent that already settled (`None`: not stopped).
+fn stopped(
+    existing: Option<&IntentRecord>,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    verdict: &PolicyVerdict,
+    now: Timestamp,
+) -> Option<Decision> {
+    let (code, name, why) = req
+        .kill_switch
+        .map(|why| (Code::KillSwitch, "kill_switch", why))
+        .or(req.held.map(|why| (Code::Held, "held", why)))?;
+    // A kill switch stops executions, not the truth: a repeat of an intent that already
+    // settled still replays what happened (an agent that lost the result must not read
+    // "refused" for a charge that went through).
+    if existing.is_some_and(|r| matches!(r.state, IntentState::Applied | IntentState::Failed)) {
+        let unkilled = CallRequest {
+            kill_switch: None,
+            held: None,
+            ..req.clone()
+        };
+        let mut d = decide(existing, &unkilled, cap, verdict, now);
+        if d.action == Action::Replay && d.outcome.status == Status::Replayed {
+            if let Value::Object(detail) = &mut d.event.detail {
+                detail.insert(name.into(), Value::String(why.to_owned()));
+            }
+            return Some(d);
+        }
+    }
+    let generation = existing.map_or(1, |r| r.generation);
+    let outcome = no_record_outcome(
+        req,
+        generation,
+        Status::Refused,
+        Some(Reason::new(code, why)),
+    );
+    let event = Event::call(req, cap, existing, now);
+    Some(event.nothing_written(Action::Respond, outcome, json!({})))
+}
 
+/// A repeat of a stored intent: replayed, polled, executed again, reconciled, or a new
+/// generation once the replay window has passed.
+fn repeat(
+    current: &IntentRecord,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    verdict: &PolicyVerdict,
+    now: Timestamp,
+) -> Decision {
+    let event = Event::call(req, cap, Some(current), now);
     let mut record = current.clone();
     record.updated_at = now;
-    let mut alerts = Vec::new();
-    if let (Some(first), Some(this)) = (current.run_id.as_deref(), req.run_id)
-        && first != this
-    {
-        alerts.push(Alert::CrossRun {
-            first_run: Some(first.to_owned()),
-            this_run: Some(this.to_owned()),
-        });
-    }
-
+    let mut alerts = cross_run_alerts(current, req);
     let finish = |action: Action,
                   record: IntentRecord,
                   approval: Option<Approval>,
@@ -202,24 +165,7 @@ fn decide_call(
                   alerts: Vec<Alert>| {
         outcome.alerts = alerts;
         let detail = json!({"alerts": outcome.alerts, "approval_id": outcome.approval_id});
-        let event = event(
-            AuditKind::Call,
-            now,
-            req.principal,
-            existing,
-            Some(&record),
-            &outcome,
-            &cap.name,
-            req.run_id,
-            detail,
-        );
-        Decision {
-            action,
-            record: Some(record),
-            approval,
-            outcome,
-            event,
-        }
+        event.writing(action, record, approval, outcome, detail)
     };
     // Answers straight from the stored record: a replay, or a poll of an intent that is
     // in flight, held or decided. Nothing is written and no attempt is counted.
@@ -227,13 +173,13 @@ fn decide_call(
         let mut outcome = outcome_of(current, status, reason);
         outcome.alerts = alerts;
         let detail = json!({"alerts": outcome.alerts, "replay": true});
-        unwritten(Action::Replay, outcome, detail)
+        event.nothing_written(Action::Replay, outcome, detail)
     };
     // A refusal that changes nothing stored: audited, but the intent is not rewritten.
     let refuse = |mut outcome: Outcome, alerts: Vec<Alert>| {
         outcome.alerts = alerts;
         let detail = json!({"alerts": outcome.alerts});
-        unwritten(Action::Respond, outcome, detail)
+        event.nothing_written(Action::Respond, outcome, detail)
     };
 
     let window_open = now < current.settled_at.unwrap_or(current.created_at) + cap.replay_window;
@@ -244,14 +190,7 @@ fn decide_call(
                 let standing = standing_outcome(current);
                 return replay(standing.status, standing.reason, alerts);
             }
-            // The holder died or stalled past its lease: the effect may have happened,
-            // and its request counts as ended when the lease did.
-            record.attempt_ended_at = record.lease.take().map(|l| l.expires_at);
-            record.state = IntentState::Unknown;
-            record.error = Some(Reason::new(
-                Code::UpstreamUnknown,
-                "the attempt's lease expired before its outcome was recorded",
-            ));
+            expire_lease(&mut record);
             unknown_path(record, true, req, cap, now, alerts, &finish, &refuse)
         }
         IntentState::Unknown => {
@@ -281,26 +220,14 @@ fn decide_call(
             if let Some(refused) = over_ceiling(&mut record, cap, &mut alerts) {
                 return finish(Action::Respond, record, None, refused, alerts);
             }
-            // Not for a provider that dedupes on the key: it compares a repeated key's
-            // body with the first one and would refuse a changed one. Not for a
-            // generation a human was asked about: what executes is what was approved.
-            if !dedupe_is_proof(cap) && !super::arguments_frozen(&record) {
-                record.arguments = req.arguments.clone();
-            }
-            claim(&mut record, req.owner, cap, now);
+            claim_again(&mut record, req, cap, now);
             let outcome = standing_outcome(&record);
             finish(Action::Execute, record, None, outcome, alerts)
         }
         IntentState::Denied if window_open => replay(Status::Denied, None, alerts),
         IntentState::PendingApproval => match req.approval {
             Some(ap) if ap.state == ApprovalState::Pending && now >= ap.expires_at => {
-                let mut ap = ap.clone();
-                ap.state = ApprovalState::Expired;
-                settle_refusal(&mut record, ap.reason, now);
-                record.error = Some(Reason::new(
-                    Code::ApprovalExpired,
-                    "nobody decided the approval in time",
-                ));
+                let ap = expire_held(&mut record, ap, now);
                 let outcome = standing_outcome(&record);
                 finish(Action::Respond, record, Some(ap), outcome, alerts)
             }
@@ -318,23 +245,82 @@ fn decide_call(
         IntentState::Applied
         | IntentState::Failed
         | IntentState::NotApplied
-        | IntentState::Denied => {
-            // Outside the replay window: a new intent, through the full policy path.
-            let reason = (cap.after_window == AfterWindow::RequireApproval)
-                .then_some(ApprovalReason::OutsideWindow);
-            let mut d = new_generation(
-                existing,
-                req,
-                cap,
-                verdict,
-                now,
-                current.generation + 1,
-                reason,
-            );
-            d.outcome.alerts.extend(alerts);
-            d
-        }
+        | IntentState::Denied => after_window(current, req, cap, verdict, now, alerts),
     }
+}
+
+/// The alert a repeat from another run than the intent's first raises.
+fn cross_run_alerts(current: &IntentRecord, req: &CallRequest<'_>) -> Vec<Alert> {
+    let mut alerts = Vec::new();
+    if let (Some(first), Some(this)) = (current.run_id.as_deref(), req.run_id)
+        && first != this
+    {
+        alerts.push(Alert::CrossRun {
+            first_run: Some(first.to_owned()),
+            this_run: Some(this.to_owned()),
+        });
+    }
+    alerts
+}
+
+/// The holder died or stalled past its lease: the effect may have happened, and its
+/// request counts as ended when the lease did.
+fn expire_lease(record: &mut IntentRecord) {
+    record.attempt_ended_at = record.lease.take().map(|l| l.expires_at);
+    record.state = IntentState::Unknown;
+    record.error = Some(Reason::new(
+        Code::UpstreamUnknown,
+        "the attempt's lease expired before its outcome was recorded",
+    ));
+}
+
+/// Claims a confirmed-absent intent again, with the arguments of the call that asks
+/// now, except for a provider that dedupes on the key (it compares a repeated key's
+/// body with the first one and would refuse a changed one) and for a generation a human
+/// was asked about (what executes is what was approved).
+fn claim_again(record: &mut IntentRecord, req: &CallRequest<'_>, cap: &Capability, now: Timestamp) {
+    if !dedupe_is_proof(cap) && !arguments_frozen(record) {
+        record.arguments = req.arguments.clone();
+    }
+    claim(record, req.owner, cap, now);
+}
+
+/// Nobody decided the held call's approval in time: the approval expires and the
+/// intent is refused as the approval's reason says.
+fn expire_held(record: &mut IntentRecord, ap: &Approval, now: Timestamp) -> Approval {
+    let mut ap = ap.clone();
+    ap.state = ApprovalState::Expired;
+    settle_refusal(record, ap.reason, now);
+    record.error = Some(Reason::new(
+        Code::ApprovalExpired,
+        "nobody decided the approval in time",
+    ));
+    ap
+}
+
+/// A repeat of a settled intent outside the replay window: a new intent, through the
+/// full policy path.
+fn after_window(
+    current: &IntentRecord,
+    req: &CallRequest<'_>,
+    cap: &Capability,
+    verdict: &PolicyVerdict,
+    now: Timestamp,
+    alerts: Vec<Alert>,
+) -> Decision {
+    let reason =
+        (cap.after_window == AfterWindow::RequireApproval).then_some(ApprovalReason::OutsideWindow);
+    let mut d = new_generation(
+        Some(current),
+        req,
+        cap,
+        verdict,
+        now,
+        current.generation + 1,
+        reason,
+    );
+    d.outcome.alerts.extend(alerts);
+    d
 }
 
 /// Until when an approved claim-only call may be claimed: the capability's approval TTL
@@ -430,112 +416,4 @@ fn approved_claim(
     claim(&mut record, req.owner, cap, now);
     let outcome = standing_outcome(&record);
     finish(Action::Execute, record, None, outcome, alerts)
-}
-
-/// The attempt ceiling, checked before an execution or a reconciliation read starts
-/// (replays and polls never reach it). `Some(refusal)` when the breaker is (or just
-/// got) tripped; the caller writes the record only when it just tripped.
-fn over_ceiling(
-    record: &mut IntentRecord,
-    cap: &Capability,
-    alerts: &mut Vec<Alert>,
-) -> Option<Outcome> {
-    if record.breaker_tripped {
-        let reason = Reason::new(
-            Code::AttemptCeiling,
-            "the attempt ceiling for this intent was reached; an admin must reset its breaker",
-        );
-        return Some(outcome_of(record, Status::Refused, Some(reason)));
-    }
-    let ceiling = cap.attempt_ceiling?;
-    if record.attempts < ceiling {
-        return None;
-    }
-    record.breaker_tripped = true;
-    alerts.push(Alert::BreakerTripped { ceiling });
-    let reason = Reason::new(
-        Code::AttemptCeiling,
-        format!(
-            "attempt ceiling of {ceiling} executions and reconciliations reached; the breaker is tripped until an admin resets it"
-        ),
-    );
-    Some(outcome_of(record, Status::Refused, Some(reason)))
-}
-
-pub(super) type Finish<'f> =
-    dyn Fn(Action, IntentRecord, Option<Approval>, Outcome, Vec<Alert>) -> Decision + 'f;
-pub(super) type Refuse<'f> = dyn Fn(Outcome, Vec<Alert>) -> Decision + 'f;
-
-/// A repeat of an unknown intent. `changed`: the record already differs from the stored
-/// one (a lease that expired just became unknown), so a refusal still writes it.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "private step of decide(), every input explicit"
-)]
-pub(super) fn unknown_path(
-    mut record: IntentRecord,
-    changed: bool,
-    req: &CallRequest<'_>,
-    cap: &Capability,
-    now: Timestamp,
-    mut alerts: Vec<Alert>,
-    finish: &Finish<'_>,
-    refuse_unchanged: &Refuse<'_>,
-) -> Decision {
-    if matches!(cap.on_unknown, OnUnknown::Reconcile | OnUnknown::Retry) {
-        let was_tripped = record.breaker_tripped;
-        if let Some(refused) = over_ceiling(&mut record, cap, &mut alerts) {
-            if was_tripped && !changed {
-                return refuse_unchanged(refused, alerts);
-            }
-            return finish(Action::Respond, record, None, refused, alerts);
-        }
-    }
-    match cap.on_unknown {
-        OnUnknown::Reconcile => {
-            // The read counts against the ceiling like an execution: an agent that
-            // ignores "do not re-issue" cannot make oncegate hammer the upstream forever.
-            record.attempts += 1;
-            let outcome = outcome_of(
-                &record,
-                Status::Unknown,
-                Some(Reason::new(
-                    Code::UpstreamUnknown,
-                    "outcome not yet known; oncegate is reconciling; do not re-issue",
-                )),
-            );
-            finish(Action::Reconcile, record, None, outcome, alerts)
-        }
-        OnUnknown::Retry => {
-            claim(&mut record, req.owner, cap, now);
-            let outcome = standing_outcome(&record);
-            finish(Action::Execute, record, None, outcome, alerts)
-        }
-        OnUnknown::Escalate => {
-            let ap = new_approval(
-                req.new_approval_id,
-                &record,
-                cap,
-                ApprovalReason::UnknownFirstAttempt,
-                ApprovalReason::UnknownFirstAttempt.explain().to_owned(),
-                now,
-            );
-            record.state = IntentState::PendingApproval;
-            record.approval_id = Some(ap.id.clone());
-            let outcome = outcome_of(&record, Status::PendingApproval, None);
-            finish(Action::Respond, record, Some(ap), outcome, alerts)
-        }
-        OnUnknown::Refuse => {
-            let reason = Reason::new(
-                Code::UnknownRefused,
-                "an earlier attempt's outcome is unknown and this capability refuses repeats; an operator must resolve it",
-            );
-            let outcome = outcome_of(&record, Status::Refused, Some(reason));
-            if changed {
-                finish(Action::Respond, record, None, outcome, alerts)
-            } else {
-                refuse_unchanged(outcome, alerts)
-            }
-        }
-    }
 }

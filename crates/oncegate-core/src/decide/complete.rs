@@ -6,7 +6,10 @@ use jiff::Timestamp;
 use serde_json::json;
 
 use super::effect::{Reporter, record_reported, settle_reported};
-use super::{Action, Decision, EffectResult, event, outcome_of, standing_outcome};
+use super::event::Event;
+use super::lease::{lease_nonce, nonce_holds};
+use super::model::{Action, Decision, EffectResult};
+use super::steps::{outcome_of, standing_outcome};
 use crate::audit::AuditKind;
 use crate::codes::Code;
 use crate::config::Capability;
@@ -25,61 +28,6 @@ pub enum Completion {
     /// an effect the intent does not record, `evidence` is an audit event to append
     /// (the intent unchanged): the provider may hold an effect a human must look at.
     Stale(Reason, Option<Decision>),
-}
-
-/// The part of a lease's owner that names one claim. A claim's holder is asked for as
-/// [`claim_owner`] (`<gate>/<nonce>/<claimer digest>`, a fresh random nonce per claim);
-/// the lease stores `<gate>/<seal>` ([`lease_seal`]), never the nonce, so nothing that
-/// reads the intent (an approver, the CLI, a log) can rebuild the claim's token. An
-/// owner without `/` is its own nonce (tests; leases written before seals store the
-/// nonce itself).
-pub fn lease_nonce(owner: &str) -> &str {
-    owner.rsplit('/').next().unwrap_or(owner)
-}
-
-fn digest(text: &str, hex_len: usize) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = hex::encode(Sha256::digest(text.as_bytes()));
-    h.truncate(hex_len);
-    h
-}
-
-/// Who claimed, as a lease keeps it: a digest of the principal's name.
-fn claimer_digest(principal: &str) -> String {
-    digest(principal, 16)
-}
-
-/// The holder a claim asks for: this gate, the claim's fresh nonce (which only the
-/// claimer learns) and who claims. Never stored as it is ([`lease_seal`]).
-pub fn claim_owner(gate: &str, nonce: &str, principal: &str) -> String {
-    format!("{gate}/{nonce}/{}", claimer_digest(principal))
-}
-
-/// What a lease stores of a claim's nonce and claimer: `s<SHA-256 of the nonce>.<claimer
-/// digest>`. A completion proves the claim by the nonce whose digest this is.
-pub(super) fn lease_seal(nonce: &str, claimer: &str) -> String {
-    format!("s{}.{claimer}", digest(nonce, 32))
-}
-
-/// Whether `presented` is the nonce of the claim whose lease stores `stored` (a seal,
-/// or a nonce itself in a lease written before seals).
-fn nonce_holds(stored: &str, presented: &str) -> bool {
-    if presented.is_empty() {
-        return false;
-    }
-    match stored.strip_prefix('s').and_then(|s| s.split_once('.')) {
-        Some((hash, _)) => digest(presented, 32) == hash,
-        None => stored == presented,
-    }
-}
-
-/// Whether `principal` took the claim whose lease is owned by `owner`; `None` for a
-/// lease that does not say (written before seals, or by a test).
-pub fn claimed_by(owner: &str, principal: &str) -> Option<bool> {
-    lease_nonce(owner)
-        .strip_prefix('s')
-        .and_then(|s| s.split_once('.'))
-        .map(|(_, claimer)| claimer == claimer_digest(principal))
 }
 
 /// Why the claim `(generation, execution, nonce)` no longer holds `record` at `now`, or
@@ -183,24 +131,9 @@ pub fn complete_claim(
             if record.state != IntentState::Applied || record.effect_ref != *effect_ref =>
         {
             let outcome = standing_outcome(record);
-            let event = event(
-                AuditKind::Effect,
-                now,
-                actor,
-                Some(record),
-                None,
-                &outcome,
-                &cap.name,
-                record.run_id.as_deref(),
-                json!({"stale_completion": {"generation": generation, "execution": execution, "effect_ref": effect_ref, "why": stale.message}}),
-            );
-            Some(Decision {
-                action: Action::Respond,
-                record: None,
-                approval: None,
-                outcome,
-                event,
-            })
+            let detail = json!({"stale_completion": {"generation": generation, "execution": execution, "effect_ref": effect_ref, "why": stale.message}});
+            let event = Event::about(AuditKind::Effect, record, cap, actor, now);
+            Some(event.nothing_written(Action::Respond, outcome, detail))
         }
         _ => None,
     };
@@ -229,22 +162,7 @@ pub fn heartbeat_claim(
     }
     let outcome = outcome_of(&next, Status::InFlight, None);
     let expires_at = next.lease.as_ref().map(|l| l.expires_at);
-    let event = event(
-        AuditKind::Effect,
-        now,
-        actor,
-        Some(record),
-        Some(&next),
-        &outcome,
-        &cap.name,
-        record.run_id.as_deref(),
-        json!({"heartbeat": {"execution": execution, "lease_expires_at": expires_at}}),
-    );
-    Ok(Decision {
-        action: Action::Respond,
-        record: Some(next),
-        approval: None,
-        outcome,
-        event,
-    })
+    let detail = json!({"heartbeat": {"execution": execution, "lease_expires_at": expires_at}});
+    let event = Event::about(AuditKind::Effect, record, cap, actor, now);
+    Ok(event.writing(Action::Respond, next, None, outcome, detail))
 }

@@ -5,13 +5,14 @@
 use jiff::Timestamp;
 use serde_json::json;
 
-use super::{
-    Action, Decision, EffectResult, escalate_unknown, escalates_at_once, event, outcome_of,
-    settle_applied, standing_outcome,
+use super::event::Event;
+use super::model::{Action, Decision, EffectResult};
+use super::steps::{
+    escalate_unknown, escalates_at_once, outcome_of, settle_applied, standing_outcome,
 };
 use crate::audit::AuditKind;
 use crate::codes::Code;
-use crate::config::Capability;
+use crate::config::{Capability, UpstreamKind};
 use crate::intent::{IntentRecord, IntentState, Reason, Status};
 
 /// Records what the upstream said. `record` is the intent as currently stored.
@@ -69,26 +70,11 @@ pub(super) fn record_reported(
         && matches!(record.state, IntentState::InFlight | IntentState::Unknown);
     let overwrite = current_claim
         || matches!(result, EffectResult::Applied { .. }) && record.state != IntentState::Applied;
+    let event = Event::about(AuditKind::Effect, record, cap, actor, now);
     if !overwrite {
         let outcome = standing_outcome(record);
-        let event = event(
-            AuditKind::Effect,
-            now,
-            actor,
-            Some(record),
-            None,
-            &outcome,
-            &cap.name,
-            record.run_id.as_deref(),
-            json!({"late_result": format!("{result:?}")}),
-        );
-        return Decision {
-            action: Action::Respond,
-            record: None,
-            approval: None,
-            outcome,
-            event,
-        };
+        let detail = json!({"late_result": format!("{result:?}")});
+        return event.nothing_written(Action::Respond, outcome, detail);
     }
     // An MCP tool call that timed out may still be running (a timeout stops the waiting,
     // never the call): approving would execute beside it, so the sweep escalates it once
@@ -96,34 +82,18 @@ pub(super) fn record_reported(
     let may_run_on = cap
         .upstream
         .as_ref()
-        .is_some_and(|u| u.kind == crate::config::UpstreamKind::Mcp);
+        .is_some_and(|u| u.kind == UpstreamKind::Mcp);
     let escalate = next.state == IntentState::Unknown && escalates_at_once(cap) && !may_run_on;
     let approval = escalate.then(|| {
         status = Status::PendingApproval;
         escalate_unknown(&mut next, cap, now)
     });
     let outcome = outcome_of(&next, status, None);
-    let event = event(
-        AuditKind::Effect,
-        now,
-        actor,
-        Some(record),
-        Some(&next),
-        &outcome,
-        &cap.name,
-        record.run_id.as_deref(),
-        match &approval {
-            None => json!({"effect_ref": next.effect_ref}),
-            Some(a) => json!({"effect_ref": next.effect_ref, "escalated": a.id}),
-        },
-    );
-    Decision {
-        action: Action::Respond,
-        record: Some(next),
-        approval,
-        outcome,
-        event,
-    }
+    let detail = match &approval {
+        None => json!({"effect_ref": next.effect_ref}),
+        Some(a) => json!({"effect_ref": next.effect_ref, "escalated": a.id}),
+    };
+    event.writing(Action::Respond, next, approval, outcome, detail)
 }
 
 /// [`settle_result`], except that a worker's `not_sent` on a capability with a

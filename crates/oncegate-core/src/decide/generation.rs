@@ -6,9 +6,10 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::call::unknown_path;
-use super::{Action, CallRequest, Decision, claim, event, new_approval, outcome_of};
-use crate::audit::AuditKind;
+use super::event::Event;
+use super::model::{Action, CallRequest, Decision};
+use super::steps::{claim, new_approval, outcome_of};
+use super::unknown::unknown_path;
 use crate::codes::Code;
 use crate::config::{Capability, CrossRun};
 use crate::intent::{
@@ -25,28 +26,12 @@ pub(super) fn new_generation(
     generation: u32,
     forced: Option<ApprovalReason>,
 ) -> Decision {
+    let event = Event::call(req, cap, previous, now);
     let respond_without_record =
         |status: Status, reason: Option<Reason>, alerts: Vec<Alert>, detail: Value| {
             let mut outcome = no_record_outcome(req, generation, status, reason);
             outcome.alerts = alerts;
-            let event = event(
-                AuditKind::Call,
-                now,
-                req.principal,
-                previous,
-                None,
-                &outcome,
-                &cap.name,
-                req.run_id,
-                detail,
-            );
-            Decision {
-                action: Action::Respond,
-                record: None,
-                approval: None,
-                outcome,
-                event,
-            }
+            event.nothing_written(Action::Respond, outcome, detail)
         };
 
     let mut alerts = Vec::new();
@@ -75,45 +60,15 @@ pub(super) fn new_generation(
         }
     }
 
-    let mut record = fresh_record(req, cap, generation, now);
-    let (reason, detail) = match verdict {
-        PolicyVerdict::Deny { reason } => {
-            return respond_without_record(
-                Status::Denied,
-                Some(Reason::new(Code::PolicyDenied, reason.clone())),
-                alerts,
-                json!({"policy": reason}),
-            );
-        }
-        PolicyVerdict::DryRun => {
-            return respond_without_record(
-                Status::DryRun,
-                None,
-                alerts,
-                json!({"dry_run": "policy"}),
-            );
-        }
-        _ if cap.dry_run => {
-            return respond_without_record(
-                Status::DryRun,
-                None,
-                alerts,
-                json!({"dry_run": "capability"}),
-            );
-        }
-        PolicyVerdict::RequireApproval { policies } => (
-            Some(ApprovalReason::Policy),
-            format!(
-                "{} (policies: {})",
-                ApprovalReason::Policy.explain(),
-                policies.join(", ")
-            ),
-        ),
-        PolicyVerdict::Allow => (
-            forced,
-            forced.map(|r| r.explain().to_owned()).unwrap_or_default(),
-        ),
+    let (reason, detail) = match admission(verdict, cap, forced) {
+        Admission::Run { approval, detail } => (approval, detail),
+        Admission::Refuse {
+            status,
+            reason,
+            detail,
+        } => return respond_without_record(status, reason, alerts, detail),
     };
+    let mut record = fresh_record(req, cap, generation, now);
 
     // One record of this generation's first decision, whichever path it takes.
     let finish = |action: Action,
@@ -126,24 +81,7 @@ pub(super) fn new_generation(
         if let Some(at) = forgotten_since(req, cap, now) {
             detail["rolled_back_at"] = json!(at);
         }
-        let event = event(
-            AuditKind::Call,
-            now,
-            req.principal,
-            previous,
-            Some(&record),
-            &outcome,
-            &cap.name,
-            req.run_id,
-            detail,
-        );
-        Decision {
-            action,
-            record: Some(record),
-            approval,
-            outcome,
-            event,
-        }
+        event.writing(action, record, approval, outcome, detail)
     };
     let (action, approval, status) = match reason {
         Some(reason) => {
@@ -183,6 +121,60 @@ pub(super) fn new_generation(
     };
     let outcome = outcome_of(&record, status, None);
     finish(action, record, approval, outcome, alerts)
+}
+
+/// What policy (and the capability's own dry run) lets a new generation do.
+enum Admission {
+    /// Run, once a human approves when `approval` says why one must (`detail`: what the
+    /// approval tells them).
+    Run {
+        approval: Option<ApprovalReason>,
+        detail: String,
+    },
+    /// Do not run: answer `status` (with `reason`), audited with `detail`.
+    Refuse {
+        status: Status,
+        reason: Option<Reason>,
+        detail: Value,
+    },
+}
+
+/// Reads the policy verdict for a new generation; `forced` is the reason a human must
+/// approve it whatever policy says (another run, or outside the replay window).
+fn admission(
+    verdict: &PolicyVerdict,
+    cap: &Capability,
+    forced: Option<ApprovalReason>,
+) -> Admission {
+    match verdict {
+        PolicyVerdict::Deny { reason } => Admission::Refuse {
+            status: Status::Denied,
+            reason: Some(Reason::new(Code::PolicyDenied, reason.clone())),
+            detail: json!({"policy": reason}),
+        },
+        PolicyVerdict::DryRun => Admission::Refuse {
+            status: Status::DryRun,
+            reason: None,
+            detail: json!({"dry_run": "policy"}),
+        },
+        _ if cap.dry_run => Admission::Refuse {
+            status: Status::DryRun,
+            reason: None,
+            detail: json!({"dry_run": "capability"}),
+        },
+        PolicyVerdict::RequireApproval { policies } => Admission::Run {
+            approval: Some(ApprovalReason::Policy),
+            detail: format!(
+                "{} (policies: {})",
+                ApprovalReason::Policy.explain(),
+                policies.join(", ")
+            ),
+        },
+        PolicyVerdict::Allow => Admission::Run {
+            approval: forced,
+            detail: forced.map(|r| r.explain().to_owned()).unwrap_or_default(),
+        },
+    }
 }
 
 pub(super) fn no_record_outcome(

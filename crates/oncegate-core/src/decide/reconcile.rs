@@ -3,17 +3,18 @@
 //! executes nothing. Absence counts only once the settle horizon has passed.
 
 use jiff::Timestamp;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{
-    Action, Decision, ReconcileResult, attempt_approval_id, claim, escalate_unknown,
-    escalates_at_once, event, new_approval, outcome_of, settle_applied, standing_outcome,
+use super::event::Event;
+use super::model::{Action, Decision, ReconcileResult};
+use super::steps::{
+    attempt_approval_id, claim, escalate_unknown, escalates_at_once, new_approval, outcome_of,
+    settle_applied, standing_outcome,
 };
-
 use crate::audit::AuditKind;
 use crate::codes::Code;
 use crate::config::{Capability, Category};
-use crate::intent::{ApprovalReason, IntentRecord, IntentState, Outcome, Reason, Status};
+use crate::intent::{ApprovalReason, IntentRecord, IntentState, Reason, Status};
 
 /// Why a reconciliation read's "not found" does not yet prove that the attempt never
 /// took effect, or `None` once it does.
@@ -65,36 +66,6 @@ pub fn dedupe_is_proof(cap: &Capability) -> bool {
     matches!(cap.category, Category::Keyed | Category::IdempotentWrite)
 }
 
-/// A reconciliation read that changes no stored state (someone else resolved the
-/// intent, or absence is not proven yet): the answer and its audit event only.
-fn reconcile_unwritten(
-    record: &IntentRecord,
-    outcome: Outcome,
-    cap: &Capability,
-    actor: &str,
-    now: Timestamp,
-    detail: Value,
-) -> Decision {
-    let event = event(
-        AuditKind::Reconcile,
-        now,
-        actor,
-        Some(record),
-        None,
-        &outcome,
-        &cap.name,
-        record.run_id.as_deref(),
-        detail,
-    );
-    Decision {
-        action: Action::Respond,
-        record: None,
-        approval: None,
-        outcome,
-        event,
-    }
-}
-
 /// Applies a reconciliation read to an unknown intent. `attempt_running` says whether
 /// oncegate's own call for the attempt is still running (see [`absence_unproven`]).
 #[expect(
@@ -111,12 +82,13 @@ pub fn after_reconcile(
     attempt_running: bool,
     now: Timestamp,
 ) -> Decision {
+    let event = Event::about(AuditKind::Reconcile, record, cap, actor, now);
     let mut next = record.clone();
     next.updated_at = now;
     if record.state != IntentState::Unknown {
         // Someone else resolved it meanwhile.
         let outcome = standing_outcome(record);
-        return reconcile_unwritten(record, outcome, cap, actor, now, json!({"stale": true}));
+        return event.nothing_written(Action::Respond, outcome, json!({"stale": true}));
     }
     let (action, approval, outcome, detail) = match result {
         ReconcileResult::Found { effect_ref, result } => {
@@ -147,7 +119,7 @@ pub fn after_reconcile(
                     )),
                 );
                 let detail = json!({"reconciled": "not_found_yet", "why": why});
-                return reconcile_unwritten(record, outcome, cap, actor, now, detail);
+                return event.nothing_written(Action::Respond, outcome, detail);
             }
             if !dedupe_is_proof(cap) {
                 // Past the horizon "not found" proves the earlier attempt absent.
@@ -177,7 +149,7 @@ pub fn after_reconcile(
                 )),
             );
             let detail = json!({"reconciled": "undecidable_while_running", "why": message});
-            return reconcile_unwritten(record, outcome, cap, actor, now, detail);
+            return event.nothing_written(Action::Respond, outcome, detail);
         }
         ReconcileResult::Undecidable { message } => {
             let ap = new_approval(
@@ -202,24 +174,7 @@ pub fn after_reconcile(
             )
         }
     };
-    let event = event(
-        AuditKind::Reconcile,
-        now,
-        actor,
-        Some(record),
-        Some(&next),
-        &outcome,
-        &cap.name,
-        record.run_id.as_deref(),
-        detail,
-    );
-    Decision {
-        action,
-        record: Some(next),
-        approval,
-        outcome,
-        event,
-    }
+    event.writing(action, next, approval, outcome, detail)
 }
 
 /// The background sweep's use of a reconciliation read on an intent nobody is waiting
@@ -316,24 +271,8 @@ pub fn after_sweep(
         detail["escalated"] = json!(a.id);
     }
     let outcome = outcome_of(&next, status, None);
-    let event = event(
-        AuditKind::Reconcile,
-        now,
-        "oncegate-sweep",
-        Some(record),
-        Some(&next),
-        &outcome,
-        &cap.name,
-        record.run_id.as_deref(),
-        detail,
-    );
-    Some(Decision {
-        action: Action::Respond,
-        record: Some(next),
-        approval,
-        outcome,
-        event,
-    })
+    let event = Event::about(AuditKind::Reconcile, record, cap, "oncegate-sweep", now);
+    Some(event.writing(Action::Respond, next, approval, outcome, detail))
 }
 
 /// Whether this attempt was already put to a human at once (and that was denied or

@@ -18,17 +18,19 @@ use std::str::FromStr;
 
 use iso_currency::Currency;
 use rust_decimal::Decimal;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod error;
 mod money;
 mod number;
 mod text;
 
-pub use money::Money;
+pub use error::NormaliseError;
+pub use money::{Money, MoneyUnit};
 pub use number::check_exact_numbers;
-pub use text::{clean_text, is_format_char};
+pub use text::{Folding, clean_text, is_format_char};
 
+use error::err;
 use money::{MoneyRules, parse_currency};
 use number::{parse_decimal, parse_integer};
 
@@ -88,27 +90,6 @@ impl fmt::Display for ArgPath {
     }
 }
 
-/// How bare numbers given for a money argument are read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MoneyUnit {
-    /// `12.5` means twelve dollars fifty (the default).
-    #[default]
-    Major,
-    /// `1250` means 1250 cents: for tool schemas that take minor units.
-    Minor,
-}
-
-/// Which foldings an `id` opts into (both off by default: ids are exact).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Folding {
-    /// Lowercase the value (`A-1` and `a-1` are one id).
-    pub case: bool,
-    /// NFKC instead of NFC: full-width and other compatibility forms fold onto their
-    /// plain form (`Ａ１` and `A1` are one id).
-    pub width: bool,
-}
-
 /// A declared normaliser with its options, validated at config load.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Normaliser {
@@ -151,15 +132,6 @@ pub enum Normaliser {
     /// exact, with no drift folded. The key of a fronted server's undeclared tool, whose
     /// arguments oncegate knows only by the upstream's schema.
     Json,
-}
-
-/// Why a value could not be normalised.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct NormaliseError(pub String);
-
-fn err<T>(msg: impl Into<String>) -> Result<T, NormaliseError> {
-    Err(NormaliseError(msg.into()))
 }
 
 impl Normaliser {
@@ -246,7 +218,7 @@ impl Normaliser {
                     .map(|v| Value::String(v.clone()))
                     .ok_or_else(|| NormaliseError(format!("`{wanted}` is not one of {values:?}")))
             }
-            Normaliser::Json => Ok(Value::String(crate::key::canonical_json(value))),
+            Normaliser::Json => Ok(Value::String(crate::canonical::canonical_json(value))),
             Normaliser::Set => {
                 let Value::Array(items) = value else {
                     return err(format!("expected a list, got {value}"));

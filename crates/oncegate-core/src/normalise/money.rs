@@ -4,10 +4,22 @@
 
 use iso_currency::Currency;
 use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::error::{NormaliseError, err};
 use super::number::{decimal_text, integral, number_decimal};
-use super::{MoneyUnit, NormaliseError, err};
+
+/// How bare numbers given for a money argument are read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoneyUnit {
+    /// `12.5` means twelve dollars fifty (the default).
+    #[default]
+    Major,
+    /// `1250` means 1250 cents: for tool schemas that take minor units.
+    Minor,
+}
 
 pub(super) fn parse_currency(code: &str) -> Result<Currency, NormaliseError> {
     let upper = code.trim().to_ascii_uppercase();

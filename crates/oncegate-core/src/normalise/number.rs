@@ -5,8 +5,8 @@
 use rust_decimal::Decimal;
 use serde_json::Value;
 
+use super::error::{NormaliseError, err};
 use super::text::{describe_char, is_format_char};
-use super::{NormaliseError, err};
 
 pub(super) fn parse_integer(value: &Value) -> Result<i64, NormaliseError> {
     match value {

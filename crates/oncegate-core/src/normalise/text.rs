@@ -4,7 +4,15 @@
 use unicode_general_category::{GeneralCategory, get_general_category};
 use unicode_normalization::UnicodeNormalization;
 
-use super::Folding;
+/// Which foldings an `id` opts into (both off by default: ids are exact).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Folding {
+    /// Lowercase the value (`A-1` and `a-1` are one id).
+    pub case: bool,
+    /// NFKC instead of NFC: full-width and other compatibility forms fold onto their
+    /// plain form (`Ａ１` and `A1` are one id).
+    pub width: bool,
+}
 
 /// Whether `c` is an invisible format character (Unicode general category Cf: zero-width
 /// space and joiners, BOM, bidi controls, soft hyphen, tag characters...).

@@ -6,7 +6,7 @@ use std::time::Duration;
 use jiff::SignedDuration;
 
 use super::super::raw::RawConnections;
-use super::{Builder, k};
+use super::builder::{Builder, k};
 use crate::config::ConnectionSettings;
 
 /// The most a cap may be: beyond it the file limit decides anyway.

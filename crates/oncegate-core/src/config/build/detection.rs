@@ -8,13 +8,14 @@ use iso_currency::Currency;
 use jiff::SignedDuration;
 use serde_json::Value;
 
-use super::{Builder, DEFAULT_TIMEOUT, k};
+use super::builder::{Builder, DEFAULT_TIMEOUT, k};
 use crate::config::locate::Seg;
 use crate::config::raw::{RawDuplicates, RawLimit, RawListing, RawMax};
 use crate::config::{
     Category, DuplicateRule, Escalation, HoldOn, KeyRecipe, Limit, LimitPer, Listing, MatchOn,
-    Measure, Normaliser, OverLimit, UpstreamKind,
+    Measure, OverLimit, UpstreamKind,
 };
+use crate::normalise::Normaliser;
 use crate::template::{Part, Source};
 
 /// The shortest `every`: the scheduler's own tick.
@@ -251,91 +252,8 @@ impl Builder<'_> {
                     None,
                 );
             }
-            let measure = match &rl.argument {
-                None => Measure::Count,
-                Some(arg) => {
-                    let found = key.significant.iter().find(|s| s.path.as_str() == arg);
-                    match found.map(|s| &s.normaliser) {
-                        Some(Normaliser::Money {
-                            default_currency, ..
-                        }) => {
-                            let currency = match rl.currency.as_deref() {
-                                Some(code) => Currency::from_code(&code.to_ascii_uppercase()).unwrap_or_else(|| {
-                                    self.err(&at(&base, &["currency"]), format!("`{code}` is not an ISO 4217 currency"), None);
-                                    Currency::USD
-                                }),
-                                None => default_currency.unwrap_or_else(|| {
-                                    self.err(&at(&base, &["currency"]), "a money limit needs a currency (the argument has no default_currency)", Some("currency = \"USD\""));
-                                    Currency::USD
-                                }),
-                            };
-                            Measure::Money {
-                                arg: arg.clone(),
-                                currency,
-                            }
-                        }
-                        Some(other) => {
-                            self.err(
-                                &at(&base, &["argument"]),
-                                format!(
-                                    "`{arg}` is a {} argument: a spend limit sums a money argument",
-                                    other.type_name()
-                                ),
-                                Some("remove `argument` for a count limit"),
-                            );
-                            Measure::Count
-                        }
-                        None => {
-                            self.err(&at(&base, &["argument"]), format!("`{arg}` is not a significant argument of `{name}`"), Some("a limit sums the normalised amount: declare it in [capabilities.key] significant with type = \"money\""));
-                            Measure::Count
-                        }
-                    }
-                }
-            };
-            let max = match (&measure, &rl.max) {
-                (Measure::Count, RawMax::Count(n)) if *n > 0 => *n,
-                (Measure::Count, RawMax::Count(_)) => {
-                    self.err(
-                        &at(&base, &["max"]),
-                        "a limit of 0 or less refuses every call",
-                        Some("use at least 1, or a kill switch to stop the capability"),
-                    );
-                    1
-                }
-                (Measure::Count, RawMax::Amount(text)) => {
-                    self.err(
-                        &at(&base, &["max"]),
-                        format!("a count limit's max is a whole number, not `{text}`"),
-                        Some("max = 200, or add `argument` for a spend limit"),
-                    );
-                    1
-                }
-                (Measure::Money { currency, .. }, raw_max) => {
-                    let text = match raw_max {
-                        RawMax::Amount(t) => t.clone(),
-                        RawMax::Count(n) => n.to_string(),
-                    };
-                    match minor_units(&text, *currency) {
-                        Ok(m) if m > 0 => m,
-                        Ok(_) => {
-                            self.err(
-                                &at(&base, &["max"]),
-                                "a spend limit of 0 or less refuses every call",
-                                None,
-                            );
-                            1
-                        }
-                        Err(why) => {
-                            self.err(
-                                &at(&base, &["max"]),
-                                why,
-                                Some("max = \"5000.00\" (in the limit's currency, major units)"),
-                            );
-                            1
-                        }
-                    }
-                }
-            };
+            let measure = self.limit_measure(&base, name, key, &rl);
+            let max = self.limit_max(&base, &measure, &rl.max);
             let window = self.duration(
                 &at(&base, &["window"]),
                 Some(&rl.window),
@@ -376,6 +294,107 @@ impl Builder<'_> {
             });
         }
         limits
+    }
+
+    /// What a limit measures: a count of calls, or (`argument` naming a significant
+    /// money argument) the amount spent in one currency.
+    fn limit_measure(
+        &mut self,
+        base: &[Seg],
+        name: &str,
+        key: &KeyRecipe,
+        rl: &RawLimit,
+    ) -> Measure {
+        match &rl.argument {
+            None => Measure::Count,
+            Some(arg) => {
+                let found = key.significant.iter().find(|s| s.path.as_str() == arg);
+                match found.map(|s| &s.normaliser) {
+                    Some(Normaliser::Money {
+                        default_currency, ..
+                    }) => {
+                        let currency = match rl.currency.as_deref() {
+                            Some(code) => Currency::from_code(&code.to_ascii_uppercase()).unwrap_or_else(|| {
+                                self.err(&at(base, &["currency"]), format!("`{code}` is not an ISO 4217 currency"), None);
+                                Currency::USD
+                            }),
+                            None => default_currency.unwrap_or_else(|| {
+                                self.err(&at(base, &["currency"]), "a money limit needs a currency (the argument has no default_currency)", Some("currency = \"USD\""));
+                                Currency::USD
+                            }),
+                        };
+                        Measure::Money {
+                            arg: arg.clone(),
+                            currency,
+                        }
+                    }
+                    Some(other) => {
+                        self.err(
+                            &at(base, &["argument"]),
+                            format!(
+                                "`{arg}` is a {} argument: a spend limit sums a money argument",
+                                other.type_name()
+                            ),
+                            Some("remove `argument` for a count limit"),
+                        );
+                        Measure::Count
+                    }
+                    None => {
+                        self.err(&at(base, &["argument"]), format!("`{arg}` is not a significant argument of `{name}`"), Some("a limit sums the normalised amount: declare it in [capabilities.key] significant with type = \"money\""));
+                        Measure::Count
+                    }
+                }
+            }
+        }
+    }
+
+    /// A limit's most: a positive count, or a positive amount in the limit's currency
+    /// (as minor units).
+    fn limit_max(&mut self, base: &[Seg], measure: &Measure, raw: &RawMax) -> i64 {
+        match (measure, raw) {
+            (Measure::Count, RawMax::Count(n)) if *n > 0 => *n,
+            (Measure::Count, RawMax::Count(_)) => {
+                self.err(
+                    &at(base, &["max"]),
+                    "a limit of 0 or less refuses every call",
+                    Some("use at least 1, or a kill switch to stop the capability"),
+                );
+                1
+            }
+            (Measure::Count, RawMax::Amount(text)) => {
+                self.err(
+                    &at(base, &["max"]),
+                    format!("a count limit's max is a whole number, not `{text}`"),
+                    Some("max = 200, or add `argument` for a spend limit"),
+                );
+                1
+            }
+            (Measure::Money { currency, .. }, raw_max) => {
+                let text = match raw_max {
+                    RawMax::Amount(t) => t.clone(),
+                    RawMax::Count(n) => n.to_string(),
+                };
+                match minor_units(&text, *currency) {
+                    Ok(m) if m > 0 => m,
+                    Ok(_) => {
+                        self.err(
+                            &at(base, &["max"]),
+                            "a spend limit of 0 or less refuses every call",
+                            None,
+                        );
+                        1
+                    }
+                    Err(why) => {
+                        self.err(
+                            &at(base, &["max"]),
+                            why,
+                            Some("max = \"5000.00\" (in the limit's currency, major units)"),
+                        );
+                        1
+                    }
+                }
+            }
+        }
     }
 
     /// A capability's listing must map what its rule compares.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use jiff::SignedDuration;
 
 use super::super::locate::Seg;
-use super::super::raw::{RawIdentity, RawIssuer};
-use super::{Builder, k};
+use super::super::raw::{RawIdentity, RawIssuer, RawRoles};
+use super::builder::{Builder, k};
 use crate::config::{
     ACCEPTABLE_ALGORITHMS, DEFAULT_ALGORITHMS, IdentitySettings, IssuerConfig, JwksSource,
     PrincipalConfig, RoleValues,
@@ -162,7 +162,83 @@ impl Builder<'_> {
                 Some("the exact `iss` its tokens carry"),
             );
         }
-        let jwks = match (ri.jwks_url, ri.jwks_file) {
+        let jwks = self.jwks(path, ri.jwks_url, ri.jwks_file)?;
+        let algorithms = self.algorithms(path, ri.algorithms);
+        let audience = ri.audience.unwrap_or_else(|| vec![resource.to_owned()]);
+        if audience.is_empty() || audience.iter().any(|a| a.is_empty()) {
+            self.err(&at("audience"), "the audience is empty", Some("tokens must be meant for this gateway: leave it out to require the resource URI"));
+        }
+        let skew = self.duration(
+            &at("clock_skew"),
+            ri.clock_skew.as_deref(),
+            SignedDuration::from_secs(60),
+        );
+        if skew > MAX_CLOCK_SKEW {
+            self.err(
+                &at("clock_skew"),
+                format!("a clock skew of {skew:#} would accept tokens long expired"),
+                Some("at most 5m; fix the clocks instead"),
+            );
+        }
+        let (max_age, min_refetch) = self.jwks_refresh(
+            path,
+            ri.jwks_max_age.as_deref(),
+            ri.jwks_min_refetch.as_deref(),
+        );
+        let principal_claim = ri.principal_claim.unwrap_or_else(|| "sub".to_owned());
+        if principal_claim.is_empty() {
+            self.err(
+                &at("principal_claim"),
+                "the principal claim is empty",
+                Some("e.g. \"sub\" (the default) or \"client_id\""),
+            );
+        }
+        let principal_prefix = ri.principal_prefix.unwrap_or_default();
+        if principal_prefix.is_empty() && !principals.is_empty() {
+            self.warn(&at("principal_prefix"), "without principal_prefix, a token whose principal is named like a static principal is refused; a prefix (e.g. \"idp:\") keeps the two apart");
+        }
+        let roles = self.roles(path, ri.roles);
+        let token_type = ri.token_type.map(|t| {
+            let bare = crate::config::normal_typ(&t);
+            if bare.is_empty() || !bare.bytes().all(|b| b.is_ascii_graphic()) {
+                self.err(
+                    &at("token_type"),
+                    format!("`{t}` is not a media type"),
+                    Some("e.g. \"at+jwt\" (RFC 9068 access tokens)"),
+                );
+            }
+            bare
+        });
+        if ri.role_claim.is_none() && ri.default_role.is_none() {
+            self.err(path, "no token could get a role: neither role_claim nor default_role is set", Some("set role_claim (e.g. \"roles\" or \"scope\") with [identity.issuers.roles], or default_role = \"agent\""));
+        }
+        Some(IssuerConfig {
+            issuer: ri.issuer,
+            jwks,
+            algorithms,
+            audience,
+            clock_skew: Duration::from_secs(skew.as_secs().unsigned_abs()),
+            principal_claim,
+            principal_prefix,
+            role_claim: ri.role_claim,
+            roles,
+            default_role: ri.default_role,
+            jwks_max_age: Duration::from_secs(max_age.as_secs().unsigned_abs()),
+            jwks_min_refetch: Duration::from_secs(min_refetch.as_secs().unsigned_abs()),
+            token_type,
+        })
+    }
+
+    /// Where the issuer's keys come from: a JWKS URL (fetched, rotated on an unknown
+    /// kid) or a JWKS file read now; exactly one. `None`: neither or both.
+    fn jwks(
+        &mut self,
+        path: &[Seg],
+        jwks_url: Option<String>,
+        jwks_file: Option<String>,
+    ) -> Option<JwksSource> {
+        let at = |field: &str| [path, &[k(field)]].concat();
+        Some(match (jwks_url, jwks_file) {
             (Some(url), None) => {
                 self.url(&at("jwks_url"), &url, "the JWKS URL");
                 JwksSource::Url(url)
@@ -205,10 +281,15 @@ impl Builder<'_> {
                 );
                 return None;
             }
-        };
-        let algorithms = ri
-            .algorithms
-            .unwrap_or_else(|| DEFAULT_ALGORITHMS.iter().map(|a| (*a).to_owned()).collect());
+        })
+    }
+
+    /// The accepted signature algorithms (default: the asymmetric ones); `none` and
+    /// shared-secret algorithms are refused.
+    fn algorithms(&mut self, path: &[Seg], raw: Option<Vec<String>>) -> Vec<String> {
+        let at = |field: &str| [path, &[k(field)]].concat();
+        let algorithms =
+            raw.unwrap_or_else(|| DEFAULT_ALGORITHMS.iter().map(|a| (*a).to_owned()).collect());
         if algorithms.is_empty() {
             self.err(
                 &at("algorithms"),
@@ -234,30 +315,21 @@ impl Builder<'_> {
                 );
             }
         }
-        let audience = ri.audience.unwrap_or_else(|| vec![resource.to_owned()]);
-        if audience.is_empty() || audience.iter().any(|a| a.is_empty()) {
-            self.err(&at("audience"), "the audience is empty", Some("tokens must be meant for this gateway: leave it out to require the resource URI"));
-        }
-        let skew = self.duration(
-            &at("clock_skew"),
-            ri.clock_skew.as_deref(),
-            SignedDuration::from_secs(60),
-        );
-        if skew > MAX_CLOCK_SKEW {
-            self.err(
-                &at("clock_skew"),
-                format!("a clock skew of {skew:#} would accept tokens long expired"),
-                Some("at most 5m; fix the clocks instead"),
-            );
-        }
-        let max_age = self.duration(
-            &at("jwks_max_age"),
-            ri.jwks_max_age.as_deref(),
-            SignedDuration::from_mins(10),
-        );
+        algorithms
+    }
+
+    /// How long fetched keys stay fresh, and the least time between two fetches.
+    fn jwks_refresh(
+        &mut self,
+        path: &[Seg],
+        max_age: Option<&str>,
+        min_refetch: Option<&str>,
+    ) -> (SignedDuration, SignedDuration) {
+        let at = |field: &str| [path, &[k(field)]].concat();
+        let max_age = self.duration(&at("jwks_max_age"), max_age, SignedDuration::from_mins(10));
         let min_refetch = self.duration(
             &at("jwks_min_refetch"),
-            ri.jwks_min_refetch.as_deref(),
+            min_refetch,
             SignedDuration::from_secs(10),
         );
         if max_age.is_zero() {
@@ -270,19 +342,13 @@ impl Builder<'_> {
         if min_refetch > max_age {
             self.err(&at("jwks_min_refetch"), "jwks_min_refetch is longer than jwks_max_age", Some("keys are refetched when older than jwks_max_age, so the minimum spacing must be shorter"));
         }
-        let principal_claim = ri.principal_claim.unwrap_or_else(|| "sub".to_owned());
-        if principal_claim.is_empty() {
-            self.err(
-                &at("principal_claim"),
-                "the principal claim is empty",
-                Some("e.g. \"sub\" (the default) or \"client_id\""),
-            );
-        }
-        let principal_prefix = ri.principal_prefix.unwrap_or_default();
-        if principal_prefix.is_empty() && !principals.is_empty() {
-            self.warn(&at("principal_prefix"), "without principal_prefix, a token whose principal is named like a static principal is refused; a prefix (e.g. \"idp:\") keeps the two apart");
-        }
-        let roles = match ri.roles {
+        (max_age, min_refetch)
+    }
+
+    /// The claim values that name each role; one value names one role.
+    fn roles(&mut self, path: &[Seg], raw: Option<RawRoles>) -> RoleValues {
+        let at = |field: &str| [path, &[k(field)]].concat();
+        let roles = match raw {
             None => RoleValues::default(),
             Some(r) => RoleValues {
                 agent: r.agent.unwrap_or_default(),
@@ -305,35 +371,7 @@ impl Builder<'_> {
                 );
             }
         }
-        let token_type = ri.token_type.map(|t| {
-            let bare = crate::config::normal_typ(&t);
-            if bare.is_empty() || !bare.bytes().all(|b| b.is_ascii_graphic()) {
-                self.err(
-                    &at("token_type"),
-                    format!("`{t}` is not a media type"),
-                    Some("e.g. \"at+jwt\" (RFC 9068 access tokens)"),
-                );
-            }
-            bare
-        });
-        if ri.role_claim.is_none() && ri.default_role.is_none() {
-            self.err(path, "no token could get a role: neither role_claim nor default_role is set", Some("set role_claim (e.g. \"roles\" or \"scope\") with [identity.issuers.roles], or default_role = \"agent\""));
-        }
-        Some(IssuerConfig {
-            issuer: ri.issuer,
-            jwks,
-            algorithms,
-            audience,
-            clock_skew: Duration::from_secs(skew.as_secs().unsigned_abs()),
-            principal_claim,
-            principal_prefix,
-            role_claim: ri.role_claim,
-            roles,
-            default_role: ri.default_role,
-            jwks_max_age: Duration::from_secs(max_age.as_secs().unsigned_abs()),
-            jwks_min_refetch: Duration::from_secs(min_refetch.as_secs().unsigned_abs()),
-            token_type,
-        })
+        roles
     }
 }
 

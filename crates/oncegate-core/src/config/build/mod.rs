@@ -14,18 +14,18 @@ use std::sync::Arc;
 
 use jiff::SignedDuration;
 use jiff::tz::TimeZone;
-use serde_json::Value;
 
 use super::locate::{Locator, Seg, help_for_serde};
-use super::raw::{RawConfig, RawGateway, RawStore};
+use super::raw::{RawCapability, RawConfig, RawGateway, RawPrincipal, RawStore};
 use super::{
-    BodyTemplate, Capability, ConfigEnv, ConfigError, ConfigErrors, ConfigWarning, DEFAULT_LISTEN,
+    Capability, ConfigEnv, ConfigError, ConfigErrors, DEFAULT_LISTEN,
     DEFAULT_MCP_SESSIONS_PER_PRINCIPAL, DEFAULT_PENDING_APPROVALS_PER_AGENT, DEFAULT_STORE_URL,
-    GatewaySettings, MAX_BUDGET, McpServer, PrincipalConfig, Registry, StoreSettings,
+    GatewaySettings, MAX_BUDGET, PrincipalConfig, Registry, StoreSettings,
 };
 use crate::policy::PolicyEngine;
 use crate::template::Template;
 
+mod builder;
 mod capability;
 mod connections;
 mod detection;
@@ -33,23 +33,11 @@ mod identity;
 mod servers;
 mod telemetry;
 
-pub use servers::FrontedAs;
 mod upstream;
 
-const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_secs(10);
+pub use servers::FrontedAs;
 
-fn parse_duration(text: &str) -> Result<SignedDuration, String> {
-    let d: SignedDuration = text
-        .trim()
-        .parse()
-        .map_err(|e| format!("`{text}` is not a duration ({e})"))?;
-    if d.is_negative() {
-        return Err(format!("`{text}` is negative"));
-    }
-    Ok(d)
-}
-
-const DURATION_HELP: &str = "write durations like \"30s\", \"10m\", \"24h\" or \"1h 30m\"";
+use builder::{Builder, k};
 
 impl Registry {
     /// Parses and validates a config. `file` is used in messages and to resolve relative
@@ -83,88 +71,7 @@ impl Registry {
     }
 }
 
-struct Builder<'a> {
-    loc: &'a Locator<'a>,
-    env: &'a dyn ConfigEnv,
-    errors: Vec<ConfigError>,
-    warnings: Vec<ConfigWarning>,
-    /// `[[mcp_servers]]`, built before the capabilities that name them.
-    servers: Vec<McpServer>,
-}
-
-fn k(s: &str) -> Seg {
-    Seg::Key(s.to_owned())
-}
-
 impl Builder<'_> {
-    fn err(&mut self, path: &[Seg], message: impl Into<String>, help: Option<&str>) {
-        let e = self.loc.error(path, message, help);
-        self.errors.push(e);
-    }
-
-    fn warn(&mut self, path: &[Seg], message: impl Into<String>) {
-        let e = self.loc.error(path, message, None);
-        self.warnings.push(ConfigWarning {
-            location: format!("{}:{}", e.file.display(), e.line),
-            field: e.field,
-            message: e.message,
-        });
-    }
-
-    fn duration(
-        &mut self,
-        path: &[Seg],
-        text: Option<&str>,
-        default: SignedDuration,
-    ) -> SignedDuration {
-        match text.map(parse_duration) {
-            None => default,
-            Some(Ok(d)) => d,
-            Some(Err(msg)) => {
-                self.err(path, msg, Some(DURATION_HELP));
-                default
-            }
-        }
-    }
-
-    fn template(&mut self, path: &[Seg], text: &str) -> Template {
-        match Template::parse(text) {
-            Ok(t) => t,
-            Err(msg) => {
-                self.err(path, msg, None);
-                Template::parse("").expect("the empty template parses")
-            }
-        }
-    }
-
-    fn body(&mut self, path: &mut Vec<Seg>, value: &toml::Value) -> BodyTemplate {
-        match value {
-            toml::Value::String(s) => BodyTemplate::Text(self.template(path, s)),
-            toml::Value::Table(t) => {
-                let mut out = BTreeMap::new();
-                for (key, v) in t {
-                    path.push(Seg::Key(key.clone()));
-                    out.insert(key.clone(), self.body(path, v));
-                    path.pop();
-                }
-                BodyTemplate::Object(out)
-            }
-            toml::Value::Array(items) => {
-                let mut out = Vec::new();
-                for (i, v) in items.iter().enumerate() {
-                    path.push(Seg::Index(i));
-                    out.push(self.body(path, v));
-                    path.pop();
-                }
-                BodyTemplate::Array(out)
-            }
-            toml::Value::Integer(i) => BodyTemplate::Literal(Value::from(*i)),
-            toml::Value::Float(f) => BodyTemplate::Literal(Value::from(*f)),
-            toml::Value::Boolean(b) => BodyTemplate::Literal(Value::Bool(*b)),
-            toml::Value::Datetime(d) => BodyTemplate::Literal(Value::String(d.to_string())),
-        }
-    }
-
     fn build(mut self, raw: RawConfig) -> Result<Registry, ConfigErrors> {
         let gateway = self.gateway(raw.gateway);
         let audit_chain_key_env = raw.audit.and_then(|a| a.chain_key_env);
@@ -189,9 +96,40 @@ impl Builder<'_> {
             );
         }
 
+        let principals = self.principals(raw.principals);
+
+        let identity = self.identity(raw.identity, &principals);
+        let telemetry = self.telemetry(raw.telemetry);
+        self.servers = self.mcp_servers(raw.mcp_servers);
+
+        let (mut capabilities, by_name, policy_refs) = self.capabilities(raw.capabilities);
+        self.compile_policies(&mut capabilities, policy_refs);
+
+        if !self.errors.is_empty() {
+            return Err(ConfigErrors(self.errors));
+        }
+        Ok(Registry {
+            source: self.loc.file.to_owned(),
+            gateway,
+            store_url,
+            store,
+            audit_chain_key_env,
+            principals,
+            identity,
+            mcp_servers: std::mem::take(&mut self.servers),
+            telemetry,
+            capabilities: capabilities.into_iter().map(Arc::new).collect(),
+            by_name,
+            warnings: self.warnings,
+        })
+    }
+
+    /// `[[principals]]`: unique names, and token variables that can be environment
+    /// variable names.
+    fn principals(&mut self, raw: Vec<RawPrincipal>) -> Vec<PrincipalConfig> {
         let mut principals = Vec::new();
         let mut seen = BTreeSet::new();
-        for (i, p) in raw.principals.into_iter().enumerate() {
+        for (i, p) in raw.into_iter().enumerate() {
             let path = [k("principals"), Seg::Index(i)];
             if !seen.insert(p.name.clone()) {
                 self.err(
@@ -219,15 +157,27 @@ impl Builder<'_> {
                 "no principals are declared: nobody can call the gateway",
             );
         }
+        principals
+    }
 
-        let identity = self.identity(raw.identity, &principals);
-        let telemetry = self.telemetry(raw.telemetry);
-        self.servers = self.mcp_servers(raw.mcp_servers);
-
+    /// `[[capabilities]]`, in declaration order, with each one's index by name and the
+    /// policy file each one references (by index); limit names are unique across them.
+    #[expect(
+        clippy::type_complexity,
+        reason = "three parallel views of one list, built in one pass"
+    )]
+    fn capabilities(
+        &mut self,
+        raw: Vec<RawCapability>,
+    ) -> (
+        Vec<Capability>,
+        HashMap<String, usize>,
+        Vec<(usize, String)>,
+    ) {
         let mut capabilities = Vec::new();
         let mut by_name = HashMap::new();
         let mut policy_refs: Vec<(usize, String)> = Vec::new();
-        for (i, rc) in raw.capabilities.into_iter().enumerate() {
+        for (i, rc) in raw.into_iter().enumerate() {
             let base = vec![k("capabilities"), Seg::Index(i)];
             if by_name
                 .insert(rc.name.clone(), capabilities.len())
@@ -258,9 +208,16 @@ impl Builder<'_> {
                 Some("limit names are unique in the registry: they name stored budgets"),
             );
         }
+        (capabilities, by_name, policy_refs)
+    }
 
-        // Policies: one engine per referenced file, validated against the schema of the
-        // capabilities that reference it.
+    /// Policies: one engine per referenced file, validated against the schema of the
+    /// capabilities that reference it, and shared by them.
+    fn compile_policies(
+        &mut self,
+        capabilities: &mut [Capability],
+        policy_refs: Vec<(usize, String)>,
+    ) {
         let mut files: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (idx, file) in policy_refs {
             files.entry(file).or_default().push(idx);
@@ -298,24 +255,6 @@ impl Builder<'_> {
                 Err(msg) => self.err(&path, format!("{file}: {msg}"), Some("context attributes are the capability's significant arguments (dots become `_`; money is a Long in minor units plus `<name>_currency`) and `business_ref`")),
             }
         }
-
-        if !self.errors.is_empty() {
-            return Err(ConfigErrors(self.errors));
-        }
-        Ok(Registry {
-            source: self.loc.file.to_owned(),
-            gateway,
-            store_url,
-            store,
-            audit_chain_key_env,
-            principals,
-            identity,
-            mcp_servers: std::mem::take(&mut self.servers),
-            telemetry,
-            capabilities: capabilities.into_iter().map(Arc::new).collect(),
-            by_name,
-            warnings: self.warnings,
-        })
     }
 
     fn store(&mut self, raw: Option<RawStore>) -> (String, StoreSettings) {
@@ -414,31 +353,9 @@ impl Builder<'_> {
         );
         let tenant = raw.tenant.unwrap_or_else(|| "default".to_owned());
         let tz_name = raw.time_zone.unwrap_or_else(|| "UTC".to_owned());
-        let time_zone = match self.env.time_zone(&tz_name) {
-            Some(tz) => tz,
-            None => {
-                self.err(
-                    &[k("gateway"), k("time_zone")],
-                    format!("`{tz_name}` is not a known time zone"),
-                    Some("use an IANA name such as \"UTC\" or \"Europe/Paris\""),
-                );
-                TimeZone::UTC
-            }
-        };
+        let time_zone = self.time_zone(&tz_name);
         let listen_text = raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
-        let listen: SocketAddr = match listen_text.parse() {
-            Ok(addr) => addr,
-            Err(_) => {
-                self.err(
-                    &[k("gateway"), k("listen")],
-                    format!("`{listen_text}` is not an address"),
-                    Some("write HOST:PORT, e.g. \"127.0.0.1:7878\""),
-                );
-                DEFAULT_LISTEN
-                    .parse()
-                    .expect("the default listen address parses")
-            }
-        };
+        let listen = self.listen(&listen_text);
         let read_rate_per_second = raw.read_rate_per_second.unwrap_or(50);
         if read_rate_per_second == 0 {
             self.err(
@@ -448,19 +365,7 @@ impl Builder<'_> {
             );
         }
         let auth_failures_per_minute = raw.auth_failures_per_minute.unwrap_or(30);
-        let alert_webhook = raw.alert_webhook.map(|url| {
-            if !(url.starts_with("http://")
-                || url.starts_with("https://")
-                || url.starts_with("{env."))
-            {
-                self.err(
-                    &[k("gateway"), k("alert_webhook")],
-                    format!("`{url}` is not an http(s) URL"),
-                    Some("e.g. \"https://hooks.example.com/oncegate\" or \"{env.ALERT_WEBHOOK}\""),
-                );
-            }
-            self.template(&[k("gateway"), k("alert_webhook")], &url)
-        });
+        let alert_webhook = raw.alert_webhook.map(|url| self.alert_webhook(&url));
         let alert_webhook_secret_env = raw.alert_webhook_secret_env.clone();
         if alert_webhook_secret_env.is_some() && alert_webhook.is_none() {
             self.warn(
@@ -468,28 +373,7 @@ impl Builder<'_> {
                 "a webhook secret without `alert_webhook`: nothing is sent",
             );
         }
-        let mcp_allowed_hosts = match raw.mcp_allowed_hosts {
-            Some(hosts) => {
-                if hosts.is_empty() || hosts.iter().any(|h| h.trim().is_empty() || h.contains('/'))
-                {
-                    self.err(
-                        &[k("gateway"), k("mcp_allowed_hosts")],
-                        "list at least one allowed host, each a hostname or host:port (an empty list would turn the Host check off)",
-                        Some("e.g. [\"gateway.internal\", \"gateway.internal:7878\"]"),
-                    );
-                }
-                hosts
-            }
-            None => {
-                if !listen.ip().is_loopback() {
-                    self.warn(
-                        &[k("gateway"), k("listen")],
-                        "the gateway listens beyond loopback but /mcp accepts only loopback Host headers; set gateway.mcp_allowed_hosts",
-                    );
-                }
-                vec!["localhost".into(), "127.0.0.1".into(), "::1".into()]
-            }
-        };
+        let mcp_allowed_hosts = self.mcp_allowed_hosts(raw.mcp_allowed_hosts, listen);
         let mcp_allowed_origins = raw.mcp_allowed_origins.unwrap_or_default();
         if mcp_allowed_origins
             .iter()
@@ -516,6 +400,78 @@ impl Builder<'_> {
             connections,
             mcp_sessions_per_principal,
             pending_approvals_per_agent,
+        }
+    }
+
+    /// `[gateway] time_zone`: an IANA name the environment knows (UTC otherwise).
+    fn time_zone(&mut self, tz_name: &str) -> TimeZone {
+        match self.env.time_zone(tz_name) {
+            Some(tz) => tz,
+            None => {
+                self.err(
+                    &[k("gateway"), k("time_zone")],
+                    format!("`{tz_name}` is not a known time zone"),
+                    Some("use an IANA name such as \"UTC\" or \"Europe/Paris\""),
+                );
+                TimeZone::UTC
+            }
+        }
+    }
+
+    /// `[gateway] listen`: HOST:PORT (the default otherwise).
+    fn listen(&mut self, listen_text: &str) -> SocketAddr {
+        match listen_text.parse() {
+            Ok(addr) => addr,
+            Err(_) => {
+                self.err(
+                    &[k("gateway"), k("listen")],
+                    format!("`{listen_text}` is not an address"),
+                    Some("write HOST:PORT, e.g. \"127.0.0.1:7878\""),
+                );
+                DEFAULT_LISTEN
+                    .parse()
+                    .expect("the default listen address parses")
+            }
+        }
+    }
+
+    /// `[gateway] alert_webhook`: an http(s) URL template.
+    fn alert_webhook(&mut self, url: &str) -> Template {
+        if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("{env."))
+        {
+            self.err(
+                &[k("gateway"), k("alert_webhook")],
+                format!("`{url}` is not an http(s) URL"),
+                Some("e.g. \"https://hooks.example.com/oncegate\" or \"{env.ALERT_WEBHOOK}\""),
+            );
+        }
+        self.template(&[k("gateway"), k("alert_webhook")], url)
+    }
+
+    /// `[gateway] mcp_allowed_hosts`: the `Host` values `/mcp` accepts; loopback when
+    /// absent, with a warning when the gateway listens beyond it.
+    fn mcp_allowed_hosts(&mut self, raw: Option<Vec<String>>, listen: SocketAddr) -> Vec<String> {
+        match raw {
+            Some(hosts) => {
+                if hosts.is_empty() || hosts.iter().any(|h| h.trim().is_empty() || h.contains('/'))
+                {
+                    self.err(
+                        &[k("gateway"), k("mcp_allowed_hosts")],
+                        "list at least one allowed host, each a hostname or host:port (an empty list would turn the Host check off)",
+                        Some("e.g. [\"gateway.internal\", \"gateway.internal:7878\"]"),
+                    );
+                }
+                hosts
+            }
+            None => {
+                if !listen.ip().is_loopback() {
+                    self.warn(
+                        &[k("gateway"), k("listen")],
+                        "the gateway listens beyond loopback but /mcp accepts only loopback Host headers; set gateway.mcp_allowed_hosts",
+                    );
+                }
+                vec!["localhost".into(), "127.0.0.1".into(), "::1".into()]
+            }
         }
     }
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use jiff::SignedDuration;
 use serde_json::Value;
 
+use super::builder::{Builder, DEFAULT_TIMEOUT, DURATION_HELP, k};
 use super::capability::{DEFAULT_APPROVAL_TTL, DEFAULT_LEASE, defaults};
-use super::{Builder, DEFAULT_TIMEOUT, DURATION_HELP, k};
 use crate::config::locate::Seg;
 use crate::config::raw::RawMcpServer;
 use crate::config::{

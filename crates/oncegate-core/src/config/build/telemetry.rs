@@ -2,7 +2,7 @@
 //! name traces carry.
 
 use super::super::raw::RawTelemetry;
-use super::{Builder, k};
+use super::builder::{Builder, k};
 use crate::config::TelemetrySettings;
 
 impl Builder<'_> {

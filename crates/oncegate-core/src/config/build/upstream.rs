@@ -4,74 +4,30 @@
 
 use std::collections::BTreeMap;
 
-use super::{Builder, DEFAULT_TIMEOUT, DURATION_HELP, k};
+use super::builder::{Builder, DEFAULT_TIMEOUT, DURATION_HELP, k};
 use crate::config::locate::Seg;
 use crate::config::raw::{RawReconcile, RawUpstream};
 use crate::config::{
-    Category, DEFAULT_READ_BACK, DEFAULT_READ_BACK_EVERY, KeyThreading, Pattern, ReadBack,
-    Reconcile, ToolErrors, Upstream, UpstreamKind,
+    Category, DEFAULT_READ_BACK, DEFAULT_READ_BACK_EVERY, KeyThreading, McpServer, Pattern,
+    ReadBack, Reconcile, ToolErrors, Upstream, UpstreamKind,
 };
 use crate::template::Template;
+
+/// The field path `rest` under `base`.
+fn under(base: &[Seg], rest: &[&str]) -> Vec<Seg> {
+    [base, &rest.iter().map(|s| k(s)).collect::<Vec<_>>()].concat()
+}
 
 impl Builder<'_> {
     pub(super) fn upstream(
         &mut self,
         base: &[Seg],
         category: Category,
-        raw: RawUpstream,
+        mut raw: RawUpstream,
     ) -> Upstream {
-        let at = |rest: &[&str]| -> Vec<Seg> {
-            [base, &rest.iter().map(|s| k(s)).collect::<Vec<_>>()].concat()
-        };
-        // A fronted server's capability takes its URL, headers and timeout from the
-        // server; its own headers add to (and override) the server's.
-        let server = raw.server.as_deref().and_then(|alias| {
-            if raw.kind != UpstreamKind::Mcp {
-                self.err(
-                    &at(&["server"]),
-                    "`server` names an MCP server: it applies to kind = \"mcp\" only",
-                    None,
-                );
-                return None;
-            }
-            let found = self.servers.iter().find(|s| s.alias == alias).cloned();
-            if found.is_none() {
-                let known: Vec<&str> = self.servers.iter().map(|s| s.alias.as_str()).collect();
-                let help = if known.is_empty() {
-                    "declare it first: [[mcp_servers]] alias = \"...\" url = \"...\"".to_owned()
-                } else {
-                    format!("the declared servers are {}", known.join(", "))
-                };
-                self.err(
-                    &at(&["server"]),
-                    format!("no [[mcp_servers]] has alias `{alias}`"),
-                    Some(&help),
-                );
-            }
-            found
-        });
-        let url = match (&raw.url, &server) {
-            (Some(u), None) => self.template(&at(&["url"]), u),
-            (Some(_), Some(_)) => {
-                self.err(
-                    &at(&["url"]),
-                    "a capability of a fronted server uses the server's url",
-                    Some("drop `url`, or drop `server`"),
-                );
-                Template::parse("").expect("the empty template parses")
-            }
-            (None, Some(s)) => s.url.clone(),
-            (None, None) => {
-                if raw.server.is_none() {
-                    self.err(
-                        &at(&["url"]),
-                        "an upstream needs a url (or, for MCP, the `server` it belongs to)",
-                        None,
-                    );
-                }
-                Template::parse("").expect("the empty template parses")
-            }
-        };
+        let at = |rest: &[&str]| under(base, rest);
+        let server = self.fronted_server(base, &raw);
+        let url = self.upstream_url(base, &raw, server.as_ref());
         let default_timeout = server.as_ref().map_or(DEFAULT_TIMEOUT, |s| s.timeout);
         let timeout = self.duration(&at(&["timeout"]), raw.timeout.as_deref(), default_timeout);
         if timeout.is_zero() {
@@ -87,85 +43,16 @@ impl Builder<'_> {
             .unwrap_or_default();
         // The capability's own headers override the server's by name, in any case
         // (HTTP header names are case-insensitive).
-        let own = self.headers(base, raw.headers);
+        let own = self.headers(base, std::mem::take(&mut raw.headers));
         headers.retain(|name, _| !own.keys().any(|o| o.eq_ignore_ascii_case(name)));
         headers.extend(own);
         let body = raw.body.as_ref().map(|b| {
             let mut p = at(&["body"]);
             self.body(&mut p, b)
         });
-        let default_threading = match raw.kind {
-            UpstreamKind::Http => KeyThreading::Header,
-            UpstreamKind::Mcp => KeyThreading::Meta,
-        };
-        let idempotency = raw.idempotency.unwrap_or(if raw.idempotency_arg.is_some() {
-            KeyThreading::Argument
-        } else {
-            default_threading
-        });
-        match (raw.kind, idempotency) {
-            (UpstreamKind::Http, KeyThreading::Meta) => self.err(&at(&["idempotency"]), "HTTP upstreams have no _meta", Some("use \"header\" or \"argument\"")),
-            (UpstreamKind::Mcp, KeyThreading::Header) => self.err(&at(&["idempotency"]), "MCP tools take the key in _meta or an argument", Some("use \"meta\" or \"argument\"")),
-            (_, KeyThreading::Argument) if raw.idempotency_arg.is_none() => self.err(&at(&["idempotency_arg"]), "idempotency = \"argument\" needs idempotency_arg", Some("name the argument that carries the key, e.g. idempotency_arg = \"idempotency_key\"")),
-            _ => {}
-        }
-        if raw.kind == UpstreamKind::Mcp && raw.tool.is_none() {
-            self.err(
-                &at(&["tool"]),
-                "an MCP upstream needs the tool to call",
-                Some("tool = \"charge\""),
-            );
-        }
-        if raw.kind == UpstreamKind::Http && raw.tool.is_some() {
-            self.err(&at(&["tool"]), "`tool` applies to MCP upstreams only", None);
-        }
-        // A read claims nothing and sends no key: the model's arguments are all it takes.
-        if raw.kind == UpstreamKind::Mcp
-            && category != Category::Read
-            && body.is_none()
-            && raw.idempotency_arg.is_none()
-        {
-            self.warn(
-                &at(&["body"]),
-                "the agent's arguments reach this MCP tool unmapped: if the tool takes its own idempotency-key argument, name it in idempotency_arg, or the model's value reaches the tool",
-            );
-        }
-        if raw.kind == UpstreamKind::Http && raw.tool_errors.is_some() {
-            self.err(
-                &at(&["tool_errors"]),
-                "`tool_errors` applies to MCP upstreams only",
-                None,
-            );
-        }
-        let rejected = raw.rejected.as_deref().and_then(|source| {
-            if raw.kind == UpstreamKind::Http {
-                self.err(
-                    &at(&["rejected"]),
-                    "`rejected` applies to MCP upstreams only (an HTTP 4xx is already a definite failure)",
-                    None,
-                );
-                return None;
-            }
-            if raw.tool_errors == Some(ToolErrors::Failed) {
-                self.err(
-                    &at(&["rejected"]),
-                    "with tool_errors = \"failed\" every tool error is already a failure",
-                    Some("drop `rejected`, or drop tool_errors to treat only matching errors as refusals"),
-                );
-                return None;
-            }
-            match Pattern::new(source) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    self.err(
-                        &at(&["rejected"]),
-                        format!("`{source}` is not a regular expression: {e}"),
-                        Some("a Rust regex searched anywhere in the tool error's text, e.g. \"^(card declined|invalid amount)\""),
-                    );
-                    None
-                }
-            }
-        });
+        let idempotency = self.idempotency(base, &raw);
+        self.check_wire_fields(base, &raw, category, body.is_some());
+        let rejected = self.rejected(base, &raw);
         self.check_pointer(&at(&["effect_ref"]), raw.effect_ref.as_deref());
         let method = raw
             .method
@@ -178,7 +65,6 @@ impl Builder<'_> {
                 Some("GET, POST, PUT, PATCH or DELETE"),
             );
         }
-        let _ = category;
         Upstream {
             kind: raw.kind,
             url,
@@ -196,6 +82,165 @@ impl Builder<'_> {
             server: server.map(|s| s.alias),
             tool_errors: raw.tool_errors.unwrap_or_default(),
             rejected,
+        }
+    }
+
+    /// The `[[mcp_servers]]` entry an MCP upstream's `server` names. A fronted server's
+    /// capability takes its URL, headers and timeout from the server; its own headers
+    /// add to (and override) the server's.
+    fn fronted_server(&mut self, base: &[Seg], raw: &RawUpstream) -> Option<McpServer> {
+        let alias = raw.server.as_deref()?;
+        let at = under(base, &["server"]);
+        if raw.kind != UpstreamKind::Mcp {
+            self.err(
+                &at,
+                "`server` names an MCP server: it applies to kind = \"mcp\" only",
+                None,
+            );
+            return None;
+        }
+        let found = self.servers.iter().find(|s| s.alias == alias).cloned();
+        if found.is_none() {
+            let known: Vec<&str> = self.servers.iter().map(|s| s.alias.as_str()).collect();
+            let help = if known.is_empty() {
+                "declare it first: [[mcp_servers]] alias = \"...\" url = \"...\"".to_owned()
+            } else {
+                format!("the declared servers are {}", known.join(", "))
+            };
+            self.err(
+                &at,
+                format!("no [[mcp_servers]] has alias `{alias}`"),
+                Some(&help),
+            );
+        }
+        found
+    }
+
+    /// The upstream's URL: its own, or its fronted server's, never both.
+    fn upstream_url(
+        &mut self,
+        base: &[Seg],
+        raw: &RawUpstream,
+        server: Option<&McpServer>,
+    ) -> Template {
+        let at = under(base, &["url"]);
+        match (&raw.url, server) {
+            (Some(u), None) => self.template(&at, u),
+            (Some(_), Some(_)) => {
+                self.err(
+                    &at,
+                    "a capability of a fronted server uses the server's url",
+                    Some("drop `url`, or drop `server`"),
+                );
+                Template::parse("").expect("the empty template parses")
+            }
+            (None, Some(s)) => s.url.clone(),
+            (None, None) => {
+                if raw.server.is_none() {
+                    self.err(
+                        &at,
+                        "an upstream needs a url (or, for MCP, the `server` it belongs to)",
+                        None,
+                    );
+                }
+                Template::parse("").expect("the empty template parses")
+            }
+        }
+    }
+
+    /// How the key reaches the upstream: as declared, or the wire's default (a header
+    /// for HTTP, `_meta` for MCP; an argument when `idempotency_arg` is named).
+    fn idempotency(&mut self, base: &[Seg], raw: &RawUpstream) -> KeyThreading {
+        let at = |rest: &[&str]| under(base, rest);
+        let default_threading = match raw.kind {
+            UpstreamKind::Http => KeyThreading::Header,
+            UpstreamKind::Mcp => KeyThreading::Meta,
+        };
+        let idempotency = raw.idempotency.unwrap_or(if raw.idempotency_arg.is_some() {
+            KeyThreading::Argument
+        } else {
+            default_threading
+        });
+        match (raw.kind, idempotency) {
+            (UpstreamKind::Http, KeyThreading::Meta) => self.err(&at(&["idempotency"]), "HTTP upstreams have no _meta", Some("use \"header\" or \"argument\"")),
+            (UpstreamKind::Mcp, KeyThreading::Header) => self.err(&at(&["idempotency"]), "MCP tools take the key in _meta or an argument", Some("use \"meta\" or \"argument\"")),
+            (_, KeyThreading::Argument) if raw.idempotency_arg.is_none() => self.err(&at(&["idempotency_arg"]), "idempotency = \"argument\" needs idempotency_arg", Some("name the argument that carries the key, e.g. idempotency_arg = \"idempotency_key\"")),
+            _ => {}
+        }
+        idempotency
+    }
+
+    /// The fields that apply to one wire only: `tool` and `tool_errors` are MCP's; an
+    /// unmapped MCP body is worth a warning.
+    fn check_wire_fields(
+        &mut self,
+        base: &[Seg],
+        raw: &RawUpstream,
+        category: Category,
+        has_body: bool,
+    ) {
+        let at = |rest: &[&str]| under(base, rest);
+        if raw.kind == UpstreamKind::Mcp && raw.tool.is_none() {
+            self.err(
+                &at(&["tool"]),
+                "an MCP upstream needs the tool to call",
+                Some("tool = \"charge\""),
+            );
+        }
+        if raw.kind == UpstreamKind::Http && raw.tool.is_some() {
+            self.err(&at(&["tool"]), "`tool` applies to MCP upstreams only", None);
+        }
+        // A read claims nothing and sends no key: the model's arguments are all it takes.
+        if raw.kind == UpstreamKind::Mcp
+            && category != Category::Read
+            && !has_body
+            && raw.idempotency_arg.is_none()
+        {
+            self.warn(
+                &at(&["body"]),
+                "the agent's arguments reach this MCP tool unmapped: if the tool takes its own idempotency-key argument, name it in idempotency_arg, or the model's value reaches the tool",
+            );
+        }
+        if raw.kind == UpstreamKind::Http && raw.tool_errors.is_some() {
+            self.err(
+                &at(&["tool_errors"]),
+                "`tool_errors` applies to MCP upstreams only",
+                None,
+            );
+        }
+    }
+
+    /// `rejected`: the tool errors that are refusals which did nothing (MCP, under
+    /// `tool_errors = "unknown"` only).
+    fn rejected(&mut self, base: &[Seg], raw: &RawUpstream) -> Option<Pattern> {
+        let source = raw.rejected.as_deref()?;
+        let at = under(base, &["rejected"]);
+        if raw.kind == UpstreamKind::Http {
+            self.err(
+                &at,
+                "`rejected` applies to MCP upstreams only (an HTTP 4xx is already a definite failure)",
+                None,
+            );
+            return None;
+        }
+        if raw.tool_errors == Some(ToolErrors::Failed) {
+            self.err(
+                &at,
+                "with tool_errors = \"failed\" every tool error is already a failure",
+                Some("drop `rejected`, or drop tool_errors to treat only matching errors as refusals"),
+            );
+            return None;
+        }
+        match Pattern::new(source) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                self.err(
+                    &at,
+                    format!("`{source}` is not a regular expression: {e}"),
+                    Some("a Rust regex searched anywhere in the tool error's text, e.g. \"^(card declined|invalid amount)\""),
+                );
+                None
+            }
         }
     }
 

@@ -7,12 +7,16 @@
 //! on any determining policy refines an allow. Policies are validated at load against a
 //! schema generated from the registry, so a policy that names a context attribute the
 //! capability does not have fails `check-config`.
+//!
+//! The compiled set itself ([`PolicyEngine`]) is `engine`, below the config model: a
+//! capability holds it as data. Building it and evaluating a call read the capability,
+//! so they are here, above the model.
 
 use std::collections::HashMap;
 use std::str::FromStr;
 
 use cedar_policy::{
-    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId,
+    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid,
     PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use serde::{Deserialize, Serialize};
@@ -21,6 +25,12 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{Capability, Role};
 use crate::normalise::Normaliser;
+
+mod engine;
+
+pub use engine::PolicyEngine;
+
+use engine::Notes;
 
 /// What policy says about one call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,32 +50,6 @@ pub enum PolicyVerdict {
         /// Why (determining forbid policies, or "no permit matched").
         reason: String,
     },
-}
-
-/// A validated policy set for the capabilities that reference one file.
-#[derive(Debug)]
-pub struct PolicyEngine {
-    policies: PolicySet,
-    schema: Schema,
-    hash: String,
-    /// The entity type names, parsed once: Cedar's parser builds its lexer on every
-    /// parse, which cost more than the evaluation itself on the hot path.
-    agent_type: EntityTypeName,
-    action_type: EntityTypeName,
-    tenant_type: EntityTypeName,
-    authorizer: Authorizer,
-    /// Each policy's name and `@oncegate` annotation, read once: Cedar parses the
-    /// annotation key on every `PolicySet::annotation` call.
-    notes: HashMap<PolicyId, Notes>,
-}
-
-/// What evaluation reads of a policy besides its conditions.
-#[derive(Debug)]
-struct Notes {
-    /// The `@id("...")` annotation, or Cedar's positional id.
-    name: String,
-    /// The `@oncegate("...")` annotation.
-    oncegate: Option<String>,
 }
 
 /// The context attribute name for a significant argument path.
@@ -152,18 +136,6 @@ impl PolicyEngine {
             authorizer: Authorizer::new(),
             notes,
         })
-    }
-
-    /// A policy's `@id("...")` annotation, or Cedar's positional id.
-    fn name_of(&self, id: &PolicyId) -> String {
-        self.notes
-            .get(id)
-            .map_or_else(|| id.to_string(), |n| n.name.clone())
-    }
-
-    /// SHA-256 of the policy text: approvals are bound to it.
-    pub fn hash(&self) -> &str {
-        &self.hash
     }
 
     /// Evaluates one call. `normalised` is the key's normalised argument object.
