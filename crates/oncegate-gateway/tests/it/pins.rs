@@ -17,8 +17,8 @@ use rmcp::ClientLifecycleMode;
 use rmcp::model::{ClientConfig, ProtocolVersion};
 use serde_json::{Value, json};
 
-use crate::front_door::{mcp_call, mcp_client_as, start_sandbox};
-use crate::upstream::registry_in;
+use crate::support::registry_in;
+use crate::support::{mcp_call, mcp_client_as, start_sandbox};
 
 type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ClientConfig>;
 
