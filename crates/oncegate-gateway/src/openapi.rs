@@ -10,20 +10,19 @@ use crate::routes::answers::{
     Limits, Reconciled, Tools, Verified,
 };
 use crate::routes::approvals::DecisionBody;
-use crate::routes::approvals::detail::{ApprovalDetail, HeldBecause, HeldIntent, MoneyArgument};
 use crate::routes::calls::{CallBody, DeriveBody};
 use crate::routes::claims::{ClaimAnswer, CompleteBody, Completed, HeartbeatBody};
-use crate::routes::detection::{ClearBody, ReconcileBody};
+use crate::routes::findings::{ClearBody, ReconcileBody};
 use crate::routes::tools::AcceptBody;
-use crate::routes::{admin, approvals, audit, calls, claims, detection, intents, ops, tools};
+use crate::routes::{admin, approvals, audit, calls, claims, findings, health, intents, tools};
 use crate::upstream::preview::{PreviewHeader, RequestPreview};
-use crate::wire::Envelope;
+use crate::wire::{ApprovalDetail, Envelope, HeldBecause, HeldIntent, MoneyArgument};
 
 /// The OpenAPI document, generated from the handlers in [`crate::routes`].
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "oncegate", description = "One intent, at most one effect: the JSON API for orchestrators without MCP."),
-    paths(calls::post_call, claims::post_claim, claims::complete, claims::heartbeat, intents::list_intents, intents::get_intent, approvals::list_approvals, approvals::detail::get_approval, approvals::approve, approvals::deny, calls::derive_key, audit::audit_verify, audit::audit_export, admin::reset_breaker, admin::kill_switch, detection::list_findings, detection::list_holds, detection::clear_hold, detection::list_doubts, detection::clear_doubt, detection::list_limits, detection::reconcile_limit, tools::list_tools, tools::accept_tool, ops::healthz, ops::readyz, ops::metrics_route, ops::protected_resource),
+    paths(calls::post_call, claims::post_claim, claims::complete, claims::heartbeat, intents::list_intents, intents::get_intent, approvals::list_approvals, approvals::get_approval, approvals::approve, approvals::deny, calls::derive_key, audit::audit_verify, audit::audit_export, admin::reset_breaker, admin::kill_switch, findings::list_findings, findings::list_holds, findings::clear_hold, findings::list_doubts, findings::clear_doubt, findings::list_limits, findings::reconcile_limit, tools::list_tools, tools::accept_tool, health::healthz, health::readyz, health::metrics_route, health::protected_resource),
     components(schemas(CallBody, Envelope, DeriveBody, DecisionBody, KillBody, ClearBody, ReconcileBody, AcceptBody, ClaimAnswer, CompleteBody, Completed, HeartbeatBody, ApprovalDetail, HeldBecause, HeldIntent, MoneyArgument, RequestPreview, PreviewHeader, ErrorBody, ErrorDetail, IntentsPage, ApprovalsPage, FindingsPage, Holds, Doubts, Limits, KillSwitches, Tools, Accepted, Cleared, Reconciled, Verified)),
     modifiers(&BearerAuth, &ErrorResponses)
 )]

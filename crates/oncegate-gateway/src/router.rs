@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::openapi::openapi_json;
-use crate::routes::{admin, approvals, audit, calls, claims, detection, intents, ops, tools};
+use crate::routes::{admin, approvals, audit, calls, claims, findings, health, intents, tools};
 use crate::state::{AppState, MAX_BODY_BYTES};
 
 /// The router.
@@ -30,7 +30,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/intents/{key}/complete", post(claims::complete))
         .route("/v1/intents/{key}/heartbeat", post(claims::heartbeat))
         .route("/v1/approvals", get(approvals::list_approvals))
-        .route("/v1/approvals/{id}", get(approvals::detail::get_approval))
+        .route("/v1/approvals/{id}", get(approvals::get_approval))
         .route("/v1/approvals/{id}/approve", post(approvals::approve))
         .route("/v1/approvals/{id}/deny", post(approvals::deny))
         .route("/v1/keys/derive", post(calls::derive_key))
@@ -38,34 +38,34 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/audit", get(audit::audit_export))
         .route("/v1/admin/breakers/{key}/reset", post(admin::reset_breaker))
         .route("/v1/admin/kill-switches/{target}", put(admin::kill_switch))
-        .route("/v1/admin/holds", get(detection::list_holds))
-        .route("/v1/admin/holds/{id}/clear", post(detection::clear_hold))
-        .route("/v1/admin/doubts", get(detection::list_doubts))
+        .route("/v1/admin/holds", get(findings::list_holds))
+        .route("/v1/admin/holds/{id}/clear", post(findings::clear_hold))
+        .route("/v1/admin/doubts", get(findings::list_doubts))
         .route(
             "/v1/admin/doubts/{capability}/{doubt}/clear",
-            post(detection::clear_doubt),
+            post(findings::clear_doubt),
         )
         .route("/v1/admin/tools", get(tools::list_tools))
         .route(
             "/v1/admin/tools/{server}/{tool}/accept",
             post(tools::accept_tool),
         )
-        .route("/v1/findings", get(detection::list_findings))
-        .route("/v1/limits", get(detection::list_limits))
+        .route("/v1/findings", get(findings::list_findings))
+        .route("/v1/limits", get(findings::list_limits))
         .route(
             "/v1/admin/limits/{scope}/reconcile",
-            post(detection::reconcile_limit),
+            post(findings::reconcile_limit),
         )
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics_route))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics_route))
         .route(
             "/.well-known/oauth-protected-resource",
-            get(ops::protected_resource),
+            get(health::protected_resource),
         )
         .route(
             "/.well-known/oauth-protected-resource/{*path}",
-            get(ops::protected_resource_at),
+            get(health::protected_resource_at),
         )
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

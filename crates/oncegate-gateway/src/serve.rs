@@ -32,15 +32,15 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let sweeper = tokio::spawn(sweep(state.clone(), sweep_every));
-    let detector = tokio::spawn(crate::detection::detect_loop(
+    let detector = tokio::spawn(crate::detection_scheduler::detect_loop(
         state.clone(),
         Duration::from_secs(1),
     ));
-    let deliverer = tokio::spawn(crate::detection::deliver_loop(
+    let deliverer = tokio::spawn(crate::detection_scheduler::deliver_loop(
         state.clone(),
         Duration::from_millis(500),
     ));
-    let fronting = tokio::spawn(crate::fronting::front_servers(state.clone()));
+    let fronting = tokio::spawn(crate::fronted::front_servers(state.clone()));
     let skew = tokio::spawn(crate::clock::watch(state.clone()));
     let inflight = state.inflight().clone();
     let state_shutdown = state.mcp_shutdown().clone();

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::front::executor;
+use crate::door::executor;
 use crate::state::AppState;
 
 /// Periodically reconciles unknown intents (and claims whose lease expired) against

@@ -1,7 +1,7 @@
 //! The approvals pages: the pending queue first (what is held, for whom, why, until
 //! when), Approve and Deny with an optional reason, and each approval's outcome.
 //!
-//! A decision goes through [`crate::routes::approvals::decide`], the JSON API's own
+//! A decision goes through [`crate::ops::approvals::decide`], the JSON API's own
 //! path: the engine decides once, so a double click, a second tab or a second approver
 //! is answered with the first decision's outcome and nothing executes twice. The page a
 //! decision returns shows that outcome (the effect reference, or the provider's error).
@@ -17,14 +17,14 @@ use oncegate_core::decide::{Choice, MAX_NOTE_CHARS};
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord, Outcome, Status};
 use oncegate_store::{ApprovalFilter, StoreRead};
 
+use super::access::{csrf_field, failure, html_page, posted, refusal, tz, viewer};
 use super::page::{Section, json, key_link, notice, or_dash, page, when};
-use super::session::Session;
-use super::{csrf_field, failure, html_page, posted, refusal, tz, viewer};
 use crate::error::ApiError;
 use crate::paging::{self, Listing};
-use crate::routes::approvals::detail::ApprovalDetail;
 use crate::state::AppState;
+use crate::state::Session;
 use crate::upstream::preview::RequestPreview;
+use crate::wire::ApprovalDetail;
 
 /// How many decided approvals the queue page lists under the pending ones.
 const RECENT: usize = 20;
@@ -92,7 +92,7 @@ pub(super) async fn queue(
             .flatten();
         let detail = record
             .as_ref()
-            .map(|r| crate::routes::approvals::detail::detail(&state, approval.clone(), r));
+            .map(|r| crate::ops::approvals::detail(&state, approval.clone(), r));
         cards.push(held_card(
             &state,
             &session,
@@ -288,7 +288,7 @@ pub(super) async fn decide(
             );
         }
     };
-    let decided = crate::routes::approvals::decide(
+    let decided = crate::ops::approvals::decide(
         &state,
         &session.principal,
         id.clone(),
@@ -414,7 +414,7 @@ async fn approval_view(
             }
         }
         @if approval.state == ApprovalState::Pending && answered.is_none() {
-            @let detail = record.as_ref().map(|r| crate::routes::approvals::detail::detail(state, approval.clone(), r));
+            @let detail = record.as_ref().map(|r| crate::ops::approvals::detail(state, approval.clone(), r));
             (held_card(state, session, &approval, record.as_ref(), detail.as_ref()))
         }
         p { a href="/console/approvals" { "Back to the queue" } }

@@ -4,82 +4,32 @@
 //! approval, and the alerts this gateway raised recently (cross-run, breaker tripped,
 //! replay storms).
 //!
-//! The recent alerts are kept in memory by the process that raised them ([`Alerts`]):
+//! The recent alerts are kept in memory by the process that raised them
+//! ([`crate::state::RecentAlerts`]):
 //! the durable record of each is its audit record, the log line, the metric and the
 //! webhook; this list is a view for the person at the console.
-
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum_extra::extract::CookieJar;
-use jiff::Timestamp;
-use maud::html;
+use jiff::tz::TimeZone;
+use maud::{Markup, html};
 use oncegate_core::config::Role;
-use oncegate_core::intent::{Alert, ApprovalReason, ApprovalState, IntentState, Outcome};
+use oncegate_core::intent::{
+    Alert, Approval, ApprovalReason, ApprovalState, IntentRecord, IntentState,
+};
 use oncegate_core::key::IntentKey;
+use oncegate_engine::Doubted;
+use oncegate_store::ToolPin;
 use oncegate_store::{ApprovalFilter, IntentFilter, StoreRead};
 
+use super::access::{csrf_field, failure, html_page, posted, tz, viewer};
 use super::approvals::state_badge;
 use super::page::{Section, key_link, notice, or_dash, page as frame, when};
-use super::{csrf_field, failure, html_page, posted, tz, viewer};
 use crate::error::ApiError;
-use crate::state::AppState;
-
-/// How many recent alerts are kept.
-const KEPT: usize = 200;
-
-/// One alert as raised.
-#[derive(Clone, Debug)]
-struct Raised {
-    at: Timestamp,
-    capability: String,
-    principal: String,
-    key: Option<String>,
-    alert: Alert,
-}
-
-/// The alerts this process raised, newest last.
-#[derive(Clone, Default)]
-pub struct Alerts {
-    inner: Arc<Mutex<VecDeque<Raised>>>,
-}
-
-impl Alerts {
-    /// Keeps the alerts of `outcome`.
-    pub(crate) fn record(
-        &self,
-        outcome: &Outcome,
-        capability: &str,
-        principal: &str,
-        at: Timestamp,
-    ) {
-        if outcome.alerts.is_empty() {
-            return;
-        }
-        let mut kept = self.inner.lock().expect("console alerts");
-        for alert in &outcome.alerts {
-            if kept.len() >= KEPT {
-                kept.pop_front();
-            }
-            kept.push_back(Raised {
-                at,
-                capability: capability.to_owned(),
-                principal: principal.to_owned(),
-                key: outcome.key.as_ref().map(|k| k.as_str().to_owned()),
-                alert: alert.clone(),
-            });
-        }
-    }
-
-    fn newest_first(&self) -> Vec<Raised> {
-        let kept = self.inner.lock().expect("console alerts");
-        kept.iter().rev().cloned().collect()
-    }
-}
+use crate::state::{AppState, Raised, Session};
 
 fn describe(alert: &Alert) -> String {
     match alert {
@@ -161,83 +111,9 @@ pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Respo
     let admin = session.principal.role == Role::Admin;
     let tz = tz(&state);
     let body = html! {
-        @if !doubts.is_empty() {
-            h2 { "Providers in doubt (" (doubts.len()) ")" }
-            p.muted { "Cleared by an admin once fixed: " code { "oncegate doubts clear CAPABILITY DOUBT" } "." }
-            ul { @for d in &doubts {
-                li { strong { (d.capability) } " · " code { (d.doubt.as_str()) } " · " (d.reason) " · " (when(d.set_at, tz)) }
-            } }
-        }
-        @if !held.is_empty() {
-            h2 { "Fronted tools changed, held (" (held.len()) ")" }
-            p.muted { "Their MCP server changed the definition agents would read (OG-0059); read the change in the tool_changed finding, then accept it: " code { "oncegate tools accept SERVER TOOL DIGEST" } "." }
-            ul { @for p in &held {
-                @if let Some(pending) = &p.pending {
-                    li { strong { (p.server) " / " (p.tool) } " · pinned " code { (p.digest) } " · offers " code { (pending.digest) } " · since " (when(pending.seen_at, tz)) }
-                }
-            } }
-        }
-        h2 { "Escalated: unknown outcome, a human decides (" (escalated.len()) ")" }
-        @if escalated.is_empty() { p.muted { "None." } } @else {
-            ul { @for a in &escalated {
-                li { a href={ "/console/approvals/" (a.id) } { (a.capability) " for " (a.principal) } " · asked " (when(a.created_at, tz)) " · intent " (key_link(a.key.as_str())) }
-            } }
-        }
-        h2 { "Unknown, reconciling (" (unknown.len()) ")" }
-        @if unknown.is_empty() { p.muted { "None." } } @else {
-            div.table-wrap { table {
-                thead { tr { th { "Key" } th { "Capability" } th { "Agent" } th { "Attempts" } th { "Why" } th { "Since" } } }
-                tbody { @for r in &unknown {
-                    tr {
-                        td { (key_link(r.key.as_str())) }
-                        td { (r.capability) }
-                        td { (r.principal) }
-                        td { (r.attempts) }
-                        td { (or_dash(r.error.as_ref().map(|e| e.message.as_str()))) }
-                        td { (when(r.updated_at, tz)) }
-                    }
-                } }
-            } }
-        }
-        h2 { "Tripped breakers (" (tripped.len()) ")" }
-        @if tripped.is_empty() { p.muted { "None." } } @else {
-            div.table-wrap { table {
-                thead { tr { th { "Key" } th { "Capability" } th { "Agent" } th { "State" } th { "Attempts" } th { "Reset" } } }
-                tbody { @for r in &tripped {
-                    tr {
-                        td { (key_link(r.key.as_str())) }
-                        td { (r.capability) }
-                        td { (r.principal) }
-                        td { (state_badge(r.state.as_str())) }
-                        td { (r.attempts) }
-                        td {
-                            @if admin {
-                                form method="post" action={ "/console/breakers/" (r.key.as_str()) "/reset" } data-once {
-                                    (csrf_field(&session))
-                                    button type="submit" aria-label={ "Reset the breaker of " (r.key.as_str()) } { "Reset" }
-                                }
-                            } @else { span.muted { "admins reset" } }
-                        }
-                    }
-                } }
-            } }
-        }
-        h2 { "Cross-run duplicates held (" (cross_run.len()) ")" }
-        @if cross_run.is_empty() { p.muted { "None." } } @else {
-            ul { @for a in &cross_run {
-                li { a href={ "/console/approvals/" (a.id) } { (a.capability) " for " (a.principal) } " · " (state_badge(a.state.as_str())) " · " (when(a.created_at, tz)) }
-            } }
-        }
-        h2 { "Recent alerts on this gateway (" (alerts.len()) ")" }
-        p.muted { "Kept in memory since this process started; each is also in the audit chain, the log and the alert webhook." }
-        @if alerts.is_empty() { p.muted { "None." } } @else {
-            ul { @for a in &alerts {
-                li {
-                    (describe(&a.alert)) " · " (a.capability) " by " (a.principal) " · " (when(a.at, tz))
-                    @if let Some(k) = &a.key { " · " (key_link(k)) }
-                }
-            } }
-        }
+        (providers(&doubts, &held, tz))
+        (intents(&escalated, &unknown, &tripped, admin.then_some(&session), tz))
+        (lately(&cross_run, &alerts, tz))
     };
     html_page(
         StatusCode::OK,
@@ -248,6 +124,109 @@ pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Respo
             body,
         ),
     )
+}
+
+/// What providers and fronted servers need from an admin: doubts to clear, changed
+/// tools to accept.
+fn providers(doubts: &[Doubted], held: &[ToolPin], tz: &TimeZone) -> Markup {
+    html! {
+    @if !doubts.is_empty() {
+        h2 { "Providers in doubt (" (doubts.len()) ")" }
+        p.muted { "Cleared by an admin once fixed: " code { "oncegate doubts clear CAPABILITY DOUBT" } "." }
+        ul { @for d in doubts {
+            li { strong { (d.capability) } " · " code { (d.doubt.as_str()) } " · " (d.reason) " · " (when(d.set_at, tz)) }
+        } }
+    }
+    @if !held.is_empty() {
+        h2 { "Fronted tools changed, held (" (held.len()) ")" }
+        p.muted { "Their MCP server changed the definition agents would read (OG-0059); read the change in the tool_changed finding, then accept it: " code { "oncegate tools accept SERVER TOOL DIGEST" } "." }
+        ul { @for p in held {
+            @if let Some(pending) = &p.pending {
+                li { strong { (p.server) " / " (p.tool) } " · pinned " code { (p.digest) } " · offers " code { (pending.digest) } " · since " (when(pending.seen_at, tz)) }
+            }
+        } }
+    }
+    }
+}
+
+/// The intents a person must look at: escalated, still reconciling, breakers tripped
+/// (with a Reset button when `admin` is the admin's session).
+fn intents(
+    escalated: &[&Approval],
+    unknown: &[IntentRecord],
+    tripped: &[IntentRecord],
+    admin: Option<&Session>,
+    tz: &TimeZone,
+) -> Markup {
+    html! {
+    h2 { "Escalated: unknown outcome, a human decides (" (escalated.len()) ")" }
+    @if escalated.is_empty() { p.muted { "None." } } @else {
+        ul { @for a in escalated {
+            li { a href={ "/console/approvals/" (a.id) } { (a.capability) " for " (a.principal) } " · asked " (when(a.created_at, tz)) " · intent " (key_link(a.key.as_str())) }
+        } }
+    }
+    h2 { "Unknown, reconciling (" (unknown.len()) ")" }
+    @if unknown.is_empty() { p.muted { "None." } } @else {
+        div.table-wrap { table {
+            thead { tr { th { "Key" } th { "Capability" } th { "Agent" } th { "Attempts" } th { "Why" } th { "Since" } } }
+            tbody { @for r in unknown {
+                tr {
+                    td { (key_link(r.key.as_str())) }
+                    td { (r.capability) }
+                    td { (r.principal) }
+                    td { (r.attempts) }
+                    td { (or_dash(r.error.as_ref().map(|e| e.message.as_str()))) }
+                    td { (when(r.updated_at, tz)) }
+                }
+            } }
+        } }
+    }
+    h2 { "Tripped breakers (" (tripped.len()) ")" }
+    @if tripped.is_empty() { p.muted { "None." } } @else {
+        div.table-wrap { table {
+            thead { tr { th { "Key" } th { "Capability" } th { "Agent" } th { "State" } th { "Attempts" } th { "Reset" } } }
+            tbody { @for r in tripped {
+                tr {
+                    td { (key_link(r.key.as_str())) }
+                    td { (r.capability) }
+                    td { (r.principal) }
+                    td { (state_badge(r.state.as_str())) }
+                    td { (r.attempts) }
+                    td {
+                        @if let Some(session) = admin {
+                            form method="post" action={ "/console/breakers/" (r.key.as_str()) "/reset" } data-once {
+                                (csrf_field(session))
+                                button type="submit" aria-label={ "Reset the breaker of " (r.key.as_str()) } { "Reset" }
+                            }
+                        } @else { span.muted { "admins reset" } }
+                    }
+                }
+            } }
+        } }
+    }
+    }
+}
+
+/// What happened lately: cross-run duplicates held, and this process's recent alerts.
+fn lately(cross_run: &[&Approval], alerts: &[Raised], tz: &TimeZone) -> Markup {
+    html! {
+    h2 { "Cross-run duplicates held (" (cross_run.len()) ")" }
+    @if cross_run.is_empty() { p.muted { "None." } } @else {
+        ul { @for a in cross_run {
+            li { a href={ "/console/approvals/" (a.id) } { (a.capability) " for " (a.principal) } " · " (state_badge(a.state.as_str())) " · " (when(a.created_at, tz)) }
+        } }
+    }
+    h2 { "Recent alerts on this gateway (" (alerts.len()) ")" }
+    p.muted { "Kept in memory since this process started; each is also in the audit chain, the log and the alert webhook." }
+    @if alerts.is_empty() { p.muted { "None." } } @else {
+        ul { @for a in alerts {
+            li {
+                (describe(&a.alert)) " · " (a.capability) " by " (a.principal) " · " (when(a.at, tz))
+                @if let Some(k) = &a.key { " · " (key_link(k)) }
+            }
+        } }
+    }
+    }
 }
 
 /// `POST /console/breakers/{key}/reset` (admins).

@@ -1,7 +1,7 @@
 //! Controls (admins): the kill switches that are on, a form to switch a capability or an
 //! agent off or on again with a reason, and the audit chain's status with a Verify
 //! button. A switch goes through the JSON API's own function
-//! ([`crate::routes::admin::set_kill_switch`]), so it is validated, audited and reaches
+//! ([`crate::ops::switches::set_kill_switch`]), so it is validated, audited and reaches
 //! every replica the same way.
 
 use axum::body::Bytes;
@@ -13,11 +13,11 @@ use maud::{Markup, html};
 use oncegate_core::config::Role;
 use oncegate_store::StoreRead;
 
+use super::access::{capability_names, csrf_field, failure, html_page, posted, tz, viewer};
 use super::page::{Section, notice, page as frame, when};
-use super::session::Session;
-use super::{capability_names, csrf_field, failure, html_page, posted, tz, viewer};
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::state::Session;
 
 /// `GET /console/controls`.
 pub(super) async fn page(State(state): State<AppState>, jar: CookieJar) -> Response {
@@ -140,7 +140,7 @@ pub(super) async fn kill_switch(
         )
         .await;
     }
-    match crate::routes::admin::set_kill_switch(
+    match crate::ops::switches::set_kill_switch(
         &state,
         &session.principal,
         target.clone(),
@@ -172,7 +172,7 @@ pub(super) async fn verify(
         Ok(x) => x,
         Err(r) => return *r,
     };
-    let report = crate::routes::audit::verify_whole(&state).await;
+    let report = crate::ops::audit::verify_whole(&state).await;
     let said = match report {
         Ok(r) if r.ok() => notice(
             true,

@@ -19,9 +19,9 @@ use oncegate_core::normalise::{Folding, clean_text};
 use oncegate_store::{IntentFilter, StoreRead};
 use serde::Deserialize;
 
+use super::access::{capability_names, failure, html_page, tz, viewer};
 use super::approvals::state_badge;
 use super::page::{Section, json, key_link, notice, or_dash, page, when};
-use super::{capability_names, failure, html_page, tz, viewer};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -127,59 +127,13 @@ pub(super) async fn list(
     {
         rows.push(r);
     }
-    let capabilities = capability_names(&state);
     let tz = tz(&state);
     let body = html! {
-        form.card.filters method="get" action="/console/intents" role="search" {
-            div {
-                label for="f-state" { "State" }
-                select id="f-state" name="state" {
-                    option value="" { "any" }
-                    @for s in STATES {
-                        option value=(s.as_str()) selected[Some(s) == wanted_state] { (s.as_str().replace('_', " ")) }
-                    }
-                }
-            }
-            div {
-                label for="f-capability" { "Capability" }
-                select id="f-capability" name="capability" {
-                    option value="" { "any" }
-                    @for c in &capabilities {
-                        option value=(c) selected[Some(c.as_str()) == capability] { (c) }
-                    }
-                }
-            }
-            div { label for="f-agent" { "Agent" } input type="text" id="f-agent" name="agent" value=(f.agent); }
-            div { label for="f-run" { "Run" } input type="text" id="f-run" name="run" value=(f.run); }
-            div { label for="f-q" { "Business reference or key" } input type="search" id="f-q" name="q" value=(f.q); }
-            div.actions { button type="submit" { "Filter" } }
-        }
+        (filters_form(&f, wanted_state, capability, &capability_names(&state)))
         @if window_full {
             p.muted { "Searched the newest " (WINDOW) " intents matching the state, capability and run. A whole business reference or intent key finds an intent of any age; a part of one, or an agent, is looked for among those " (WINDOW) "." }
         }
-        @if rows.is_empty() {
-            p.muted { "No intent matches." }
-        } @else {
-            div.table-wrap { table {
-                thead { tr { th { "Key" } th { "Capability" } th { "State" } th { "Agent" } th { "Run" } th { "Business reference" } th { "Attempts" } th { "Effect" } th { "Updated" } } }
-                tbody {
-                    @for r in rows.iter().take(SHOWN) {
-                        tr {
-                            td { (key_link(r.key.as_str())) @if r.generation > 1 { " (gen " (r.generation) ")" } }
-                            td { (r.capability) }
-                            td { (state_badge(r.state.as_str())) @if r.breaker_tripped { " " span.state.state-failed { "breaker tripped" } } }
-                            td { (r.principal) }
-                            td { (or_dash(r.run_id.as_deref())) }
-                            td { (or_dash(r.business_ref.as_deref())) }
-                            td { (r.attempts) }
-                            td { (or_dash(r.effect_ref.as_deref())) }
-                            td { (when(r.updated_at, tz)) }
-                        }
-                    }
-                }
-            } }
-            @if rows.len() > SHOWN { p.muted { "Showing " (SHOWN) " of " (rows.len()) "; narrow the filters to see the rest." } }
-        }
+        (rows_table(&rows, tz))
         @if !listed.unreadable.is_empty() {
             (notice(false, &format!("{} intent rows could not be read (see the audit chain's Verify).", listed.unreadable.len())))
         }
@@ -188,6 +142,71 @@ pub(super) async fn list(
         StatusCode::OK,
         page("Intents", Some(&session), Some(Section::Intents), body),
     )
+}
+
+/// The filter form, showing the filters `f` as given (`wanted_state` and `capability`
+/// as understood), with the registry's `capabilities` to pick from.
+fn filters_form(
+    f: &Filters,
+    wanted_state: Option<IntentState>,
+    capability: Option<&str>,
+    capabilities: &[String],
+) -> Markup {
+    html! {
+    form.card.filters method="get" action="/console/intents" role="search" {
+        div {
+            label for="f-state" { "State" }
+            select id="f-state" name="state" {
+                option value="" { "any" }
+                @for s in STATES {
+                    option value=(s.as_str()) selected[Some(s) == wanted_state] { (s.as_str().replace('_', " ")) }
+                }
+            }
+        }
+        div {
+            label for="f-capability" { "Capability" }
+            select id="f-capability" name="capability" {
+                option value="" { "any" }
+                @for c in capabilities {
+                    option value=(c) selected[Some(c.as_str()) == capability] { (c) }
+                }
+            }
+        }
+        div { label for="f-agent" { "Agent" } input type="text" id="f-agent" name="agent" value=(f.agent); }
+        div { label for="f-run" { "Run" } input type="text" id="f-run" name="run" value=(f.run); }
+        div { label for="f-q" { "Business reference or key" } input type="search" id="f-q" name="q" value=(f.q); }
+        div.actions { button type="submit" { "Filter" } }
+    }
+    }
+}
+
+/// The intents found, at most [`SHOWN`] of them, newest first.
+fn rows_table(rows: &[IntentRecord], tz: &jiff::tz::TimeZone) -> Markup {
+    html! {
+    @if rows.is_empty() {
+        p.muted { "No intent matches." }
+    } @else {
+        div.table-wrap { table {
+            thead { tr { th { "Key" } th { "Capability" } th { "State" } th { "Agent" } th { "Run" } th { "Business reference" } th { "Attempts" } th { "Effect" } th { "Updated" } } }
+            tbody {
+                @for r in rows.iter().take(SHOWN) {
+                    tr {
+                        td { (key_link(r.key.as_str())) @if r.generation > 1 { " (gen " (r.generation) ")" } }
+                        td { (r.capability) }
+                        td { (state_badge(r.state.as_str())) @if r.breaker_tripped { " " span.state.state-failed { "breaker tripped" } } }
+                        td { (r.principal) }
+                        td { (or_dash(r.run_id.as_deref())) }
+                        td { (or_dash(r.business_ref.as_deref())) }
+                        td { (r.attempts) }
+                        td { (or_dash(r.effect_ref.as_deref())) }
+                        td { (when(r.updated_at, tz)) }
+                    }
+                }
+            }
+        } }
+        @if rows.len() > SHOWN { p.muted { "Showing " (SHOWN) " of " (rows.len()) "; narrow the filters to see the rest." } }
+    }
+    }
 }
 
 /// A search term against an intent: its business reference (normalised the same way on

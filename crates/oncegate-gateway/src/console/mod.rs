@@ -11,10 +11,11 @@
 //! A page that needs a session redirects to the sign-in form; a POST without a session,
 //! from another site, or without the session's CSRF token is a 403 that changes nothing.
 
+mod access;
 mod approvals;
 mod attention;
 mod controls;
-mod detection;
+mod findings;
 mod intents;
 mod page;
 mod session;
@@ -27,16 +28,15 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum_extra::extract::CookieJar;
-use jiff::{SignedDuration, Timestamp};
-use maud::{Markup, html};
+use jiff::SignedDuration;
+use maud::html;
 use oncegate_core::config::Role;
 
 use crate::error::ApiError;
-use crate::state::AppState;
-pub use attention::Alerts;
-use page::{Section, notice, page};
-use session::{SESSION_COOKIE, SIGN_IN_COOKIE, Session};
-pub use session::{SESSION_TTL, Sessions};
+use crate::state::{AppState, SESSION_COOKIE, SESSION_TTL, secret};
+use access::{Form, html_page, now, posted, refusal};
+use page::{notice, page};
+use session::SIGN_IN_COOKIE;
 
 /// The console's routes (under `/console`).
 pub(crate) fn router() -> Router<AppState> {
@@ -63,9 +63,9 @@ pub(crate) fn router() -> Router<AppState> {
             "/console/breakers/{key}/reset",
             post(attention::reset_breaker),
         )
-        .route("/console/findings", get(detection::findings))
-        .route("/console/holds", get(detection::holds))
-        .route("/console/holds/{id}/clear", post(detection::clear_hold))
+        .route("/console/findings", get(findings::findings))
+        .route("/console/holds", get(findings::holds))
+        .route("/console/holds/{id}/clear", post(findings::clear_hold))
         .route("/console/controls", get(controls::page))
         .route("/console/controls/kill-switch", post(controls::kill_switch))
         .route("/console/controls/verify", post(controls::verify))
@@ -139,169 +139,6 @@ async fn js() -> Response {
         .into_response()
 }
 
-/// The gate's clock.
-fn now(state: &AppState) -> Timestamp {
-    state.gate().clock().now()
-}
-
-/// The registry's capability names, sorted (the pages' pickers).
-fn capability_names(state: &AppState) -> Vec<String> {
-    let mut names: Vec<String> = state
-        .gate()
-        .registry()
-        .capabilities()
-        .iter()
-        .map(|c| c.name.clone())
-        .collect();
-    names.sort();
-    names
-}
-
-/// The registry's time zone (what every page shows times in).
-fn tz(state: &AppState) -> &jiff::tz::TimeZone {
-    &state.gate().registry().gateway.time_zone
-}
-
-/// A page with a status.
-fn html_page(status: StatusCode, markup: Markup) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        markup.into_string(),
-    )
-        .into_response()
-}
-
-/// The refusal page (403 and the like): says why, changes nothing.
-fn refusal(status: StatusCode, session: Option<&Session>, why: &str) -> Response {
-    html_page(
-        status,
-        page(
-            status.canonical_reason().unwrap_or("Refused"),
-            session,
-            None,
-            html! {
-                (notice(false, why))
-                p { a href="/console" { "Back to the console" } }
-            },
-        ),
-    )
-}
-
-/// An error of the engine or the store, on a console page.
-fn failure(session: &Session, e: &ApiError) -> Response {
-    let (status, code, message) = e.parts();
-    refusal(
-        status,
-        Some(session),
-        &format!("{message} [{}]", code.as_str()),
-    )
-}
-
-/// The response a handler sends instead of doing its work (boxed: a `Response` is large).
-type Refused = Box<Response>;
-
-fn refused(status: StatusCode, session: Option<&Session>, why: &str) -> Refused {
-    Box::new(refusal(status, session, why))
-}
-
-/// The session of a page view, or the response to send instead: the sign-in form for a
-/// browser without one, a 403 for a role the section is not for.
-fn viewer(state: &AppState, jar: &CookieJar, section: Section) -> Result<Session, Refused> {
-    let Some(session) = state.console().find(jar, now(state)) else {
-        return Err(Box::new(Redirect::to("/console/sign-in").into_response()));
-    };
-    if !section.roles().contains(&session.principal.role) {
-        return Err(refused(
-            StatusCode::FORBIDDEN,
-            Some(&session),
-            &format!(
-                "`{}` ({}) may not open this page",
-                session.principal.name,
-                session.principal.role.as_str()
-            ),
-        ));
-    }
-    Ok(session)
-}
-
-/// A submitted form's fields.
-pub(crate) struct Form(Vec<(String, String)>);
-
-impl Form {
-    fn parse(body: &[u8]) -> Self {
-        Self(url::form_urlencoded::parse(body).into_owned().collect())
-    }
-
-    /// The first value of `name`.
-    pub(crate) fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The value of `name`, trimmed, `None` when empty.
-    pub(crate) fn text(&self, name: &str) -> Option<String> {
-        self.get(name)
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-    }
-}
-
-/// The session and fields of a state-changing POST, or the 403 to send instead: it must
-/// come from a console page of this site (`Origin`), in a live session whose role may
-/// act, with that session's CSRF token. Nothing has been done when this refuses.
-fn posted(
-    state: &AppState,
-    jar: &CookieJar,
-    headers: &HeaderMap,
-    body: &[u8],
-    roles: &[Role],
-) -> Result<(Session, Form), Refused> {
-    if session::foreign_origin(headers) {
-        return Err(refused(
-            StatusCode::FORBIDDEN,
-            None,
-            "this form was sent from another site; nothing was changed",
-        ));
-    }
-    let Some(session) = state.console().find(jar, now(state)) else {
-        return Err(refused(
-            StatusCode::FORBIDDEN,
-            None,
-            "you are not signed in (or your session ended); nothing was changed",
-        ));
-    };
-    let form = Form::parse(body);
-    if !session::csrf_ok(&session, form.get("_csrf")) {
-        tracing::warn!(principal = %session.principal.name, "console: a POST without this session's CSRF token was refused");
-        return Err(refused(
-            StatusCode::FORBIDDEN,
-            Some(&session),
-            "this form is not one of this session's pages (its CSRF token is missing or wrong); nothing was changed",
-        ));
-    }
-    if !roles.contains(&session.principal.role) {
-        return Err(refused(
-            StatusCode::FORBIDDEN,
-            Some(&session),
-            &format!(
-                "`{}` ({}) may not do this",
-                session.principal.name,
-                session.principal.role.as_str()
-            ),
-        ));
-    }
-    Ok((session, form))
-}
-
-/// The hidden CSRF field of a session's forms.
-fn csrf_field(session: &Session) -> Markup {
-    html! { input type="hidden" name="_csrf" value=(session.csrf); }
-}
-
 async fn sign_in_form(
     State(state): State<AppState>,
     jar: CookieJar,
@@ -320,7 +157,7 @@ fn sign_in_page(
     status: StatusCode,
     problem: Option<&str>,
 ) -> Response {
-    let value = session::secret();
+    let value = secret();
     let jar = jar.add(session::cookie(
         SIGN_IN_COOKIE,
         value.clone(),

@@ -11,7 +11,7 @@ use maud::{DOCTYPE, Markup, html};
 use oncegate_core::config::Role;
 use serde_json::Value;
 
-use super::session::Session;
+use crate::state::Session;
 
 /// The stylesheet (`/console/static/console.css`).
 pub(crate) const CSS: &str = include_str!("console.css");

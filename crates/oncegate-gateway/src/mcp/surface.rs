@@ -27,8 +27,8 @@ use serde_json::{Value, json};
 
 use super::passthrough;
 use super::schema::{annotations, derived_schema, output_schema, strip_property};
+use crate::door::Door;
 use crate::error::ApiError;
-use crate::front::Door;
 use crate::headers::{header_string, invalid_header};
 use crate::state::{AppState, Principal};
 use crate::tool_result::all_text;

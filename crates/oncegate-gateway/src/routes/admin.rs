@@ -12,7 +12,8 @@ use serde_json::json;
 
 use super::{json_body, require};
 use crate::error::ApiError;
-use crate::state::{AppState, Principal};
+use crate::ops::switches::set_kill_switch;
+use crate::state::AppState;
 use crate::wire::Envelope;
 
 #[utoipa::path(post, path = "/v1/admin/breakers/{key}/reset", tag = "admin", params(("key" = String, Path)), responses((status = 200, body = Envelope)), security(("bearer" = [])))]
@@ -56,46 +57,4 @@ pub(crate) async fn kill_switch(
     // The switches every replica on the store now honours (read back from the store).
     let switches = state.gate().kill_switches().await?;
     Ok(Json(json!({"kill_switches": switches})).into_response())
-}
-
-/// Switches `target` (`NAME`, `capability:NAME` or `agent:NAME`) off or on again as
-/// admin `p` (404 when it names nothing this gateway knows): the JSON API's route and
-/// the console's form both end here.
-pub(crate) async fn set_kill_switch(
-    state: &AppState,
-    p: &Principal,
-    target: String,
-    killed: bool,
-    reason: Option<String>,
-) -> Result<(), ApiError> {
-    let target = if target.contains(':') {
-        target
-    } else {
-        format!("capability:{target}")
-    };
-    let registry = state.gate().registry();
-    let known = match target.split_once(':') {
-        Some(("capability", name)) => state.gate().find_capability(name).is_some(),
-        Some(("agent", name)) => {
-            registry.principal(name).is_some() || state.identity().is_some_and(|i| i.may_name(name))
-        }
-        _ => false,
-    };
-    if !known {
-        return Err(ApiError::NotFound(format!(
-            "`{target}` names no capability or principal (use NAME, capability:NAME or agent:NAME)"
-        )));
-    }
-    // Switched on again, the reason is why (kept in the audit record).
-    let (reason, note) = if killed {
-        (
-            Some(reason.unwrap_or_else(|| format!("by {}", p.name))),
-            None,
-        )
-    } else {
-        (None, reason)
-    };
-    tracing::warn!(target = %target, killed, by = %p.name, "kill switch");
-    state.gate().switch(&p.name, &target, reason, note).await?;
-    Ok(())
 }

@@ -1,19 +1,15 @@
 //! `GET /v1/approvals` and `POST /v1/approvals/{id}/{approve,deny}`: held calls and
 //! their human decision (approving executes the call once, through the front door; a
 //! claim-only capability's call is left for its caller's next claim). `GET
-//! /v1/approvals/{id}`, what an approver weighs, is [`detail`].
-
-pub(crate) mod detail;
-
-use std::sync::Arc;
+//! /v1/approvals/{id}` is what an approver weighs ([`crate::ops::approvals::detail`]).
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use oncegate_core::config::{Capability, Role};
+use oncegate_core::config::Role;
 use oncegate_core::decide::Choice;
-use oncegate_core::intent::{ApprovalState, Outcome};
+use oncegate_core::intent::ApprovalState;
 use oncegate_store::{ApprovalFilter, StoreRead};
 use serde::Deserialize;
 use serde_json::json;
@@ -21,11 +17,11 @@ use serde_json::json;
 use super::calls::envelope_response;
 use super::{json_body, parse_state, require};
 use crate::error::ApiError;
-use crate::front::Door;
+use crate::ops::approvals::{decide, detail, load};
 use crate::paging::{self, Listing};
-use crate::state::{AppState, Principal};
+use crate::state::AppState;
 use crate::trace::Parent;
-use crate::wire::Envelope;
+use crate::wire::{ApprovalDetail, Envelope, WireApproval};
 
 /// `GET /v1/approvals` filter and page.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -63,8 +59,9 @@ pub(crate) async fn list_approvals(
         })
         .await?;
     let next_cursor = list.next.map(|n| paging::encode(Listing::Approvals, &n));
+    let approvals: Vec<WireApproval> = list.items.iter().map(WireApproval::from).collect();
     Ok(Json(
-        json!({"approvals": list.items, "unreadable": list.unreadable, "next_cursor": next_cursor}),
+        json!({"approvals": approvals, "unreadable": list.unreadable, "next_cursor": next_cursor}),
     )
     .into_response())
 }
@@ -98,44 +95,6 @@ async fn decide_approval(
     Ok(envelope_response(&outcome, &capability))
 }
 
-/// Decides approval `id` as `principal` (an approver or admin), through the front door:
-/// the JSON API's routes and the console's buttons both end here.
-pub(crate) async fn decide(
-    state: &AppState,
-    principal: &Principal,
-    id: String,
-    choice: Choice,
-    note: Option<String>,
-    parent: Parent,
-) -> Result<(Arc<Capability>, Outcome), ApiError> {
-    let approval = state
-        .gate()
-        .store()
-        .approval(&id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no approval {id}")))?;
-    // A fronted tool its server stopped listing can still be denied (nothing runs);
-    // approving it waits until the server lists it again.
-    let door = match (choice, state.gate().find_capability(&approval.capability)) {
-        (Choice::Approve, None) | (_, Some(_)) => Door::open(state, &approval.capability)?,
-        (Choice::Deny, None) => Door::settling(state, &approval.capability)?,
-    };
-    let door = door.traced(parent);
-    let capability = Arc::clone(door.capability());
-    // The held call's run and step, for the decision's span (the engine reads the record
-    // again under its own rules).
-    let held = state
-        .gate()
-        .store()
-        .load_generation(&approval.key, approval.generation)
-        .await?;
-    let ids = held.as_ref().map_or((None, None), |r| {
-        (r.run_id.as_deref(), r.step_id.as_deref())
-    });
-    let outcome = door.decide(principal, id, choice, note, ids).await?;
-    Ok((capability, outcome))
-}
-
 #[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals", params(("id" = String, Path)), request_body(content = Option<DecisionBody>, description = "optional: why"), responses((status = 200, description = "executed once; a repeat returns the first result. For a claim-only capability: `approved`, executed by the caller's next claim of the intent", body = Envelope), (status = 403, description = "not an approver, or own call")), security(("bearer" = [])))]
 pub(crate) async fn approve(
     State(state): State<AppState>,
@@ -154,4 +113,21 @@ pub(crate) async fn deny(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     decide_approval(state, headers, id, Choice::Deny, &body).await
+}
+
+#[utoipa::path(get, path = "/v1/approvals/{id}", tag = "approvals", params(("id" = String, Path)),
+    responses((status = 200, description = "everything the approver weighs: every sent argument, the digest the approval is bound to, the rendered request (secrets masked), money in its currency, why it is held, the unknown-first-attempt warning", body = ApprovalDetail),
+        (status = 403, description = "not an approver or admin"), (status = 404, description = "no such approval")),
+    security(("bearer" = [])))]
+pub(crate) async fn get_approval(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let p = state.authenticate(&headers).await?;
+    require(&p, &[Role::Admin, Role::Approver])?;
+    let (approval, record) = load(&state, &id).await?;
+    let record =
+        record.ok_or_else(|| ApiError::NotFound(format!("the intent approval {id} holds")))?;
+    Ok(Json(detail(&state, approval, &record)).into_response())
 }

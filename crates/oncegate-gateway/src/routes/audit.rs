@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::require;
 use crate::error::ApiError;
+use crate::ops::audit::verify_whole;
 use crate::state::AppState;
 
 #[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", responses((status = 200, description = "every shard verified", body = super::answers::Verified), (status = 409, description = "the first broken link")), security(("bearer" = [])))]
@@ -36,22 +37,6 @@ pub(crate) async fn audit_verify(
             .into_response());
     }
     Ok(Json(json!({"ok": true, "records": report.records, "shards": report.shards, "rows": report.rows})).into_response())
-}
-
-/// The whole chain verified end to end, every shard and row (this route and the
-/// console's Verify button).
-pub(crate) async fn verify_whole(
-    state: &AppState,
-) -> Result<oncegate_store::audit_check::AuditReport, oncegate_store::StoreError> {
-    let store = state.gate().store();
-    oncegate_store::audit_check::verify_audit(
-        store,
-        store.chain_key(),
-        store.store_id(),
-        &[],
-        oncegate_store::audit_check::Walk::Full,
-    )
-    .await
 }
 
 /// `GET /v1/audit` page.

@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{exact_numbers, json_body};
+use crate::door::Door;
 use crate::error::ApiError;
-use crate::front::Door;
 use crate::headers::header_string;
 use crate::state::AppState;
 use crate::trace::Parent;

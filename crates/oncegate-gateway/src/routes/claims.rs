@@ -22,12 +22,11 @@ use oncegate_core::limits::bound_answer;
 use oncegate_engine::{Claim, Claimed, Fence};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::Instrument;
 
 use super::calls::{CallBody, call_response, read_call};
 use super::{exact_numbers, json_body};
+use crate::door::{Door, spawn_in};
 use crate::error::ApiError;
-use crate::front::Door;
 use crate::state::AppState;
 use crate::trace::Parent;
 use crate::wire::{Envelope, http_status};
@@ -214,15 +213,15 @@ pub(crate) async fn complete(
         &key.to_ascii_lowercase(),
         &Parent::from_headers(&headers),
     );
-    // In a task of its own: a caller that hangs up mid-way never leaves a completion
-    // half-retried.
+    // Through the one spawning path: a caller that hangs up mid-way never leaves a
+    // completion half-retried, and shutdown waits for it.
     let task = async move { gate.complete_fenced(principal.who(), &fence, result).await };
-    let outcome = tokio::spawn(task.instrument(span.clone()))
+    let outcome = spawn_in(&state, span.clone(), "completion", task)
         .await
-        .map_err(|e| ApiError::internal("the completion task failed".into(), &e))?
-        .map_err(|e| {
-            crate::trace::record_error(&span);
-            ApiError::Gate(e)
+        .inspect_err(|e| {
+            if matches!(e, ApiError::Gate(_)) {
+                crate::trace::record_error(&span);
+            }
         })?;
     crate::trace::record_decision(
         &span,
@@ -261,12 +260,12 @@ pub(crate) async fn heartbeat(
         &Parent::from_headers(&headers),
     );
     let task = async move { gate.heartbeat_fenced(principal.who(), &fence).await };
-    let claim = tokio::spawn(task.instrument(span.clone()))
+    let claim = spawn_in(&state, span.clone(), "heartbeat", task)
         .await
-        .map_err(|e| ApiError::internal("the heartbeat task failed".into(), &e))?
-        .map_err(|e| {
-            crate::trace::record_error(&span);
-            ApiError::Gate(e)
+        .inspect_err(|e| {
+            if matches!(e, ApiError::Gate(_)) {
+                crate::trace::record_error(&span);
+            }
         })?;
     span.record("oncegate.outcome", "in_flight");
     Ok(Json(ClaimAnswer::of(&claim, "in_flight")).into_response())

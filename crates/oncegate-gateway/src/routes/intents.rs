@@ -15,6 +15,7 @@ use super::{parse_state, require};
 use crate::error::ApiError;
 use crate::paging::{self, Listing, Page};
 use crate::state::AppState;
+use crate::wire::WireIntent;
 
 #[utoipa::path(get, path = "/v1/intents/{key}", tag = "intents", params(("key" = String, Path, description = "intent key")), responses((status = 200, description = "the intent record (latest generation)", body = Object), (status = 404, description = "no such intent")), security(("bearer" = [])))]
 pub(crate) async fn get_intent(
@@ -30,7 +31,7 @@ pub(crate) async fn get_intent(
         .load(&IntentKey::from_hex(key.clone()))
         .await?
     {
-        Some(r) => Ok(Json(r).into_response()),
+        Some(r) => Ok(Json(WireIntent::from(&r)).into_response()),
         None => Err(ApiError::NotFound(format!("no intent {key}"))),
     }
 }
@@ -78,7 +79,7 @@ pub(crate) async fn list_intents(
                 stopped = true;
                 break;
             }
-            page.push(record, PageAfter::of_intent(record))?;
+            page.push(&WireIntent::from(record), PageAfter::of_intent(record))?;
         }
         // Rows left in the chunk, or beyond it in the store, make a next page.
         match chunk.next {

@@ -9,9 +9,9 @@ pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod calls;
 pub(crate) mod claims;
-pub(crate) mod detection;
+pub(crate) mod findings;
+pub(crate) mod health;
 pub(crate) mod intents;
-pub(crate) mod ops;
 pub(crate) mod tools;
 
 use axum::http::StatusCode;

@@ -90,7 +90,7 @@ pub(crate) async fn accept_tool(
                 .iter()
                 .find(|s| s.alias == server)
             {
-                let _ = crate::fronting::read(&state, s).await;
+                let _ = crate::fronted::read(&state, s).await;
             }
             Ok(Json(json!({"accepted": shown(&state, &pin)})).into_response())
         }

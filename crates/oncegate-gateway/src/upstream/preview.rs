@@ -1,6 +1,6 @@
 //! What an approver sees before approving: the request a held call's execution would
-//! send, rendered by the code that sends it ([`super::render_http`],
-//! [`super::render_tool_call`]) for the record's own arguments and key, and never sent.
+//! send, rendered by the code that sends it ([`super::render::render_http`],
+//! [`super::render::render_tool_call`]) for the record's own arguments and key, and never sent.
 //!
 //! The gateway's secrets are masked the way its errors mask them: every value an
 //! `{env.NAME}` placeholder is filled with (`client::secrets`) reads `***` wherever it
@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::client::secrets;
-use super::{render_http, render_tool_call};
+use super::render::{render_http, render_tool_call};
 
 /// Header names whose values are credentials whatever they were filled with.
 const CREDENTIAL_HEADERS: [&str; 8] = [

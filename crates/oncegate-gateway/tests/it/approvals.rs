@@ -16,11 +16,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use oncegate_gateway::server::{AppState, app, http_client, install_crypto};
+
 use serde_json::{Value, json};
 
-use crate::front_door::{effects, start_sandbox};
-use crate::upstream::registry_in;
+use crate::support::{effects, start_gateway, start_sandbox};
 
 /// A gateway-side value no answer may show: what `{env.CARGO_MANIFEST_DIR}` is filled
 /// with (cargo and nextest set it for every test process, as a deployment sets its
@@ -103,25 +102,10 @@ permit (principal, action in [Action::"send_email", Action::"letter", Action::"c
 "#;
 
 async fn gateway(dir: &Path) -> (String, String) {
-    install_crypto();
     let sandbox = start_sandbox().await;
     std::fs::write(dir.join("p.cedar"), POLICY).unwrap();
-    let registry = registry_in(dir, &registry(&sandbox));
-    let gate =
-        oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
-            .await
-            .unwrap();
-    let state = AppState::with_tokens(
-        gate,
-        http_client(),
-        vec![
-            ("agent".into(), "tok-agent".into()),
-            ("alice".into(), "tok-alice".into()),
-        ],
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+    let tokens = [("agent", "tok-agent"), ("alice", "tok-alice")];
+    let url = start_gateway(dir, &registry(&sandbox), &tokens).await;
     (url, sandbox)
 }
 

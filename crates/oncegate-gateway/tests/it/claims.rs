@@ -9,11 +9,10 @@
 
 use std::time::Duration;
 
-use oncegate_gateway::server::{AppState, app, http_client, install_crypto};
 use oncegate_sandbox::{self as sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
-use crate::upstream::registry_in;
+use crate::support::{start_gateway, start_sandbox_with};
 
 /// A gateway over a claim-only `charge` (keyed, reconciled by the sandbox's lookup) and
 /// a claim-only `email` without a reconciliation read (escalates), on a socket.
@@ -28,10 +27,7 @@ async fn gateway(lease: &str) -> Gw {
 }
 
 async fn gateway_over(lease: &str, provider: SandboxConfig) -> Gw {
-    install_crypto();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let sandbox = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(sandbox::serve(listener, provider));
+    let sandbox = start_sandbox_with(provider).await;
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
         r#"
@@ -91,23 +87,8 @@ on_unknown = "escalate"
 key = {{ business_ref = "order_id", significant = [{{ arg = "to", type = "email" }}] }}
 "#
     );
-    let registry = registry_in(dir.path(), &text);
-    let gate =
-        oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
-            .await
-            .unwrap();
-    let state = AppState::with_tokens(
-        gate,
-        http_client(),
-        vec![
-            ("agent".into(), "tok".into()),
-            ("agent2".into(), "tok2".into()),
-            ("alice".into(), "ali".into()),
-        ],
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+    let tokens = [("agent", "tok"), ("agent2", "tok2"), ("alice", "ali")];
+    let url = start_gateway(dir.path(), &text, &tokens).await;
     Gw { url, sandbox, dir }
 }
 

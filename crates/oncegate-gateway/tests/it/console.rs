@@ -7,12 +7,10 @@
 
 use std::path::Path;
 
-use oncegate_gateway::server::{AppState, app, http_client, install_crypto};
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
-use crate::front_door::{effects, start_sandbox};
-use crate::upstream::registry_in;
+use crate::support::{effects, start_gateway, start_sandbox};
 
 fn registry(sandbox: &str) -> String {
     format!(
@@ -57,26 +55,14 @@ permit (principal, action == Action::"refund", resource);
 "#;
 
 pub(crate) async fn gateway(dir: &Path) -> (String, String) {
-    install_crypto();
     let sandbox = start_sandbox().await;
     std::fs::write(dir.join("p.cedar"), POLICY).unwrap();
-    let registry = registry_in(dir, &registry(&sandbox));
-    let gate =
-        oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
-            .await
-            .unwrap();
-    let state = AppState::with_tokens(
-        gate,
-        http_client(),
-        vec![
-            ("agent".into(), "tok-agent".into()),
-            ("alice".into(), "tok-alice".into()),
-            ("admin".into(), "tok-admin".into()),
-        ],
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+    let tokens = [
+        ("agent", "tok-agent"),
+        ("alice", "tok-alice"),
+        ("admin", "tok-admin"),
+    ];
+    let url = start_gateway(dir, &registry(&sandbox), &tokens).await;
     (url, sandbox)
 }
 

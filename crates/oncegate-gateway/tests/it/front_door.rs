@@ -9,21 +9,15 @@
 use std::path::Path;
 
 use axum::http::{HeaderName, HeaderValue};
-use oncegate_gateway::server::{AppState, app, http_client, install_crypto};
-use oncegate_sandbox::{self as sandbox, SandboxConfig};
+
 use reqwest::header::HeaderMap;
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig, ProtocolVersion,
-    RequestMetaObject,
-};
+use rmcp::model::{CallToolResult, ClientConfig, ProtocolVersion};
 use rmcp::service::ServiceError;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode};
 use serde_json::{Value, json};
 use sha2::Digest;
 
-use crate::upstream::registry_in;
+use crate::support::{effects, mcp_call, mcp_client_as, start_gateway, start_sandbox};
 
 const PRINCIPALS: &str = r#"
 [store]
@@ -42,33 +36,8 @@ token_env = "UNUSED_TOKEN_ADMIN"
 
 /// A gateway over `capabilities` (TOML after the principals), served on a socket.
 async fn gateway(dir: &Path, gateway_table: &str, capabilities: &str) -> String {
-    install_crypto();
     let text = format!("{gateway_table}\n{PRINCIPALS}\n{capabilities}");
-    let registry = registry_in(dir, &text);
-    let gate =
-        oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
-            .await
-            .unwrap();
-    let state = AppState::with_tokens(
-        gate,
-        http_client(),
-        vec![
-            ("agent".into(), "tok".into()),
-            ("admin".into(), "adm".into()),
-        ],
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
-    url
-}
-
-pub(crate) async fn start_sandbox() -> String {
-    install_crypto();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(sandbox::serve(listener, SandboxConfig::default()));
-    base
+    start_gateway(dir, &text, &[("agent", "tok"), ("admin", "adm")]).await
 }
 
 /// POSTs a call with extra headers; (status, body).
@@ -124,35 +93,6 @@ async fn mcp_client(
     .await
 }
 
-/// An agent's MCP client of the gateway's `/mcp`, handled by `handler`, in `era`.
-pub(crate) async fn mcp_client_as<H: ClientHandler>(
-    gw: &str,
-    handler: H,
-    era: ClientLifecycleMode,
-) -> rmcp::service::RunningService<rmcp::service::RoleClient, H> {
-    let mut config = StreamableHttpClientTransportConfig::with_uri(format!("{gw}/mcp"));
-    config.auth_header = Some("tok".into());
-    let transport = StreamableHttpClientTransport::with_client(http_client(), config);
-    handler.serve_with_lifecycle(transport, era).await.unwrap()
-}
-
-pub(crate) async fn mcp_call<H: ClientHandler>(
-    client: &rmcp::service::RunningService<rmcp::service::RoleClient, H>,
-    tool: &str,
-    arguments: Value,
-    meta: Value,
-) -> Result<CallToolResult, ServiceError> {
-    let mut params = CallToolRequestParams::new(tool.to_owned());
-    params.arguments = Some(arguments.as_object().unwrap().clone());
-    if let Value::Object(m) = meta {
-        params.meta = Some(RequestMetaObject::from(m));
-    }
-    match client.call_tool_once(params).await? {
-        CallToolResponse::Complete(r) => Ok(r),
-        _ => panic!("not a complete result"),
-    }
-}
-
 fn outcome(r: &CallToolResult) -> Value {
     r.meta.as_ref().unwrap()["dev.oncegate/outcome"].clone()
 }
@@ -162,11 +102,6 @@ fn first_text(r: &CallToolResult) -> String {
         .iter()
         .find_map(|c| c.as_text().map(|t| t.text.clone()))
         .unwrap_or_default()
-}
-
-pub(crate) async fn effects(sandbox: &str) -> Vec<Value> {
-    let (_, body) = get_json(&format!("{sandbox}/v1/effects"), None).await;
-    body["effects"].as_array().unwrap().clone()
 }
 
 async fn intent_count(gw: &str) -> usize {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use oncegate_core::config::is_tool_name;
-use oncegate_gateway::server::{AppState, http_client, install_crypto};
+use oncegate_gateway::server::http_client;
 use rmcp::model::ProtocolVersion;
 use rmcp::model::{CallToolResult, ClientConfig};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -16,8 +16,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientLifecycleMode, ClientServiceExt};
 use serde_json::{Value, json};
 
-use crate::front_door::{mcp_call, mcp_client_as, start_sandbox};
-use crate::upstream::registry_in;
+use crate::support::{mcp_call, mcp_client_as, open_state, start_sandbox};
 
 type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ClientConfig>;
 
@@ -74,17 +73,7 @@ body = {{ order_id = "{{business_ref}}", amount_minor = 1250, currency = "USD" }
 
 /// The gateway as `oncegate serve` runs it (the list reader included).
 async fn gateway(dir: &Path, text: &str) -> String {
-    install_crypto();
-    let registry = registry_in(dir, text);
-    let gate =
-        oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
-            .await
-            .unwrap();
-    let state = AppState::with_tokens(
-        gate,
-        http_client(),
-        vec![("agent".into(), "tok".into()), ("ali".into(), "ali".into())],
-    );
+    let state = open_state(dir, text, &[("agent", "tok"), ("ali", "ali")]).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(oncegate_gateway::serve::serve(
@@ -181,7 +170,7 @@ fn text(r: &CallToolResult) -> String {
 }
 
 async fn effects(sandbox: &str, kind: &str) -> Vec<Value> {
-    crate::front_door::effects(sandbox)
+    crate::support::effects(sandbox)
         .await
         .into_iter()
         .filter(|e| e["kind"] == kind)

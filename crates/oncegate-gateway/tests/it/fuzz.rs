@@ -21,7 +21,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::upstream::registry_in;
+use crate::support::registry_in;
 
 const REGISTRY: &str = r#"
 [store]

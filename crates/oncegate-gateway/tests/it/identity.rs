@@ -12,11 +12,10 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use oncegate_gateway::server::{AppState, app, http_client, install_crypto};
-use oncegate_sandbox::{self as sandbox, SandboxConfig};
+use oncegate_gateway::server::http_client;
 use serde_json::{Value, json};
 
-use crate::upstream::registry_in;
+use crate::support::{start_gateway, start_sandbox};
 
 fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(
@@ -155,10 +154,7 @@ jwks_min_refetch = "{min_refetch}"
 
 /// [`gateway`] with `issuers` (TOML `[[identity.issuers]]` tables) as its issuers.
 async fn gateway_trusting(issuers: &str) -> Gw {
-    install_crypto();
-    let sandbox_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let sandbox = format!("http://{}", sandbox_listener.local_addr().unwrap());
-    tokio::spawn(sandbox::serve(sandbox_listener, SandboxConfig::default()));
+    let sandbox = start_sandbox().await;
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
         r#"
@@ -201,22 +197,7 @@ effect_ref = "/id"
 body = {{ order_id = "{{arg.order_id}}", amount_minor = 1250, currency = "USD" }}
 "#,
     );
-    let registry = registry_in(dir.path(), &text);
-    let gate =
-        oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
-            .await
-            .unwrap();
-    let state = AppState::with_tokens(
-        gate,
-        http_client(),
-        vec![
-            ("agent".into(), "tok".into()),
-            ("admin".into(), "adm".into()),
-        ],
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
+    let url = start_gateway(dir.path(), &text, &[("agent", "tok"), ("admin", "adm")]).await;
     Gw {
         url,
         sandbox,

@@ -13,5 +13,7 @@ mod mcp_upstream;
 mod openapi;
 mod pins;
 mod replicas;
+mod support;
 mod upstream;
 mod webhook;
+mod wire_bytes;

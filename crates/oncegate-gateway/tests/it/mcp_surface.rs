@@ -1,7 +1,7 @@
 //! What `POST /mcp` shows agents: schemas from the registry, from an MCP upstream's own
 //! tools/list, or derived from the key recipe; hints from the category.
 
-use oncegate_gateway::server::{AppState, app, http_client, install_crypto};
+use oncegate_gateway::server::{http_client, install_crypto};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ClientConfig, ProtocolVersion};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -9,7 +9,7 @@ use rmcp::{ClientLifecycleMode, ClientServiceExt};
 use serde_json::{Value, json};
 
 use crate::mcp_upstream::provider;
-use crate::upstream::registry_in;
+use crate::support::{registry_in, start_gateway};
 
 async fn gateway(upstream: &str, dir: &std::path::Path) -> String {
     let text = format!(
@@ -57,16 +57,8 @@ method = "GET"
 url = "http://127.0.0.1:9/lookup"
 "#
     );
-    let registry = registry_in(dir, &text);
-    let gate =
-        oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
-            .await
-            .unwrap();
-    let state = AppState::with_tokens(gate, http_client(), vec![("agent".into(), "tok".into())]);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app(state)).await.unwrap() });
-    url
+    let base = start_gateway(dir, &text, &[("agent", "tok")]).await;
+    format!("{base}/mcp")
 }
 
 #[tokio::test]

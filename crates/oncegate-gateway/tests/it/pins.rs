@@ -17,8 +17,8 @@ use rmcp::ClientLifecycleMode;
 use rmcp::model::{ClientConfig, ProtocolVersion};
 use serde_json::{Value, json};
 
-use crate::front_door::{mcp_call, mcp_client_as, start_sandbox};
-use crate::upstream::registry_in;
+use crate::support::registry_in;
+use crate::support::{mcp_call, mcp_client_as, start_sandbox};
 
 type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ClientConfig>;
 
@@ -194,6 +194,9 @@ fn outcome(r: &rmcp::model::CallToolResult) -> Value {
         .unwrap_or(Value::Null)
 }
 
+// Each step reads the state the step before left: offered, changed, held on both
+// replicas, accepted, offered again.
+// Long on purpose: one story on one store; cut, its steps would pass that state along.
 /// The whole story on one store.
 async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url: &str) {
     let sandbox = start_sandbox().await;

@@ -15,7 +15,7 @@ use oncegate_sandbox::{self as sandbox, SandboxConfig};
 use oncegate_store::StoreRead;
 use serde_json::{Value, json};
 
-use crate::upstream::registry_in;
+use crate::support::registry_in;
 
 fn registry_text(sandbox: &str) -> String {
     format!(

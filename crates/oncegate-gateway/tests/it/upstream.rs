@@ -10,6 +10,8 @@ use oncegate_engine::{Executor, IntentHandle};
 use oncegate_gateway::upstream::UpstreamExecutor;
 use serde_json::json;
 
+use crate::support::registry_in;
+
 async fn provider() -> String {
     let app = Router::new()
         .route(
@@ -69,12 +71,6 @@ effect_ref = "/path"
 "#
     );
     pay_executor(dir.path(), &text)
-}
-
-/// Loads the registry `text` from `dir` (its store, if any, lives there too).
-pub(crate) fn registry_in(dir: &std::path::Path, text: &str) -> oncegate_core::Registry {
-    std::fs::write(dir.join("c.toml"), text).unwrap();
-    oncegate_store::load_registry(&dir.join("c.toml")).unwrap()
 }
 
 /// The executor of capability `pay` in the registry `text`.

@@ -183,6 +183,6 @@ pub(crate) async fn list_limits(
     let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let limits = state.gate().limits_status().await?;
-    crate::detection::gauge_limits(&limits);
+    crate::detection_scheduler::gauge_limits(&limits);
     Ok(Json(json!({"limits": limits})).into_response())
 }

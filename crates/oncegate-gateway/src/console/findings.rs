@@ -12,8 +12,8 @@ use maud::html;
 use oncegate_core::config::Role;
 use serde_json::Value;
 
+use super::access::{csrf_field, failure, html_page, posted, tz, viewer};
 use super::page::{Section, json, notice, page, when};
-use super::{csrf_field, failure, html_page, posted, tz, viewer};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -71,7 +71,7 @@ pub(super) async fn holds(State(state): State<AppState>, jar: CookieJar) -> Resp
 
 async fn holds_page(
     state: &AppState,
-    session: &super::session::Session,
+    session: &crate::state::Session,
     said: Option<maud::Markup>,
 ) -> Response {
     let holds = match state.gate().holds().await {

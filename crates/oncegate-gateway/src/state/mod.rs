@@ -7,8 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use axum::http::HeaderMap;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use oncegate_core::config::Role;
-use oncegate_engine::{Gate, Who};
+use oncegate_engine::Gate;
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
@@ -18,30 +17,16 @@ use crate::identity::Identity;
 use crate::inflight::InFlight;
 use crate::upstream::mcp::{RunningCalls, Sessions};
 
+mod console_sessions;
+mod principal;
+mod recent_alerts;
+
+pub(crate) use console_sessions::{ConsoleSessions, SESSION_COOKIE, SESSION_TTL, Session, secret};
+pub use principal::Principal;
+pub(crate) use recent_alerts::{Raised, RecentAlerts};
+
 /// The largest request body accepted (both surfaces).
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
-
-/// A principal as authenticated.
-#[derive(Clone, Debug)]
-pub struct Principal {
-    /// The name in the registry, or `principal_prefix` + the token's principal claim.
-    pub name: String,
-    /// Its role.
-    pub role: Role,
-    /// The issuer whose JWT proved it (`None`: a static token of the registry).
-    pub issuer: Option<String>,
-}
-
-impl Principal {
-    /// The principal as the engine takes it: a registry name, or a name and role a
-    /// token proved.
-    pub fn who(&self) -> Who<'_> {
-        match self.issuer {
-            Some(_) => Who::verified(&self.name, self.role),
-            None => Who::from(&self.name),
-        }
-    }
-}
 
 /// Shared state of the server.
 #[derive(Clone)]
@@ -64,9 +49,9 @@ pub struct AppState {
     /// Cancelled at shutdown: ends MCP sessions and their open streams.
     mcp_shutdown: tokio_util::sync::CancellationToken,
     /// The console's signed-in browsers.
-    console: crate::console::Sessions,
+    console: ConsoleSessions,
     /// The alerts this process raised lately, for the console's "needs attention".
-    console_alerts: crate::console::Alerts,
+    console_alerts: RecentAlerts,
     /// Failed authentications per address and principal.
     auth_throttle: Arc<crate::throttle::AuthThrottle>,
 }
@@ -136,8 +121,8 @@ impl AppState {
             mcp_upstreams: Sessions::default(),
             fronted,
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
-            console: crate::console::Sessions::default(),
-            console_alerts: crate::console::Alerts::default(),
+            console: ConsoleSessions::default(),
+            console_alerts: RecentAlerts::default(),
             auth_throttle,
         }
     }
@@ -188,12 +173,12 @@ impl AppState {
     }
 
     /// The console's sessions.
-    pub(crate) fn console(&self) -> &crate::console::Sessions {
+    pub(crate) fn console(&self) -> &ConsoleSessions {
         &self.console
     }
 
     /// The alerts this process raised lately.
-    pub(crate) fn console_alerts(&self) -> &crate::console::Alerts {
+    pub(crate) fn console_alerts(&self) -> &RecentAlerts {
         &self.console_alerts
     }
 

@@ -1,6 +1,6 @@
 //! Fronted MCP servers (`[[mcp_servers]]`): what each upstream tool is to agents.
 //!
-//! A server's tool list is read by `fronting` (at startup, when the server says it
+//! A server's tool list is read by [`super::watch`] (at startup, when the server says it
 //! changed, and every `refresh`); [`classify`] decides each tool's fate from the
 //! registry, and [`Fronted`] keeps the result for calls and `tools/list`:
 //!
@@ -15,7 +15,7 @@
 //!   registry already uses for something else, is skipped (and shown by the probe);
 //! - an undeclared tool whose definition ([`definition`]) differs from the one pinned
 //!   when oncegate first offered it is held ([`Verdict::Changed`], `OG-0059`) until an
-//!   admin accepts it (`fronting` checks the pins, `oncegate_engine`'s pins.rs keeps
+//!   admin accepts it ([`super::watch`] checks the pins, `oncegate_engine`'s pins.rs keeps
 //!   them).
 //!
 //! Until a server's list has been read once, none of its undeclared tools exist: a
@@ -89,7 +89,7 @@ pub struct FrontedTool {
     pub verdict: Verdict,
     /// The digest of the definition the server offers ([`definition`]).
     pub digest: String,
-    /// What its pin says (undeclared tools offered to agents; set by `fronting`).
+    /// What its pin says (undeclared tools offered to agents; set by [`super::watch`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pin: Option<PinCheck>,
 }

@@ -160,10 +160,10 @@ impl Door {
         crate::trace::decision_span(what, &self.capability, &principal.name, call, &self.parent)
     }
 
-    /// Runs `work` in its own task, registered with the in-flight count, inside the
-    /// decision span `span`: the task carries it, so the store commits, the upstream call
-    /// and the reconciliation read are its children. Alerts and metrics are recorded in
-    /// the task, so a caller that hangs up does not lose them.
+    /// Runs `work` through [`spawn_in`], inside the decision span `span`: the task
+    /// carries it, so the store commits, the upstream call and the reconciliation read
+    /// are its children. Alerts and metrics are recorded in the task, so a caller that
+    /// hangs up does not lose them.
     async fn spawn_in<W, F, T>(
         self,
         span: Span,
@@ -176,7 +176,6 @@ impl Door {
         F: Future<Output = Result<T, GateError>> + Send + 'static,
         T: Decided + Send + 'static,
     {
-        let guard = self.state.inflight().enter();
         let principal = principal.name.clone();
         let Door {
             state,
@@ -184,44 +183,72 @@ impl Door {
             executor,
             parent: _,
         } = self;
-        let task = tokio::spawn(
-            async move {
-                let _guard = guard;
-                let decided = work(state.gate().clone(), executor).await;
-                match decided.as_ref().map(Decided::outcome) {
-                    Ok(Some(o)) => {
-                        state.console_alerts().record(
-                            o,
-                            &capability.name,
-                            &principal,
-                            state.gate().clock().now(),
-                        );
-                        crate::alerts::send(
-                            &state.http(),
-                            state.gate().registry().gateway.alert_webhook.as_ref(),
-                            o,
-                            &capability.name,
-                            &principal,
-                        );
-                        let outcome = if capability.category == Category::Read {
-                            "read"
-                        } else {
-                            o.status.as_str()
-                        };
-                        record_decision(outcome, o.status, &capability.name);
-                    }
-                    Ok(None) => record_decision("claimed", Status::InFlight, &capability.name),
-                    Err(_) => {}
+        let outer = state.clone();
+        spawn_in(&outer, span, what, async move {
+            let decided = work(state.gate().clone(), executor).await;
+            match decided.as_ref().map(Decided::outcome) {
+                Ok(Some(o)) => {
+                    state.console_alerts().record(
+                        o,
+                        &capability.name,
+                        &principal,
+                        state.gate().clock().now(),
+                    );
+                    crate::alerts::send(
+                        &state.http(),
+                        state.gate().registry().gateway.alert_webhook.as_ref(),
+                        o,
+                        &capability.name,
+                        &principal,
+                    );
+                    let outcome = if capability.category == Category::Read {
+                        "read"
+                    } else {
+                        o.status.as_str()
+                    };
+                    record_decision(outcome, o.status, &capability.name);
                 }
-                let current = Span::current();
-                match &decided {
-                    Ok(d) => crate::trace::record_decision(&current, d.status(), d.intent()),
-                    Err(_) => crate::trace::record_error(&current),
-                }
-                decided
+                Ok(None) => record_decision("claimed", Status::InFlight, &capability.name),
+                Err(_) => {}
             }
-            .instrument(span),
-        );
+            let current = Span::current();
+            match &decided {
+                Ok(d) => crate::trace::record_decision(&current, d.status(), d.intent()),
+                Err(_) => crate::trace::record_error(&current),
+            }
+            decided
+        })
+        .await
+    }
+}
+
+/// The one spawning path: runs `work` in a task of its own, registered with the
+/// in-flight count (so shutdown waits for it), inside `span`. A caller that hangs up (a
+/// closed MCP stream is a cancel) never cancels a claim, an effect or a completion
+/// half-way; a task that panics or is cancelled is an internal error (`OG-0055`) named
+/// after `what`, never a store failure. The front door's decisions ([`Door::spawn_in`])
+/// and the two-phase API's completions and heartbeats all run through it.
+pub(crate) fn spawn_in<F, T>(
+    state: &AppState,
+    span: Span,
+    what: &'static str,
+    work: F,
+) -> impl Future<Output = Result<T, ApiError>> + use<F, T>
+where
+    F: Future<Output = Result<T, GateError>> + Send + 'static,
+    T: Send + 'static,
+{
+    let guard = state.inflight().enter();
+    // Spawned here, not when the answer is first polled: only the task's handle is
+    // held by the caller's future, never `work` itself.
+    let task = tokio::spawn(
+        async move {
+            let _guard = guard;
+            work.await
+        }
+        .instrument(span),
+    );
+    async move {
         task.await
             .map_err(|e| ApiError::internal(format!("the {what} task failed"), &e))?
             .map_err(ApiError::Gate)

@@ -1,7 +1,7 @@
 //! Keeping fronted MCP servers' tool lists current: each `[[mcp_servers]]` entry is read
 //! at startup, again whenever the server says its list changed (a watching connection:
 //! `subscriptions/listen` at 2026-07-28, the session's notifications at 2025-11-25),
-//! and at the latest every `refresh`. Each read is classified ([`crate::fronted`]),
+//! and at the latest every `refresh`. Each read is classified ([`super::classify`]),
 //! checked against the pinned definitions (a changed tool is held: not handed on), and
 //! handed to the engine, which then knows the undeclared tools' capabilities. While a
 //! server has a held tool its list is read every few seconds, so an acceptance made
@@ -19,7 +19,7 @@ use oncegate_core::config::Capability;
 use oncegate_engine::{PinCheck, ToolDefinition};
 use rmcp::model::Tool;
 
-use crate::fronted::{FrontedTool, Verdict, classify, definition};
+use super::classify::{FrontedTool, Verdict, classify, definition};
 use crate::state::AppState;
 use crate::upstream::{mcp, server_request};
 
