@@ -45,7 +45,7 @@
 //! tool_result    reading stored MCP tool results (shared by upstream::mcp and wire)
 //! inflight       detached tasks shutdown waits for
 //! metric_catalog every metric family (type, labels, HELP): described at start, exported
-//!                at zero where the labels are known; the README's table
+//!                at zero where the labels are known; docs/guide/tracing.md's table
 //! //! ```
 //!
 //! `probe` stands beside this tree (it uses `upstream`; nothing in it uses `probe`). The

@@ -2,7 +2,7 @@
 //! text. The recorder is described from it at start, the families whose label values
 //! are known (none, a fixed set, or one per capability) are exported at zero before
 //! their first event, so a dashboard or an alert rule sees `0` rather than nothing, and
-//! the README's metric table is checked against it (`metric_table`).
+//! the metric table in docs/guide/tracing.md is checked against it (`metric_table`).
 //!
 //! The counters themselves are incremented where the event happens (engine, store,
 //! gateway); a family named there and missing here fails `every_family_is_described`.
@@ -22,7 +22,7 @@ pub(crate) enum Kind {
 
 #[cfg(test)]
 impl Kind {
-    /// The README's spelling.
+    /// The spelling docs/guide/tracing.md's table shows.
     fn as_str(self) -> &'static str {
         match self {
             Kind::Counter => "counter",
@@ -57,7 +57,7 @@ const fn family(
 
 use Kind::{Counter, Gauge, Histogram};
 
-/// Every family, in the order the README lists them.
+/// Every family, in the order docs/guide/tracing.md lists them.
 pub(crate) const FAMILIES: &[Family] = &[
     family(
         "oncegate_decisions_total",
@@ -324,7 +324,7 @@ pub(crate) fn export_at_zero(registry: &Registry) {
 mod tests {
     use super::*;
 
-    /// The README's metric table, as this catalog renders it.
+    /// docs/guide/tracing.md's metric table, as this catalog renders it.
     fn metric_table() -> String {
         let mut out =
             String::from("| family | type | labels | what it counts |\n|---|---|---|---|\n");
@@ -349,7 +349,7 @@ mod tests {
         out
     }
 
-    /// The README's table is the catalog's rendering, between its two markers.
+    /// docs/guide/tracing.md's table is the catalog's rendering, between its two markers.
     #[test]
     fn the_readme_lists_every_family() {
         let readme = std::fs::read_to_string(concat!(
@@ -360,15 +360,18 @@ mod tests {
         let start =
             "<!-- metrics: generated from crates/oncegate-gateway/src/metric_catalog.rs -->\n";
         let end = "<!-- end of metrics -->";
-        let from = readme.find(start).expect("the README's metrics marker") + start.len();
+        let from = readme
+            .find(start)
+            .expect("docs/guide/tracing.md's metrics marker")
+            + start.len();
         let to = from
             + readme[from..]
                 .find(end)
-                .expect("the README's end-of-metrics marker");
+                .expect("docs/guide/tracing.md's end-of-metrics marker");
         assert_eq!(
             &readme[from..to],
             metric_table(),
-            "README.md's metric table differs from the catalog; paste the right-hand side between the markers"
+            "docs/guide/tracing.md's metric table differs from the catalog; paste the right-hand side between the markers"
         );
     }
 

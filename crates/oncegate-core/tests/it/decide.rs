@@ -1,6 +1,6 @@
 //! The decision state machine, table-driven over (state x request x time).
 //!
-//! Why one file: one table of transitions, read top to bottom against DESIGN.md.
+//! Why one file: one table of transitions, read top to bottom against docs/design.md.
 
 use jiff::{SignedDuration, Timestamp};
 use oncegate_core::codes::Code;

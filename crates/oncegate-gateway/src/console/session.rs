@@ -16,7 +16,7 @@
 //! else. A POST whose `Origin` is another site is refused as well.
 //!
 //! Sessions live in the process that signed them in: behind a load balancer, several
-//! replicas need sticky sessions (README, "Approving from the browser").
+//! replicas need sticky sessions (docs/guide/console.md).
 
 use axum::http::{HeaderMap, header};
 use axum_extra::extract::CookieJar;

@@ -1,6 +1,6 @@
 //! Upstreams: render a capability's templates, call the provider (HTTP/JSON, or a tool
 //! on an MCP server, see [`mcp`]) with the intent key, and classify the answer the way
-//! DESIGN.md says.
+//! docs/design.md says.
 //!
 //! Split by concern: [`render`] (templates, the path check), [`executor`] (the engine's
 //! `Executor`), [`http`] and [`tool_call`] (the two kinds of upstream), [`answer`]

@@ -572,8 +572,8 @@ async fn postgres_refuses_at_load_a_row_resealed_without_the_chain_key() {
     db.drop().await;
 }
 
-/// Issue 32: after a point-in-time restore the operator records the acceptance as the
-/// README says, and every replica that opens the store afterwards knows it (the engine
+/// Issue 32: after a point-in-time restore the operator records the acceptance as
+/// docs/guide/fault-model.md says, and every replica that opens the store afterwards knows it (the engine
 /// then reads forgotten intents before they execute).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_recorded_after_a_point_in_time_restore_reaches_every_replica() {
@@ -584,7 +584,7 @@ async fn a_rollback_recorded_after_a_point_in_time_restore_reaches_every_replica
         .unwrap();
     assert_eq!(first.rollback_accepted_at(), None);
     let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    // The README's statement, as written there.
+    // The statement docs/guide/fault-model.md gives, as written there.
     sqlx::query(
         r#"INSERT INTO meta (name, value) VALUES ('rollback_accepted_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')) ON CONFLICT (name) DO UPDATE SET value = excluded.value"#,
     )
