@@ -1,6 +1,9 @@
 //! oncegate-gateway: the only crate that knows wire formats.
 //!
-//! Module map, top to bottom: a module imports only modules below it (no circles).
+//! Module map, from the accept loop and the surfaces down to what they all use. The
+//! files form a tree (no circles: the `tidy` test checks it), though a folder may span
+//! heights: `state` holds `fronted::classify`'s `Fronted`, and `fronted::watch` reads
+//! the state.
 //!
 //! ```text
 //! server         the public face (re-exports only): AppState, app, serve, sweep, ...
