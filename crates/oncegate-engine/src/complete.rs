@@ -20,8 +20,8 @@ use oncegate_core::intent::{IntentRecord, Outcome, Reason, Status};
 
 use oncegate_store::{Commit, StoreError, StoreRead, StoreWrite};
 
-use crate::claim::{Claim, Fence};
 use crate::error::GateError;
+use crate::fence::{Claim, Fence};
 use crate::gate::{Gate, MAX_RACES, bump};
 use crate::who::Who;
 

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use oncegate_core::audit::{AuditEvent, AuditKind};
 use oncegate_core::codes::Code;
 use oncegate_core::config::{Capability, Escalation, HoldOn};
@@ -71,9 +71,51 @@ impl Gate {
         let Some(rule) = cap.duplicates.clone() else {
             return Ok(DetectRun::default());
         };
-        // The ledger: applied intents, with a window's margin before `since` so an
-        // effect just after `since` meets its twin just before it.
-        let from = since.checked_sub(rule.within).unwrap_or(Timestamp::MIN);
+        let mut effects = self.ledger_effects(&cap, rule.within, since).await?;
+        self.add_upstream_effects(&cap, &mut effects, upstream)
+            .await?;
+        let mut run = DetectRun {
+            compared: effects.len(),
+            ..DetectRun::default()
+        };
+        let mut reported: Option<HashSet<String>> = None;
+        for found in find(&rule, &effects) {
+            // Only what involves an effect since `since` (older groups were the
+            // business of earlier runs).
+            if found.effects.iter().all(|e| e.at < since) {
+                continue;
+            }
+            // A group whose effects earlier findings already named (a wider `since`
+            // joins what two scheduled runs found apart) is nothing new: raising it
+            // would alert again and put back a hold an admin cleared.
+            if reported.is_none() {
+                reported = Some(self.reported_effects(&rule.name).await?);
+            }
+            if reported
+                .as_ref()
+                .is_some_and(|r| found.effects.iter().all(|e| r.contains(&e.member())))
+            {
+                run.known.push(found.id(&rule.name));
+                continue;
+            }
+            match self.raise(&cap, &found).await? {
+                Some(finding) => run.raised.push(finding),
+                None => run.known.push(found.id(&rule.name)),
+            }
+        }
+        Ok(run)
+    }
+
+    /// The ledger's side of a detection run: applied intents of `cap`, with a window's
+    /// margin (`within`) before `since` so an effect just after `since` meets its twin
+    /// just before it.
+    async fn ledger_effects(
+        &self,
+        cap: &Capability,
+        within: SignedDuration,
+        since: Timestamp,
+    ) -> Result<Vec<Effect>, StoreError> {
+        let from = since.checked_sub(within).unwrap_or(Timestamp::MIN);
         let listing = self
             .store
             .list_intents(&IntentFilter {
@@ -86,7 +128,7 @@ impl Gate {
                 ..IntentFilter::default()
             })
             .await?;
-        let mut effects: Vec<Effect> = listing
+        Ok(listing
             .items
             .iter()
             .filter(|r| r.updated_at >= from)
@@ -102,7 +144,18 @@ impl Gate {
                 at: r.settled_at.unwrap_or(r.updated_at),
                 unreadable: None,
             })
-            .collect();
+            .collect())
+    }
+
+    /// Adds the upstream's listing to `effects`: an effect behind one of oncegate's
+    /// intents joins as oncegate's, any other as a possible bypass. A second effect
+    /// under one intent's key raises a doubt on the provider.
+    async fn add_upstream_effects(
+        &self,
+        cap: &Capability,
+        effects: &mut Vec<Effect>,
+        upstream: Vec<UpstreamEffect>,
+    ) -> Result<(), StoreError> {
         // Evidence of effects the upstream made twice under one intent's key.
         let mut twins = Vec::new();
         for u in upstream {
@@ -135,7 +188,7 @@ impl Gate {
                 continue;
             }
             let (business_ref, normalised, unreadable) =
-                match normalise_arguments(&cap, &u.arguments) {
+                match normalise_arguments(cap, &u.arguments) {
                     Ok((b, n)) => (b, n, None),
                     Err(e) => (None, Default::default(), Some(e.to_string())),
                 };
@@ -153,7 +206,7 @@ impl Gate {
             });
         }
         if let Some(evidence) = twins.into_iter().next()
-            && oncegate_core::decide::dedupe_is_proof(&cap)
+            && oncegate_core::decide::dedupe_is_proof(cap)
         {
             self.raise_doubt(
                 &cap.name,
@@ -163,36 +216,7 @@ impl Gate {
             )
             .await?;
         }
-        let mut run = DetectRun {
-            compared: effects.len(),
-            ..DetectRun::default()
-        };
-        let mut reported: Option<HashSet<String>> = None;
-        for found in find(&rule, &effects) {
-            // Only what involves an effect since `since` (older groups were the
-            // business of earlier runs).
-            if found.effects.iter().all(|e| e.at < since) {
-                continue;
-            }
-            // A group whose effects earlier findings already named (a wider `since`
-            // joins what two scheduled runs found apart) is nothing new: raising it
-            // would alert again and put back a hold an admin cleared.
-            if reported.is_none() {
-                reported = Some(self.reported_effects(&rule.name).await?);
-            }
-            if reported
-                .as_ref()
-                .is_some_and(|r| found.effects.iter().all(|e| r.contains(&e.member())))
-            {
-                run.known.push(found.id(&rule.name));
-                continue;
-            }
-            match self.raise(&cap, &found).await? {
-                Some(finding) => run.raised.push(finding),
-                None => run.known.push(found.id(&rule.name)),
-            }
-        }
-        Ok(run)
+        Ok(())
     }
 
     /// Every effect the stored findings of `rule` name ([`Effect::member`]s).

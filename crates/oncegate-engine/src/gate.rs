@@ -1,6 +1,6 @@
 //! `Gate`: the engine's handle. What it holds (registry, store, clock, in-memory
 //! caches), how it is opened, its accessors, and the small helpers every operation
-//! shares. The operations live beside it: claim.rs (claim), complete.rs (complete,
+//! shares. The operations live beside it: claim/ (claim), complete.rs (complete,
 //! heartbeat, recording), invoke.rs (invoke), approvals.rs, controls.rs, sweep.rs.
 //!
 //! A Rust agent runtime uses it directly:
@@ -45,6 +45,11 @@ use crate::who::Who;
 /// How many lost races one call tolerates before giving up with `OG-0015`.
 pub(crate) const MAX_RACES: usize = 256;
 
+/// One lock per agent with a call at its approval queue now (entries nobody holds are
+/// dropped as others come, so the map holds the agents queueing at this moment). Here,
+/// beside the gate that holds it, so that queue.rs (which takes the turns) sits above.
+pub(crate) type QueueTurns = Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
+
 /// The engine.
 pub struct Gate {
     pub(crate) registry: Arc<Registry>,
@@ -72,7 +77,7 @@ pub struct Gate {
     /// When each agent's full approval queue was last alerted on (queue.rs).
     pub(crate) queue_alerts: Arc<std::sync::Mutex<HashMap<String, jiff::Timestamp>>>,
     /// One turn per agent at its approval queue, from the count to the commit (queue.rs).
-    pub(crate) queue_turns: crate::queue::QueueTurns,
+    pub(crate) queue_turns: QueueTurns,
 }
 
 /// The fronted servers' undeclared tools: those offered now, and those a server stopped

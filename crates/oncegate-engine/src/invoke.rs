@@ -19,9 +19,10 @@ use oncegate_core::intent::{Outcome, Reason, Status};
 use tracing::Instrument;
 
 use crate::call::{Call, IntentHandle};
-use crate::claim::{Claim, Sender, Step};
+use crate::claim::{Sender, Step};
 use crate::error::GateError;
 use crate::executor::{Executor, FnExecutor, LateAnswer};
+use crate::fence::Claim;
 use crate::gate::Gate;
 use crate::who::Who;
 

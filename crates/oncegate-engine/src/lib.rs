@@ -42,8 +42,9 @@
 //!
 //! # Modules
 //!
-//! gate.rs (the struct, opening, accessors), claim.rs (load -> decide -> commit,
-//! reconciliation on the way), invoke.rs (claim -> execute in a task -> record),
+//! gate.rs (the struct, opening, accessors), claim/ (preflight -> load -> decide ->
+//! commit, reconciliation on the way), fence.rs (a claim and its fence, below claim/ and
+//! complete.rs), invoke.rs (claim -> execute in a task -> record),
 //! complete.rs (complete, heartbeat, recording), approvals.rs, controls.rs (kill
 //! switches, breakers, read cap, client keys), kill_switches.rs (the gate's cache of
 //! the stored switches), sweep.rs, read_back.rs (the sweep proves reconciliation reads), doubts.rs (what a provider failed to prove: unproven reads, ignored keys),
@@ -62,6 +63,7 @@ mod detect;
 mod doubts;
 mod error;
 mod executor;
+mod fence;
 mod gap;
 mod gate;
 mod invoke;
@@ -76,12 +78,13 @@ mod sweep;
 mod who;
 
 pub use call::{Call, IntentHandle};
-pub use claim::{Claim, Claimed, Fence};
+pub use claim::Claimed;
 pub use clock::{Clock, ManualClock, StoreClock, SystemClock, Ticks, TokioClock};
 pub use detect::{DetectRun, UpstreamEffect};
 pub use doubts::{Doubt, Doubted};
 pub use error::GateError;
 pub use executor::{Attempt, Executor, LateAnswer};
+pub use fence::{Claim, Fence};
 pub use gate::Gate;
 pub use limits::{Hold, LimitStatus, hold_target};
 pub use pins::{Accepted, PinCheck, TOOL_CHANGED, ToolDefinition, definition_digest};

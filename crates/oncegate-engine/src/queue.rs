@@ -16,7 +16,6 @@
 //! alert at most once a minute per agent and process, so a flood does not flood the
 //! alert webhook too.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -29,10 +28,6 @@ use crate::gate::Gate;
 
 /// How often one agent's full queue is alerted on (per process).
 const ALERT_EVERY: SignedDuration = SignedDuration::from_mins(1);
-
-/// One lock per agent with a call at its approval queue now (entries nobody holds are
-/// dropped as others come, so the map holds the agents queueing at this moment).
-pub(crate) type QueueTurns = Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
 
 impl Gate {
     /// The agent's turn at its approval queue when `decision` would queue a new approval

@@ -3,7 +3,7 @@
 //!
 //! Several gates (replicas) may sweep one store: each intent is reconciled by one of
 //! them at a time, under a work claim (`StoreWrite::claim_work`) that a call's own
-//! reconciliation (claim.rs) takes as well.
+//! reconciliation (claim/apply.rs) takes as well.
 
 use std::sync::Arc;
 

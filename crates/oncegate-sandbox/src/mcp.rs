@@ -32,8 +32,10 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 mod catalogue;
+mod tool_call;
 
 use self::catalogue::catalogue;
+use self::tool_call::ToolCall;
 use super::{
     AfterCommit, EffectsParams, LookupError, LookupParams, Refusal, Resource, Sandbox,
     acceptable_key, ledger::NewEffect,
@@ -364,55 +366,6 @@ fn key_text(value: Option<Value>, name: &str) -> Result<Option<String>, ToolErro
         Some(_) => Err(ToolError::InvalidArguments(format!(
             "{name} must be a string"
         ))),
-    }
-}
-
-/// A tool, by what it does to which resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ToolCall {
-    Create(Resource),
-    Find(Resource),
-    GetOrder,
-    ListEffects,
-}
-
-impl ToolCall {
-    const GET_ORDER: &str = "get_order";
-    const LIST_EFFECTS: &str = "list_effects";
-
-    fn create_name(resource: Resource) -> &'static str {
-        match resource {
-            Resource::Charges => "create_charge",
-            Resource::Refunds => "create_refund",
-            Resource::Emails => "send_email",
-            Resource::Ledger => "append_ledger",
-        }
-    }
-
-    fn find_name(resource: Resource) -> &'static str {
-        match resource {
-            Resource::Charges => "find_charge",
-            Resource::Refunds => "find_refund",
-            Resource::Emails => "find_email",
-            Resource::Ledger => "find_ledger_entry",
-        }
-    }
-
-    fn parse(name: &str) -> Option<ToolCall> {
-        match name {
-            Self::GET_ORDER => return Some(ToolCall::GetOrder),
-            Self::LIST_EFFECTS => return Some(ToolCall::ListEffects),
-            _ => {}
-        }
-        Resource::ALL.into_iter().find_map(|resource| {
-            if name == Self::create_name(resource) {
-                Some(ToolCall::Create(resource))
-            } else if name == Self::find_name(resource) {
-                Some(ToolCall::Find(resource))
-            } else {
-                None
-            }
-        })
     }
 }
 

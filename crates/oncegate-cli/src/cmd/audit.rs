@@ -2,7 +2,7 @@
 //! it, and hold its heads elsewhere.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -77,120 +77,138 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
             config,
             anchor,
             since_checkpoint,
-        } => {
-            let registry = crate::load(&config.config)?;
-            let anchors = read_anchors(&anchor)?;
-            let store = crate::open_store(&registry).await?;
-            let walk = if since_checkpoint {
-                Walk::FromCheckpoint
-            } else {
-                Walk::Full
-            };
-            let report =
-                verify_audit(&store, store.chain_key(), store.store_id(), &anchors, walk).await?;
-            for b in &report.broken {
-                println!("BROKEN: shard {} at seq {}: {}", b.shard, b.seq, b.problem);
-            }
-            for p in &report.row_problems {
-                println!(
-                    "BROKEN ROW: {}: {}",
-                    p.kind.name(&p.key, p.generation),
-                    p.problem
-                );
-            }
-            if !report.ok() {
-                return Ok(ExitCode::FAILURE);
-            }
-            let walked = match &report.since {
-                None => format!(
-                    "{} audit records in {} shard(s), every link verified; {} row(s) match the records that wrote them",
-                    report.records, report.shards, report.rows
-                ),
-                Some(since) => format!(
-                    "{} audit records since the checkpoint of {} ({} verified before it) in {} shard(s), every new link verified; {} row(s) they wrote match them (without --since-checkpoint the whole chain is walked)",
-                    report.records, since.at, since.records, report.shards, report.rows
-                ),
-            };
-            println!(
-                "ok: {walked}{}{}",
-                if anchors.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; {} anchored head(s) still extended",
-                        report.anchored_heads
-                    )
-                },
-                if store.chain_key().is_some() {
-                    "; chain key checked"
-                } else {
-                    ""
-                }
-            );
-            // Where the next verify starts; failing to save it only costs the next one a
-            // full walk.
-            if let Err(e) = save_checkpoint(
-                &store,
-                store.chain_key(),
-                store.store_id(),
-                &report,
-                jiff::Timestamp::now(),
-            )
-            .await
-            {
-                eprintln!("warning: the checkpoint for the next verify was not saved: {e}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        AuditCommand::Export { config, after } => {
-            let registry = crate::load(&config.config)?;
-            let store = crate::open_store(&registry).await?;
-            let mut position = after;
-            loop {
-                let page = store.audit_after(position, 1000).await?;
-                let Some((last, _)) = page.last() else { break };
-                position = *last;
-                for (pos, record) in &page {
-                    println!("{}", serde_json::json!({"position": pos, "record": record}));
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => verify(&config, &anchor, since_checkpoint).await,
+        AuditCommand::Export { config, after } => export(&config, after).await,
         AuditCommand::Anchor {
             config,
             out,
             webhook,
-        } => {
-            let registry = crate::load(&config.config)?;
-            let store = crate::open_store(&registry).await?;
-            let a = anchor(&store, store.store_id(), jiff::Timestamp::now()).await?;
-            let line = serde_json::to_string(&a)?;
-            crate::emit(&format!("{line}\n"));
-            if let Some(path) = &out {
-                let mut f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .with_context(|| format!("cannot open {}", path.display()))?;
-                writeln!(f, "{line}")
-                    .and_then(|()| f.sync_all())
-                    .with_context(|| format!("cannot append to {}", path.display()))?;
-            }
-            if let Some(url) = &webhook {
-                let response = oncegate_gateway::server::http_client()
-                    .post(url)
-                    .timeout(std::time::Duration::from_secs(10))
-                    .json(&a)
-                    .send()
-                    .await
-                    .with_context(|| format!("cannot POST the anchor to {url}"))?;
-                anyhow::ensure!(
-                    response.status().is_success(),
-                    "the anchor webhook {url} answered {}",
-                    response.status()
-                );
-            }
-            Ok(ExitCode::SUCCESS)
+        } => anchor_heads(&config, out.as_deref(), webhook.as_deref()).await,
+    }
+}
+
+/// `audit verify`: walks the chain (all of it, or since the checkpoint) and every row
+/// it wrote; a clean walk leaves the next checkpoint.
+async fn verify(
+    config: &ConfigArg,
+    anchor: &[PathBuf],
+    since_checkpoint: bool,
+) -> anyhow::Result<ExitCode> {
+    let registry = crate::load(&config.config)?;
+    let anchors = read_anchors(anchor)?;
+    let store = crate::open_store(&registry).await?;
+    let walk = if since_checkpoint {
+        Walk::FromCheckpoint
+    } else {
+        Walk::Full
+    };
+    let report = verify_audit(&store, store.chain_key(), store.store_id(), &anchors, walk).await?;
+    for b in &report.broken {
+        println!("BROKEN: shard {} at seq {}: {}", b.shard, b.seq, b.problem);
+    }
+    for p in &report.row_problems {
+        println!(
+            "BROKEN ROW: {}: {}",
+            p.kind.name(&p.key, p.generation),
+            p.problem
+        );
+    }
+    if !report.ok() {
+        return Ok(ExitCode::FAILURE);
+    }
+    let walked = match &report.since {
+        None => format!(
+            "{} audit records in {} shard(s), every link verified; {} row(s) match the records that wrote them",
+            report.records, report.shards, report.rows
+        ),
+        Some(since) => format!(
+            "{} audit records since the checkpoint of {} ({} verified before it) in {} shard(s), every new link verified; {} row(s) they wrote match them (without --since-checkpoint the whole chain is walked)",
+            report.records, since.at, since.records, report.shards, report.rows
+        ),
+    };
+    println!(
+        "ok: {walked}{}{}",
+        if anchors.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} anchored head(s) still extended",
+                report.anchored_heads
+            )
+        },
+        if store.chain_key().is_some() {
+            "; chain key checked"
+        } else {
+            ""
+        }
+    );
+    // Where the next verify starts; failing to save it only costs the next one a
+    // full walk.
+    if let Err(e) = save_checkpoint(
+        &store,
+        store.chain_key(),
+        store.store_id(),
+        &report,
+        jiff::Timestamp::now(),
+    )
+    .await
+    {
+        eprintln!("warning: the checkpoint for the next verify was not saved: {e}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `audit export`: every record after `after`, one JSON line each.
+async fn export(config: &ConfigArg, after: i64) -> anyhow::Result<ExitCode> {
+    let registry = crate::load(&config.config)?;
+    let store = crate::open_store(&registry).await?;
+    let mut position = after;
+    loop {
+        let page = store.audit_after(position, 1000).await?;
+        let Some((last, _)) = page.last() else { break };
+        position = *last;
+        for (pos, record) in &page {
+            println!("{}", serde_json::json!({"position": pos, "record": record}));
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `audit anchor`: prints the heads of every shard, and keeps them in a file or sends
+/// them to a webhook.
+async fn anchor_heads(
+    config: &ConfigArg,
+    out: Option<&Path>,
+    webhook: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let registry = crate::load(&config.config)?;
+    let store = crate::open_store(&registry).await?;
+    let a = anchor(&store, store.store_id(), jiff::Timestamp::now()).await?;
+    let line = serde_json::to_string(&a)?;
+    crate::emit(&format!("{line}\n"));
+    if let Some(path) = out {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        writeln!(f, "{line}")
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("cannot append to {}", path.display()))?;
+    }
+    if let Some(url) = webhook {
+        let response = oncegate_gateway::server::http_client()
+            .post(url)
+            .timeout(std::time::Duration::from_secs(10))
+            .json(&a)
+            .send()
+            .await
+            .with_context(|| format!("cannot POST the anchor to {url}"))?;
+        anyhow::ensure!(
+            response.status().is_success(),
+            "the anchor webhook {url} answered {}",
+            response.status()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

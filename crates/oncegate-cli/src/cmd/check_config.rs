@@ -1,9 +1,10 @@
 //! `oncegate check-config`: validate a registry without starting anything, and with
 //! `--probe` find the upstreams it names that do not answer.
 
+use std::path::Path;
 use std::process::ExitCode;
 
-use oncegate_core::redact;
+use oncegate_core::{Registry, redact};
 
 use crate::ConfigArg;
 
@@ -41,6 +42,16 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    print_summary(path, &registry);
+    if !args.probe {
+        return Ok(ExitCode::SUCCESS);
+    }
+    probe(path, &registry)
+}
+
+/// What the registry holds, one line per identity issuer, capability and fronted
+/// server, every value as it is written in the config.
+fn print_summary(path: &Path, registry: &Registry) {
     println!(
         "{}: ok ({} capabilities, {} principals, store {})",
         path.display(),
@@ -113,14 +124,16 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
             claim_only.join(", ")
         );
     }
-    if !args.probe {
-        return Ok(ExitCode::SUCCESS);
-    }
+}
+
+/// `--probe`: connects to every upstream, reconciliation read and fronted server, and
+/// reads the store's tool pins and doubts; a failure on one of them fails the check.
+fn probe(path: &Path, registry: &Registry) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let findings = runtime.block_on(oncegate_gateway::probe::probe(
-        &registry,
+        registry,
         oncegate_gateway::server::http_client(),
     ));
     let mut problems = findings.iter().filter(|f| f.problem.is_some()).count();
@@ -131,13 +144,13 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let servers = runtime.block_on(oncegate_gateway::probe::probe_servers(
-        &registry,
+        registry,
         oncegate_gateway::server::http_client(),
     ));
     let pins = if servers.is_empty() {
         Ok(Vec::new())
     } else {
-        runtime.block_on(tool_pins(&registry))
+        runtime.block_on(tool_pins(registry))
     };
     if let Err(e) = &pins {
         eprintln!("note: probe: the store was not read, so tool pins are not shown: {e}");
@@ -178,7 +191,7 @@ pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    problems += runtime.block_on(doubts(&registry));
+    problems += runtime.block_on(doubts(registry));
     if problems > 0 {
         eprintln!(
             "{}: {problems} upstream problem(s) found by --probe",

@@ -8,14 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{API_KEY, Proc, Setup, client, effects_where, sandbox};
+use crate::support::{API_KEY, Proc, Setup, client, closed_port, effects_where, sandbox};
 use crate::{examples, oncegate};
-
-/// A port nothing listens on (bound, then released).
-fn dead_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
 
 /// An MCP capability on the sandbox, calling `tool`.
 fn mcp_capability(name: &str, tool: &str) -> String {
@@ -74,7 +68,7 @@ fn check_config_probe_reports_an_unknown_mcp_tool_and_an_unreachable_upstream() 
     let sb = sandbox(&[]);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("probe.toml");
-    let port = dead_port();
+    let port = closed_port();
     std::fs::write(&config, probe_config(port)).unwrap();
     let run = |probe: bool| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));

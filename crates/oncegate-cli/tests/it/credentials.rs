@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::mcp::{jsonrpc, post_mcp, tools_call};
-use crate::support::{Log, Proc, client, spawn_logged};
+use crate::support::{Log, Proc, client, closed_port, spawn_logged};
 
 /// Every secret contains this, so one search finds any of them.
 const MARK: &str = "5ecret";
@@ -30,12 +30,6 @@ const ENVIRONMENT: [(&str, &str); 6] = [
 
 /// A JWT (never verified: its issuer's keys cannot be fetched) naming the issuer below.
 const JWT: &str = "eyJhbGciOiJSUzI1NiIsImtpZCI6ImsxIiwidHlwIjoiSldUIn0.eyJpc3MiOiJodHRwczovL2lkcC5leGFtcGxlLmNvbSIsInN1YiI6ImFsaWNlIiwiYXVkIjoiaHR0cDovLzEyNy4wLjAuMTo3ODc4L21jcCIsInJvbGVzIjpbImFnZW50Il0sImV4cCI6NDEwMjQ0NDgwMH0.c2lnbmF0dXJl";
-
-/// A loopback port nothing listens on.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
 
 /// The registry: every outbound URL at `port`, with secrets wherever one can be.
 fn registry(port: u16) -> String {

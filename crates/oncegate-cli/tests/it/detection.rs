@@ -230,16 +230,6 @@ fn a_bypass_duplicate_is_found_within_a_tick_held_and_cleared() {
     );
 }
 
-/// `oncegate` run as a user runs it beside the gateway, with the sandbox's variables.
-fn oncegate(setup: &Setup, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .args(args)
-        .env("SANDBOX_URL", &setup.sandbox.url)
-        .env("SANDBOX_API_KEY", API_KEY)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn oncegate_detect_runs_the_rules_on_demand_and_holds_list_and_clear_them() {
     // The scheduler's slot is a year long (an hourly one could roll over mid-test and
@@ -266,10 +256,7 @@ fn oncegate_detect_runs_the_rules_on_demand_and_holds_list_and_clear_them() {
         assert_eq!(o["status"], "applied", "{o}");
     }
     // Legitimate distinct charges: nothing found.
-    let clean = oncegate(
-        &setup,
-        &["detect", "--config", config, "--since", "1h", "--json"],
-    );
+    let clean = setup.oncegate(&["detect", "--config", config, "--since", "1h", "--json"]);
     assert!(
         clean.status.success(),
         "{}",
@@ -292,18 +279,15 @@ fn oncegate_detect_runs_the_rules_on_demand_and_holds_list_and_clear_them() {
     assert!(direct.status().is_success());
 
     // The table names the bypass and its hold; stderr has the run's line.
-    let found = oncegate(
-        &setup,
-        &[
-            "detect",
-            "--config",
-            config,
-            "--since",
-            "1h",
-            "--rule",
-            "charge_card",
-        ],
-    );
+    let found = setup.oncegate(&[
+        "detect",
+        "--config",
+        config,
+        "--since",
+        "1h",
+        "--rule",
+        "charge_card",
+    ]);
     let table = String::from_utf8_lossy(&found.stdout);
     let progress = String::from_utf8_lossy(&found.stderr);
     assert!(found.status.success(), "{table}{progress}");
@@ -318,10 +302,7 @@ fn oncegate_detect_runs_the_rules_on_demand_and_holds_list_and_clear_them() {
         .unwrap_or_else(|| panic!("no hold in {table}"))
         .to_owned();
     // Run again: found again, raised never twice.
-    let again = oncegate(
-        &setup,
-        &["detect", "--config", config, "--since", "1h", "--json"],
-    );
+    let again = setup.oncegate(&["detect", "--config", config, "--since", "1h", "--json"]);
     let report: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(report["findings"], json!([]), "{report}");
     assert_eq!(
@@ -345,27 +326,23 @@ fn oncegate_detect_runs_the_rules_on_demand_and_holds_list_and_clear_them() {
     assert!(held.to_string().contains("OG-0026"), "{held}");
 
     let remote = ["--url", gw.url.as_str(), "--token", "tok-ops"];
-    let listed = oncegate(&setup, &[&["holds", "list"][..], &remote].concat());
+    let listed = setup.oncegate(&[&["holds", "list"][..], &remote].concat());
     let text = String::from_utf8_lossy(&listed.stdout);
     assert!(
         listed.status.success() && text.contains(&hold) && text.contains("D-1"),
         "{text}"
     );
     // An agent's token is refused, and says so.
-    let agent = oncegate(
-        &setup,
-        &[
-            "holds",
-            "list",
-            "--url",
-            gw.url.as_str(),
-            "--token",
-            "tok-planner",
-        ],
-    );
+    let agent = setup.oncegate(&[
+        "holds",
+        "list",
+        "--url",
+        gw.url.as_str(),
+        "--token",
+        "tok-planner",
+    ]);
     assert!(!agent.status.success());
-    let cleared = oncegate(
-        &setup,
+    let cleared = setup.oncegate(
         &[
             &[
                 "holds",
@@ -383,10 +360,7 @@ fn oncegate_detect_runs_the_rules_on_demand_and_holds_list_and_clear_them() {
         "{}",
         String::from_utf8_lossy(&cleared.stdout)
     );
-    let twice = oncegate(
-        &setup,
-        &[&["holds", "clear", hold.as_str()][..], &remote].concat(),
-    );
+    let twice = setup.oncegate(&[&["holds", "clear", hold.as_str()][..], &remote].concat());
     assert!(
         !twice.status.success(),
         "a cleared hold is not cleared twice"
@@ -397,14 +371,14 @@ fn oncegate_detect_runs_the_rules_on_demand_and_holds_list_and_clear_them() {
         json!({"order_id": "D-1", "amount": "5.00", "memo": "x"}),
     );
     assert_eq!(after["status"], "applied", "{after}");
-    let audit = oncegate(&setup, &["audit", "verify", "--config", config]);
+    let audit = setup.oncegate(&["audit", "verify", "--config", config]);
     assert!(
         audit.status.success(),
         "the CLI's writes beside the gateway keep the chain whole: {}",
         String::from_utf8_lossy(&audit.stdout)
     );
 
-    let unknown = oncegate(&setup, &["detect", "--config", config, "--rule", "nope"]);
+    let unknown = setup.oncegate(&["detect", "--config", config, "--rule", "nope"]);
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no duplicate rule is named `nope`"));
 }
@@ -437,10 +411,7 @@ fn an_mcp_listing_is_read_in_pages_like_an_http_one() {
         .send()
         .unwrap();
     assert!(direct.status().is_success());
-    let out = oncegate(
-        &setup,
-        &["detect", "--config", config, "--since", "1h", "--json"],
-    );
+    let out = setup.oncegate(&["detect", "--config", config, "--since", "1h", "--json"]);
     assert!(
         out.status.success(),
         "{}",

@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{
-    API_KEY, Log, Proc, Setup, call, client, effects_where, fault, intent, spawn_logged,
-};
+use crate::support::{Log, Proc, Setup, call, client, effects_where, fault, intent, spawn_logged};
 
 /// How long the sandbox takes before it commits: well past the gateway's 1 s timeout.
 const COMMIT_AFTER_MS: u64 = 4000;
@@ -157,17 +155,12 @@ fn a_reconciliation_read_that_cannot_find_applied_effects_is_doubted_and_proves_
 
     // `check-config --probe` reports it as a problem.
     let config = setup.dir.path().join("oncegate.toml");
-    let probe = Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .args([
-            "check-config",
-            "--probe",
-            "--config",
-            config.to_str().unwrap(),
-        ])
-        .env("SANDBOX_URL", &setup.sandbox.url)
-        .env("SANDBOX_API_KEY", API_KEY)
-        .output()
-        .unwrap();
+    let probe = setup.oncegate(&[
+        "check-config",
+        "--probe",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&probe.stderr);
     assert!(!probe.status.success(), "{stderr}");
     assert!(

@@ -3,12 +3,11 @@
 //! with the command that accepts it), and `oncegate tools list|accept` show and accept
 //! a changed definition on the running gateway.
 
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{API_KEY, Proc, Setup, client};
+use crate::support::{Proc, Setup, client};
 
 const FRONTED: &str = r#"
 [[mcp_servers]]
@@ -19,27 +18,15 @@ undeclared = "read"
 refresh = "1h"
 "#;
 
-fn oncegate(setup: &Setup, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .args(args)
-        .env("SANDBOX_URL", &setup.sandbox.url)
-        .env("SANDBOX_API_KEY", API_KEY)
-        .output()
-        .unwrap()
-}
-
 /// `check-config --probe`: (stdout, stderr, success).
 fn probe(setup: &Setup) -> (String, String, bool) {
     let config = setup.dir.path().join("oncegate.toml");
-    let out = oncegate(
-        setup,
-        &[
-            "check-config",
-            "--probe",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let out = setup.oncegate(&[
+        "check-config",
+        "--probe",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -63,12 +50,9 @@ fn pin_line(stdout: &str) -> String {
 
 /// `oncegate tools list --json` on the gateway (as the admin, `tok-ops`).
 fn tools(setup: &Setup, gw: &Proc) -> Value {
-    let out = oncegate(
-        setup,
-        &[
-            "tools", "list", "--json", "--url", &gw.url, "--token", "tok-ops",
-        ],
-    );
+    let out = setup.oncegate(&[
+        "tools", "list", "--json", "--url", &gw.url, "--token", "tok-ops",
+    ]);
     assert!(
         out.status.success(),
         "{}",
@@ -138,10 +122,7 @@ fn check_config_probe_shows_each_fronted_tools_pin_and_a_change_until_accepted()
         stderr.contains("error: probe: server pay: tool find_charge changed since it was pinned"),
         "{stderr}"
     );
-    let table = oncegate(
-        &setup,
-        &["tools", "list", "--url", &gw.url, "--token", "tok-ops"],
-    );
+    let table = setup.oncegate(&["tools", "list", "--url", &gw.url, "--token", "tok-ops"]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(
         table.lines().any(|l| l.starts_with("pay")
@@ -152,36 +133,30 @@ fn check_config_probe_shows_each_fronted_tools_pin_and_a_change_until_accepted()
     );
 
     // A stale digest is refused; the offered one is accepted, and the probe agrees.
-    let stale = oncegate(
-        &setup,
-        &[
-            "tools",
-            "accept",
-            "pay",
-            "find_charge",
-            &first,
-            "--url",
-            &gw.url,
-            "--token",
-            "tok-ops",
-        ],
-    );
+    let stale = setup.oncegate(&[
+        "tools",
+        "accept",
+        "pay",
+        "find_charge",
+        &first,
+        "--url",
+        &gw.url,
+        "--token",
+        "tok-ops",
+    ]);
     assert!(!stale.status.success());
     assert!(String::from_utf8_lossy(&stale.stdout).contains("OG-0059"));
-    let accepted = oncegate(
-        &setup,
-        &[
-            "tools",
-            "accept",
-            "pay",
-            "find_charge",
-            &offered,
-            "--url",
-            &gw.url,
-            "--token",
-            "tok-ops",
-        ],
-    );
+    let accepted = setup.oncegate(&[
+        "tools",
+        "accept",
+        "pay",
+        "find_charge",
+        &offered,
+        "--url",
+        &gw.url,
+        "--token",
+        "tok-ops",
+    ]);
     assert!(
         accepted.status.success(),
         "{}",

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -239,6 +239,24 @@ impl Setup {
         }
         cmd
     }
+}
+
+impl Setup {
+    /// `oncegate` run as a user runs it beside the gateway, with the sandbox's variables.
+    pub(crate) fn oncegate(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_oncegate"))
+            .args(args)
+            .env("SANDBOX_URL", &self.sandbox.url)
+            .env("SANDBOX_API_KEY", API_KEY)
+            .output()
+            .unwrap()
+    }
+}
+
+/// A loopback port nothing listens on (bound, then released).
+pub(crate) fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
 }
 
 pub(crate) fn client() -> reqwest::blocking::Client {

@@ -13,7 +13,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 use oncegate_core::codes::Code;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalState, IntentState, Status};
@@ -22,7 +22,7 @@ use oncegate_engine::{Call, Claimed, Executor, Gate, IntentHandle, ManualClock};
 use oncegate_store::StoreRead;
 use serde_json::{Value, json};
 
-use crate::gate_in;
+use crate::support::manual_gate;
 
 const CONFIG: &str = r#"
 [gateway]
@@ -135,12 +135,7 @@ impl Executor for ByClaim {
 }
 
 async fn gate() -> (tempfile::TempDir, Gate, ManualClock) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("oncegate.toml"), CONFIG).unwrap();
-    std::fs::write(dir.path().join("policies.cedar"), POLICIES).unwrap();
-    let clock = ManualClock::new(Timestamp::now());
-    let gate = gate_in(dir.path(), Arc::new(clock.clone())).await;
-    (dir, gate, clock)
+    manual_gate(CONFIG, Some(POLICIES)).await
 }
 
 fn email(body: &str) -> Value {

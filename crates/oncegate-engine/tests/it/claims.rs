@@ -15,7 +15,7 @@ use oncegate_engine::{
 use oncegate_store::StoreRead;
 use serde_json::json;
 
-use crate::Scratch;
+use crate::support::Scratch;
 
 fn pay(order: &str) -> Call {
     Call::new("pay", json!({"order_id": order, "amount": "12.50"}))

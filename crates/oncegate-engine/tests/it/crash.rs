@@ -15,7 +15,7 @@ use oncegate_engine::{Call, Executor, IntentHandle, ManualClock, SystemClock};
 use oncegate_store::StoreRead;
 use serde_json::json;
 
-use crate::{Scratch, gate_in};
+use crate::support::{Scratch, gate_in};
 
 const CHILD_ENV: &str = "ONCEGATE_TEST_CRASH_CHILD_DIR";
 const TEST_NAME: &str = "crash::killed_between_effect_and_record_reads_unknown";

@@ -14,7 +14,7 @@ use oncegate_engine::{Call, Executor, GateError, IntentHandle, SystemClock};
 use oncegate_store::StoreRead;
 use serde_json::json;
 
-use crate::Scratch;
+use crate::support::Scratch;
 
 /// Counts executions; each takes a little while, like a real provider.
 struct Counting {

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 use oncegate_core::EffectResult;
 use oncegate_core::codes::Code;
 use oncegate_core::intent::Status;
@@ -14,7 +14,7 @@ use oncegate_engine::{Call, Claim, Claimed, Clock, Doubt, Gate, ManualClock, Ups
 use oncegate_store::StoreRead;
 use serde_json::json;
 
-use crate::gate_in;
+use crate::support::{gate_in, manual_gate};
 
 /// `charge` is keyed on a free-text memo too (the broken recipe detection must catch),
 /// with a budget of 37.50 USD per agent per 24 h: room for three charges of 12.50.
@@ -67,11 +67,7 @@ window = "1h"
 "#;
 
 async fn world() -> (tempfile::TempDir, Gate, ManualClock) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("oncegate.toml"), CONFIG).unwrap();
-    let clock = ManualClock::new(Timestamp::now());
-    let gate = gate_in(dir.path(), Arc::new(clock.clone())).await;
-    (dir, gate, clock)
+    manual_gate(CONFIG, None).await
 }
 
 fn charge(order: &str, memo: &str) -> Call {
@@ -449,10 +445,7 @@ impl oncegate_engine::Executor for Counting {
 }
 
 async fn reviewed() -> (tempfile::TempDir, Gate, ManualClock, Arc<Counting>) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("oncegate.toml"), REVIEWED).unwrap();
-    let clock = ManualClock::new(Timestamp::now());
-    let gate = gate_in(dir.path(), Arc::new(clock.clone())).await;
+    let (dir, gate, clock) = manual_gate(REVIEWED, None).await;
     (dir, gate, clock, Arc::new(Counting(Default::default())))
 }
 

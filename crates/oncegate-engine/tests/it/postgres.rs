@@ -13,7 +13,7 @@ use oncegate_store::{OpenMode, StoreOptions, StoreRead, load_registry};
 use serde_json::json;
 use sqlx::Connection;
 
-use crate::Scratch;
+use crate::support::Scratch;
 
 fn server_url() -> String {
     std::env::var("ONCEGATE_TEST_POSTGRES_URL")

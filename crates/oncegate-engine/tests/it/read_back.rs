@@ -6,14 +6,14 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 use oncegate_core::intent::Status;
 use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_engine::{Call, Claimed, Doubt, Executor, Gate, IntentHandle, ManualClock};
 use oncegate_store::load_registry;
 use serde_json::json;
 
-use crate::gate_in;
+use crate::support::manual_gate;
 
 /// A claim-only keyed capability with a reconciliation read (this test answers it),
 /// read back two intents every ten minutes, settled for a minute.
@@ -106,10 +106,7 @@ fn to_the_read_back(clock: &ManualClock) {
 
 #[tokio::test]
 async fn a_few_applied_intents_are_read_back_by_one_replica_and_a_miss_doubts_the_read() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("oncegate.toml"), CONFIG).unwrap();
-    let clock = ManualClock::new(Timestamp::now());
-    let a = gate_in(dir.path(), Arc::new(clock.clone())).await;
+    let (dir, a, clock) = manual_gate(CONFIG, None).await;
     let registry = load_registry(&dir.path().join("oncegate.toml")).unwrap();
     let b = Gate::with_store(registry, a.store().clone(), Arc::new(clock.clone()));
     for order in ["P-1", "P-2", "P-3", "P-4", "P-5"] {

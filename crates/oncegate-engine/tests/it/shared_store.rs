@@ -18,7 +18,7 @@ use oncegate_engine::{Call, Claimed, Executor, Gate, IntentHandle, ManualClock};
 use oncegate_store::{MemoryStore, StoreRead, load_registry};
 use serde_json::json;
 
-use crate::{CONFIG, Scratch};
+use crate::support::{CONFIG, Scratch};
 
 fn pay(order: &str) -> Call {
     Call::new("pay", json!({"order_id": order, "amount": "12.50"}))

@@ -7,7 +7,7 @@ use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
 use super::super::{MAX_EFFECTS_PAGE, Resource};
-use super::ToolCall;
+use super::tool_call::ToolCall;
 
 /// Every tool the sandbox offers, creates first.
 pub(super) fn catalogue() -> Vec<Tool> {

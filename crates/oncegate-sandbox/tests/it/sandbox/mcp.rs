@@ -19,7 +19,8 @@ use rmcp::{
 };
 use serde_json::{Value, json};
 
-use super::{Running, charge};
+use super::charge;
+use crate::support::Running;
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
