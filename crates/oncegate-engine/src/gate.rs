@@ -32,7 +32,7 @@ use oncegate_core::key::{CallScope, DerivedKey, IntentKey, derive};
 use oncegate_core::{Registry, decide};
 use rand::Rng;
 
-use oncegate_store::{OpenMode, Store, StoreError, StoreRead};
+use oncegate_store::{IntentsRead, OpenMode, Store, StoreError};
 
 use crate::call::Call;
 use crate::clock::Clock;

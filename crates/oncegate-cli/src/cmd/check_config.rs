@@ -243,7 +243,7 @@ async fn doubts(registry: &oncegate_core::Registry) -> usize {
 async fn tool_pins(
     registry: &oncegate_core::Registry,
 ) -> anyhow::Result<Vec<oncegate_store::ToolPin>> {
-    use oncegate_store::ToolPins;
+    use oncegate_store::PinsRead;
     let store = crate::open_store(registry).await?;
     let pins = store.tool_pins().await;
     store.close().await;

@@ -11,7 +11,7 @@ use oncegate_core::codes::Code;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalState, IntentState, Status};
 use oncegate_engine::{Call, Executor, GateError, IntentHandle, SystemClock};
-use oncegate_store::StoreRead;
+use oncegate_store::{AuditRead, Backend, IntentsRead};
 use serde_json::json;
 
 use crate::Scratch;

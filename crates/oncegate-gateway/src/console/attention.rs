@@ -21,7 +21,7 @@ use maud::html;
 use oncegate_core::config::Role;
 use oncegate_core::intent::{Alert, ApprovalReason, ApprovalState, IntentState, Outcome};
 use oncegate_core::key::IntentKey;
-use oncegate_store::{ApprovalFilter, IntentFilter, StoreRead};
+use oncegate_store::{ApprovalFilter, IntentFilter, IntentsRead};
 
 use super::approvals::state_badge;
 use super::page::{Section, key_link, notice, or_dash, page as frame, when};

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use oncegate_core::config::{Capability, Role};
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalState, Outcome};
-use oncegate_store::{ApprovalFilter, StoreRead};
+use oncegate_store::{ApprovalFilter, IntentsRead};
 use serde::Deserialize;
 use serde_json::json;
 

@@ -4,7 +4,7 @@
 use sqlx::Row;
 
 use super::{PgStore, corrupt, from_micros, ts, unavailable};
-use crate::{OfferedTool, PendingTool, StoreError, ToolPin, ToolPins};
+use crate::{OfferedTool, PendingTool, PinsRead, PinsWrite, StoreError, ToolPin};
 
 const ALL: &str = "SELECT server, tool, digest, definition,
      (extract(epoch from pinned_at) * 1000000)::int8, pinned_by, pending_digest,
@@ -36,7 +36,7 @@ fn pin(r: &sqlx::postgres::PgRow) -> Result<ToolPin, StoreError> {
     })
 }
 
-impl ToolPins for PgStore {
+impl PinsRead for PgStore {
     async fn tool_pins(&self) -> Result<Vec<ToolPin>, StoreError> {
         sqlx::query(ALL)
             .fetch_all(&mut *self.conn().await?)
@@ -46,7 +46,9 @@ impl ToolPins for PgStore {
             .map(pin)
             .collect()
     }
+}
 
+impl PinsWrite for PgStore {
     async fn pin_tool(&self, t: OfferedTool) -> Result<ToolPin, StoreError> {
         let row = sqlx::query(
             "INSERT INTO tool_pins (server, tool, digest, definition, pinned_at, pinned_by)

@@ -1,6 +1,6 @@
 //! Reads, and the row lookups the commit shares with them.
 //!
-//! Why one file: every read here is one `StoreRead` method in PostgreSQL's dialect, and
+//! Why one file: every read here is one read method of the store API in PostgreSQL's dialect, and
 //! most run in one REPEATABLE READ snapshot (`PgStore::snapshot`) with the seal
 //! lookups (`newest_*_seal`) the commit path reuses. The rules they apply are elsewhere
 //! (rows.rs, controls.rs, ledger.rs, listing.rs); what remains is SQL text and column
@@ -19,8 +19,8 @@ use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, SwitchRowV1};
 use crate::{
-    ApprovalFilter, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
-    UnreadableRow,
+    ApprovalFilter, AuditRead, Backend, IntentFilter, IntentsRead, KillSwitch, LimitsRead, Listing,
+    McpSession, SharedRead, StoreError, UnreadableRow,
 };
 use crate::{controls, ledger};
 
@@ -197,7 +197,7 @@ impl PgStore {
     }
 }
 
-impl StoreRead for PgStore {
+impl IntentsRead for PgStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
         self.snapshot(async |conn: &mut PgConnection| {
             let row = sqlx::query(
@@ -435,7 +435,9 @@ impl StoreRead for PgStore {
         })
         .await
     }
+}
 
+impl AuditRead for PgStore {
     async fn audit_after(
         &self,
         after: i64,
@@ -520,7 +522,74 @@ impl StoreRead for PgStore {
             .map_err(unavailable)?;
         Ok(rows.iter().map(|r| r.get::<i64, _>(0) as u32).collect())
     }
+}
 
+impl SharedRead for PgStore {
+    async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
+        let key = self.chain_key();
+        let legacy_before = self.legacy_before_ms();
+        self.snapshot(async |conn: &mut PgConnection| {
+            let rows = sqlx::query(
+                "SELECT target, reason, set_by, (extract(epoch from set_at) * 1000000)::int8, audit_shard, audit_seq, row_hash
+                 FROM kill_switches ORDER BY target",
+            )
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            let mut read = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let switch = switch_read(r);
+                let newest = newest_control_seal(conn, RowKind::Switch, &switch.row.target).await?;
+                read.push((switch, newest));
+            }
+            // Every target the chain ever sealed: one with no row was deleted.
+            let sealed = sqlx::query(
+                "SELECT a.row_switch_key, a.body, a.shard, a.seq, a.prev_hash, a.hash FROM audit a
+                 JOIN (SELECT row_switch_key, MAX(id) AS id FROM audit WHERE row_switch_key IS NOT NULL GROUP BY row_switch_key) n
+                   ON a.id = n.id
+                 WHERE NOT EXISTS (SELECT 1 FROM kill_switches k WHERE k.target = a.row_switch_key)",
+            )
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            let deleted = sealed
+                .iter()
+                .map(|r| {
+                    let at = audit_row(r).map_or(jiff::Timestamp::UNIX_EPOCH, |rec| rec.event.at);
+                    (r.get::<String, _>(0), at)
+                })
+                .collect();
+            Ok(controls::switches_on(read, deleted, key, legacy_before))
+        })
+        .await
+    }
+
+    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, principal, state, (extract(epoch from updated_at) * 1000000)::int8
+             FROM mcp_sessions WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&mut *self.conn().await?)
+        .await
+        .map_err(unavailable)?;
+        row.map(|r| {
+            Ok(McpSession {
+                id: r.get(0),
+                principal: r.get(1),
+                state: r
+                    .get::<Option<&str>, _>(2)
+                    .map(serde_json::from_str)
+                    .transpose()
+                    .map_err(corrupt)?,
+                updated_at: from_micros(r.get(3))?,
+            })
+        })
+        .transpose()
+    }
+}
+
+impl LimitsRead for PgStore {
     async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
         let row = sqlx::query(
             "SELECT COALESCE(SUM(amount), 0)::int8 FROM reservations WHERE scope = $1 AND active AND reserved_at >= $2::timestamptz",
@@ -576,45 +645,6 @@ impl StoreRead for PgStore {
         rows.iter()
             .map(|r| Ok(finding_row(r)?.listed(self.legacy_before_ms())))
             .collect()
-    }
-
-    async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
-        let key = self.chain_key();
-        let legacy_before = self.legacy_before_ms();
-        self.snapshot(async |conn: &mut PgConnection| {
-            let rows = sqlx::query(
-                "SELECT target, reason, set_by, (extract(epoch from set_at) * 1000000)::int8, audit_shard, audit_seq, row_hash
-                 FROM kill_switches ORDER BY target",
-            )
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            let mut read = Vec::with_capacity(rows.len());
-            for r in &rows {
-                let switch = switch_read(r);
-                let newest = newest_control_seal(conn, RowKind::Switch, &switch.row.target).await?;
-                read.push((switch, newest));
-            }
-            // Every target the chain ever sealed: one with no row was deleted.
-            let sealed = sqlx::query(
-                "SELECT a.row_switch_key, a.body, a.shard, a.seq, a.prev_hash, a.hash FROM audit a
-                 JOIN (SELECT row_switch_key, MAX(id) AS id FROM audit WHERE row_switch_key IS NOT NULL GROUP BY row_switch_key) n
-                   ON a.id = n.id
-                 WHERE NOT EXISTS (SELECT 1 FROM kill_switches k WHERE k.target = a.row_switch_key)",
-            )
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            let deleted = sealed
-                .iter()
-                .map(|r| {
-                    let at = audit_row(r).map_or(jiff::Timestamp::UNIX_EPOCH, |rec| rec.event.at);
-                    (r.get::<String, _>(0), at)
-                })
-                .collect();
-            Ok(controls::switches_on(read, deleted, key, legacy_before))
-        })
-        .await
     }
 
     async fn ledgers(&self) -> Result<crate::LimitLedgers, StoreError> {
@@ -690,31 +720,9 @@ impl StoreRead for PgStore {
         })
         .await
     }
+}
 
-    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, principal, state, (extract(epoch from updated_at) * 1000000)::int8
-             FROM mcp_sessions WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_optional(&mut *self.conn().await?)
-        .await
-        .map_err(unavailable)?;
-        row.map(|r| {
-            Ok(McpSession {
-                id: r.get(0),
-                principal: r.get(1),
-                state: r
-                    .get::<Option<&str>, _>(2)
-                    .map(serde_json::from_str)
-                    .transpose()
-                    .map_err(corrupt)?,
-                updated_at: from_micros(r.get(3))?,
-            })
-        })
-        .transpose()
-    }
-
+impl Backend for PgStore {
     /// Answers within about a second: the database answers, and takes writes (a
     /// read-only standby or a database in recovery is not ready).
     async fn ping(&self) -> Result<(), StoreError> {

@@ -4,7 +4,7 @@
 use sqlx::Row;
 
 use super::{Small, SqliteStore, corrupt, unavailable};
-use crate::{OfferedTool, PendingTool, StoreError, ToolPin, ToolPins};
+use crate::{OfferedTool, PendingTool, PinsRead, PinsWrite, StoreError, ToolPin};
 
 const ALL: &str = "SELECT server, tool, digest, definition, pinned_at, pinned_by, pending_digest, pending_definition, pending_at
      FROM tool_pins ORDER BY server, tool";
@@ -40,7 +40,7 @@ fn pin(r: &sqlx::sqlite::SqliteRow) -> Result<ToolPin, StoreError> {
     })
 }
 
-impl ToolPins for SqliteStore {
+impl PinsRead for SqliteStore {
     async fn tool_pins(&self) -> Result<Vec<ToolPin>, StoreError> {
         sqlx::query(ALL)
             .fetch_all(&self.inner.readers)
@@ -50,7 +50,9 @@ impl ToolPins for SqliteStore {
             .map(pin)
             .collect()
     }
+}
 
+impl PinsWrite for SqliteStore {
     async fn pin_tool(&self, offered: OfferedTool) -> Result<ToolPin, StoreError> {
         let (server, tool) = (offered.server.clone(), offered.tool.clone());
         self.small(Small::PinTool(offered)).await?;

@@ -14,7 +14,7 @@ use oncegate_core::decide::approval_covers;
 use oncegate_core::intent::{Approval, ApprovalReason, IntentRecord, IntentState};
 use oncegate_core::normalise::{Money, Normaliser};
 use oncegate_engine::IntentHandle;
-use oncegate_store::StoreRead;
+use oncegate_store::IntentsRead;
 use serde::Serialize;
 use serde_json::Value;
 
