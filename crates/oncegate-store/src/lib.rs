@@ -24,9 +24,6 @@
 //! head row (`SELECT ... FOR UPDATE`) instead.
 
 use std::future::Future;
-use std::path::Path;
-
-use oncegate_core::config::{ConfigEnv, ConfigErrors, Registry};
 
 mod api;
 pub mod audit_check;
@@ -87,51 +84,4 @@ pub trait Backend:
     /// Readiness: the store answers reads and can take a write now (a held write lock
     /// is not ready). Answers within about a second; never waits out a busy timeout.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
-}
-
-/// The file-system side of config loading: policy files and the system tz database.
-struct FsEnv;
-
-impl ConfigEnv for FsEnv {
-    fn read_file(&self, path: &Path) -> std::io::Result<String> {
-        std::fs::read_to_string(path)
-    }
-
-    fn time_zone(&self, name: &str) -> Option<jiff::tz::TimeZone> {
-        jiff::tz::TimeZone::get(name).ok()
-    }
-}
-
-/// Reads and validates a registry file (the I/O half of `Registry::parse`).
-pub fn load_registry(path: &Path) -> Result<Registry, ConfigErrors> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigErrors(vec![oncegate_core::config::ConfigError {
-            file: path.to_owned(),
-            line: 0,
-            column: 0,
-            field: String::new(),
-            message: format!("cannot read the config file: {e}"),
-            help: Some("pass --config PATH to an existing file".into()),
-        }])
-    })?;
-    Registry::parse(path, &text, &FsEnv)
-}
-
-/// The audit chain key named by `[audit] chain_key_env`, read from the environment.
-/// A named variable that is unset or empty is an error: records would otherwise be
-/// written unkeyed without anyone noticing.
-pub fn chain_key_from_env(
-    registry: &Registry,
-) -> Result<Option<oncegate_core::audit::ChainKey>, StoreError> {
-    let Some(name) = &registry.audit_chain_key_env else {
-        return Ok(None);
-    };
-    let secret = std::env::var(name).unwrap_or_default();
-    oncegate_core::audit::ChainKey::new(secret.as_bytes())
-        .map(Some)
-        .ok_or_else(|| {
-            StoreError::NotInitialised(format!(
-                "`[audit] chain_key_env` names `{name}`, which is not set (or empty): set it to the audit chain key, or remove the setting"
-            ))
-        })
 }

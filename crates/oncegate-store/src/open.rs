@@ -29,7 +29,7 @@ use crate::sqlite::SqliteStore;
 use crate::{
     AuditRead, AuditWrite, Backend, ClientKeyBinding, Commit, IntentFilter, IntentsRead,
     IntentsWrite, KillSwitch, LimitsRead, LimitsWrite, Listing, McpSession, PinsRead, PinsWrite,
-    SharedRead, SharedWrite, StoreError, chain_key_from_env,
+    SharedRead, SharedWrite, StoreError,
 };
 
 /// The URL schemes [`open`] understands, as users write them.
@@ -90,9 +90,14 @@ pub async fn open(
 }
 
 /// Opens the store a registry names (`[store] url`, relative to the config file's
-/// directory), sealing with the chain key `[audit] chain_key_env` names.
-pub async fn open_registry_store(registry: &Registry, mode: OpenMode) -> Result<Store, StoreError> {
-    open_registry_store_with(registry, mode, None).await
+/// directory), sealing with `chain_key` (the key `[audit] chain_key_env` names, which
+/// the caller reads: `oncegate_engine::config::chain_key_from_env`).
+pub async fn open_registry_store(
+    registry: &Registry,
+    mode: OpenMode,
+    chain_key: Option<ChainKey>,
+) -> Result<Store, StoreError> {
+    open_registry_store_with(registry, mode, None, chain_key).await
 }
 
 /// How `oncegate serve` opens its store.
@@ -112,11 +117,12 @@ pub async fn open_registry_store_with(
     registry: &Registry,
     mode: OpenMode,
     serving: Option<Serving>,
+    chain_key: Option<ChainKey>,
 ) -> Result<Store, StoreError> {
     let options = StoreOptions {
         single_writer: serving.is_some(),
         accept_rollback: serving.is_some_and(|s| s.accept_rollback),
-        ..registry_store_options(registry)?
+        ..registry_store_options(registry, chain_key)
     };
     open(
         &registry_store_url(registry),
@@ -140,7 +146,10 @@ pub struct Migrated {
 /// store must exist (a missing file may be a lost volume: `oncegate init` creates one);
 /// an empty PostgreSQL database gets the whole schema. Migrations are additive, so this
 /// is safe while replicas of the previous version serve.
-pub async fn migrate_registry_store(registry: &Registry) -> Result<Migrated, StoreError> {
+pub async fn migrate_registry_store(
+    registry: &Registry,
+    chain_key: Option<ChainKey>,
+) -> Result<Migrated, StoreError> {
     let (pending, mode) = match registry_location(registry)? {
         Location::Sqlite(path) => (
             crate::sqlite::pending_migrations(&path).await?,
@@ -151,24 +160,24 @@ pub async fn migrate_registry_store(registry: &Registry) -> Result<Migrated, Sto
             OpenMode::CreateIfMissing,
         ),
     };
-    let store = open_registry_store(registry, mode).await?;
+    let store = open_registry_store(registry, mode, chain_key).await?;
     Ok(Migrated {
         store,
         applied: pending,
     })
 }
 
-/// The store settings a registry names (`[store]`), with the chain key from the
-/// environment. `single_writer` is left off: serving sets it.
-pub fn registry_store_options(registry: &Registry) -> Result<StoreOptions, StoreError> {
-    Ok(StoreOptions {
-        chain_key: chain_key_from_env(registry)?,
+/// The store settings a registry names (`[store]`), with `chain_key`. `single_writer`
+/// is left off: serving sets it.
+pub fn registry_store_options(registry: &Registry, chain_key: Option<ChainKey>) -> StoreOptions {
+    StoreOptions {
+        chain_key,
         audit_shards: registry.store.audit_shards,
         single_writer: false,
         accept_rollback: false,
         pool_size: registry.store.pool_size,
         statement_timeout: registry.store.statement_timeout,
-    })
+    }
 }
 
 /// The store URL in force: `ONCEGATE_STORE_URL` when set and not empty, else the

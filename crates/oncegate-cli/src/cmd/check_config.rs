@@ -22,7 +22,7 @@ pub struct CheckConfigArgs {
 
 pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     let path = &args.config.config;
-    let registry = match oncegate_store::load_registry(path) {
+    let registry = match oncegate_engine::config::load_registry(path) {
         Ok(r) => r,
         Err(errors) => {
             eprintln!("{errors}");

@@ -555,7 +555,7 @@ async fn a_killed_process_aborts_the_gates_effect_tasks() {
         }
     }
     let scratch = Scratch::new();
-    let registry = oncegate_store::load_registry(&scratch.config()).unwrap();
+    let registry = oncegate_engine::config::load_registry(&scratch.config()).unwrap();
     let store = oncegate_store::MemoryStore::new();
     let process = oncegate_engine::Process::new();
     let gate = oncegate_engine::Gate::with_store(

@@ -14,8 +14,9 @@ mod simulation;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use oncegate_engine::config::load_registry;
 use oncegate_engine::{Clock, Gate};
-use oncegate_store::{OpenMode, load_registry};
+use oncegate_store::OpenMode;
 
 pub const CONFIG: &str = r#"
 [gateway]

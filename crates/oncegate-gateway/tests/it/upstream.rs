@@ -74,7 +74,7 @@ effect_ref = "/path"
 /// Loads the registry `text` from `dir` (its store, if any, lives there too).
 pub(crate) fn registry_in(dir: &std::path::Path, text: &str) -> oncegate_core::Registry {
     std::fs::write(dir.join("c.toml"), text).unwrap();
-    oncegate_store::load_registry(&dir.join("c.toml")).unwrap()
+    oncegate_engine::config::load_registry(&dir.join("c.toml")).unwrap()
 }
 
 /// The executor of capability `pay` in the registry `text`.
