@@ -28,12 +28,14 @@ use std::future::Future;
 mod api;
 pub mod audit_check;
 pub mod clock;
+#[cfg(feature = "testing")]
 pub mod conformance;
 mod controls;
 mod error;
 mod key_since;
 mod ledger;
 mod listing;
+#[cfg(feature = "testing")]
 pub mod memory;
 mod open;
 mod options;
@@ -53,6 +55,7 @@ pub use api::pins::{OfferedTool, PendingTool, PinsRead, PinsWrite, ToolPin};
 pub use api::shared::{KillSwitch, KillSwitchChange, McpSession, SharedRead, SharedWrite};
 pub use error::StoreError;
 pub use ledger::LimitLedgers;
+#[cfg(feature = "testing")]
 pub use memory::MemoryStore;
 pub use open::{
     Location, Migrated, STORE_URL_ENV, SUPPORTED_SCHEMES, Serving, Store, location,

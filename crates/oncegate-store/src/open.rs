@@ -21,7 +21,8 @@ use oncegate_core::key::IntentKey;
 use oncegate_core::redact;
 use tracing::Instrument;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
+#[cfg(feature = "testing")]
 use crate::memory::MemoryStore;
 use crate::options::{OpenMode, StoreOptions};
 use crate::postgres::PgStore;
@@ -50,7 +51,8 @@ pub enum Store {
     /// PostgreSQL (`postgres://...`), shared by several gateway replicas.
     Postgres(PgStore),
     /// The in-memory backend: tests and the simulation only (it forgets everything when
-    /// the process ends, so no URL opens it).
+    /// the process ends, so no URL opens it; the `testing` feature).
+    #[cfg(feature = "testing")]
     Memory(MemoryStore),
 }
 
@@ -66,6 +68,7 @@ impl From<PgStore> for Store {
     }
 }
 
+#[cfg(feature = "testing")]
 impl From<MemoryStore> for Store {
     fn from(s: MemoryStore) -> Self {
         Store::Memory(s)
@@ -254,7 +257,10 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.clock(),
             Store::Postgres(s) => s.clock(),
-            Store::Memory(s) => s.clock().unwrap_or_else(|| Arc::new(SystemClock)),
+            #[cfg(feature = "testing")]
+            Store::Memory(s) => s
+                .clock()
+                .unwrap_or_else(|| Arc::new(crate::clock::SystemClock)),
         }
     }
 
@@ -264,7 +270,9 @@ impl Store {
     pub fn resumption(&self) -> Option<crate::clock::Resumption> {
         match self {
             Store::Sqlite(s) => s.resumption(),
-            Store::Postgres(_) | Store::Memory(_) => None,
+            Store::Postgres(_) => None,
+            #[cfg(feature = "testing")]
+            Store::Memory(_) => None,
         }
     }
 
@@ -275,6 +283,7 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.rollback_accepted_at(),
             Store::Postgres(s) => s.rollback_accepted_at(),
+            #[cfg(feature = "testing")]
             Store::Memory(_) => None,
         }
     }
@@ -284,7 +293,9 @@ impl Store {
         match self {
             Store::Sqlite(_) => crate::sqlite::clock::AUTHORITY,
             Store::Postgres(_) => crate::postgres::CLOCK_AUTHORITY,
+            #[cfg(feature = "testing")]
             Store::Memory(s) if s.clock().is_some() => "the memory store's own clock",
+            #[cfg(feature = "testing")]
             Store::Memory(_) => "this host's clock (a memory store without a clock)",
         }
     }
@@ -294,6 +305,7 @@ impl Store {
         match self {
             Store::Sqlite(_) => "sqlite",
             Store::Postgres(_) => "postgres",
+            #[cfg(feature = "testing")]
             Store::Memory(_) => "memory",
         }
     }
@@ -304,6 +316,7 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.store_id(),
             Store::Postgres(s) => s.store_id(),
+            #[cfg(feature = "testing")]
             Store::Memory(_) => "memory",
         }
     }
@@ -313,6 +326,7 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.chain_key(),
             Store::Postgres(s) => s.chain_key(),
+            #[cfg(feature = "testing")]
             Store::Memory(_) => None,
         }
     }
@@ -323,6 +337,7 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.path().display().to_string(),
             Store::Postgres(s) => s.describe().to_owned(),
+            #[cfg(feature = "testing")]
             Store::Memory(_) => "memory".into(),
         }
     }
@@ -332,7 +347,9 @@ impl Store {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Store::Sqlite(s) => Some(s.path()),
-            Store::Postgres(_) | Store::Memory(_) => None,
+            Store::Postgres(_) => None,
+            #[cfg(feature = "testing")]
+            Store::Memory(_) => None,
         }
     }
 
@@ -342,10 +359,12 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.close().await,
             Store::Postgres(s) => s.close().await,
+            #[cfg(feature = "testing")]
             Store::Memory(_) => {}
         }
     }
 }
+
 /// Forwards one call to the backend `$store` holds, bound to `$s`: the one `match` over
 /// the backends, so each trait method of [`Store`] below is a line.
 macro_rules! each_backend {
@@ -353,6 +372,7 @@ macro_rules! each_backend {
         match $store {
             Store::Sqlite($s) => $call,
             Store::Postgres($s) => $call,
+            #[cfg(feature = "testing")]
             Store::Memory($s) => $call,
         }
     };
