@@ -58,6 +58,14 @@ pub enum StoreError {
     UnsupportedUrl(String),
 }
 
+// A driver whose reads cannot fail (`decode::RowSource` for sqlx rows) fails as a store
+// error would.
+impl From<std::convert::Infallible> for StoreError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
 impl StoreError {
     /// The stable code a refusal caused by this error carries.
     pub fn code(&self) -> Code {

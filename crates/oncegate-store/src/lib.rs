@@ -31,6 +31,7 @@ pub mod clock;
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod controls;
+mod decode;
 mod error;
 mod key_since;
 mod ledger;

@@ -39,17 +39,17 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::controls;
 use crate::ledger::{self, LimitLedgers};
 use crate::listing::{self, Dialect, live_count};
 pub use crate::options::{OpenMode, StoreOptions};
 use crate::rows::{RowData, body_hash, listed};
-use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, SwitchRowV1};
+use crate::storage::{ApprovalRowV1, IntentRowV1};
 use crate::{
     ApprovalFilter, AuditRead, AuditWrite, Backend, ClientKeyBinding, Commit, IntentFilter,
     IntentsRead, IntentsWrite, KillSwitch, LimitsRead, LimitsWrite, Listing, McpSession,
     SharedRead, SharedWrite, StoreError, UnreadableRow,
 };
+use crate::{controls, decode};
 use crate::{key_since, serve_anchor};
 
 mod adopt;
@@ -570,31 +570,12 @@ async fn inspect(path: &Path) -> Result<Found, StoreError> {
 }
 
 fn row_data(row: &sqlx::sqlite::SqliteRow, kind: RowKind) -> RowData {
-    let shard: Option<i64> = row.get("audit_shard");
-    let seq: Option<i64> = row.get("audit_seq");
-    RowData {
-        id: match kind {
-            RowKind::Intent => row.get("key"),
-            _ => row.get("id"),
-        },
-        generation: row.get::<i64, _>("generation") as u32,
-        version: row.get("version"),
-        body: row.get("body"),
-        row_hash: row.get("row_hash"),
-        link: shard.zip(seq).map(|(a, b)| (a as u32, b as u64)),
-    }
+    let Ok(row) = decode::row_data(row, kind);
+    row
 }
 
 fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError> {
-    AuditRowV1::from_columns(
-        row.get::<i64, _>("shard") as u32,
-        row.get::<i64, _>("seq") as u64,
-        row.get("prev_hash"),
-        row.get("hash"),
-        row.get::<&str, _>("body"),
-    )
-    .map(AuditRecord::from)
-    .map_err(corrupt)
+    decode::audit_record(row)
 }
 
 impl SqliteStore {
@@ -1269,40 +1250,10 @@ impl SqliteStore {
 }
 
 fn finding_row(r: &sqlx::sqlite::SqliteRow) -> Result<controls::FindingRead, StoreError> {
-    let at = |v: Option<i64>| {
-        v.map(jiff::Timestamp::from_millisecond)
-            .transpose()
-            .map_err(corrupt)
-    };
-    Ok(controls::FindingRead {
-        finding: crate::FindingRow {
-            id: r.get(0),
-            rule: r.get(1),
-            raised_at: jiff::Timestamp::from_millisecond(r.get(2)).map_err(corrupt)?,
-            body: r.get(3),
-            delivered_at: at(r.get(4))?,
-            attempts: u32::try_from(r.get::<i64, _>(5)).unwrap_or(u32::MAX),
-            next_attempt_at: at(r.get(6))?,
-            problem: None,
-        },
-        row_hash: r.get(9),
-        link: link(r.get(7), r.get(8)),
-    })
+    decode::finding(r)
 }
 
 fn switch_read(r: &sqlx::sqlite::SqliteRow) -> controls::SwitchRead {
-    controls::SwitchRead {
-        row: SwitchRowV1 {
-            target: r.get(0),
-            reason: r.get(1),
-            set_by: r.get(2),
-            set_at_ms: r.get(3),
-        },
-        row_hash: r.get(6),
-        link: link(r.get(4), r.get(5)),
-    }
-}
-
-fn link(shard: Option<i64>, seq: Option<i64>) -> Option<(u32, u64)> {
-    Some((shard? as u32, seq? as u64))
+    let Ok(switch) = decode::switch(r);
+    switch
 }

@@ -17,39 +17,20 @@ use sqlx::{PgConnection, Row};
 use super::{PgStore, corrupt, from_micros, ts, unavailable};
 use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
-use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, SwitchRowV1};
+use crate::storage::{ApprovalRowV1, IntentRowV1};
 use crate::{
     ApprovalFilter, AuditRead, Backend, IntentFilter, IntentsRead, KillSwitch, LimitsRead, Listing,
     McpSession, SharedRead, StoreError, UnreadableRow,
 };
-use crate::{controls, ledger};
+use crate::{controls, decode, ledger};
 
 fn row_data(row: &PgRow, kind: RowKind) -> RowData {
-    let shard: Option<i64> = row.get("audit_shard");
-    let seq: Option<i64> = row.get("audit_seq");
-    RowData {
-        id: match kind {
-            RowKind::Intent => row.get("key"),
-            _ => row.get("id"),
-        },
-        generation: row.get::<i64, _>("generation") as u32,
-        version: row.get("version"),
-        body: row.get("body"),
-        row_hash: row.get("row_hash"),
-        link: shard.zip(seq).map(|(a, b)| (a as u32, b as u64)),
-    }
+    let Ok(row) = decode::row_data(row, kind);
+    row
 }
 
 pub(super) fn audit_row(row: &PgRow) -> Result<AuditRecord, StoreError> {
-    AuditRowV1::from_columns(
-        row.get::<i64, _>("shard") as u32,
-        row.get::<i64, _>("seq") as u64,
-        row.get("prev_hash"),
-        row.get("hash"),
-        row.get::<&str, _>("body"),
-    )
-    .map(AuditRecord::from)
-    .map_err(corrupt)
+    decode::audit_record(row)
 }
 
 /// One intent generation; `lock` takes it FOR UPDATE (inside a commit).
@@ -749,37 +730,11 @@ impl Backend for PgStore {
     }
 }
 
-fn finding_row(r: &sqlx::postgres::PgRow) -> Result<controls::FindingRead, StoreError> {
-    let at = |v: Option<i64>| v.map(from_micros).transpose();
-    Ok(controls::FindingRead {
-        finding: crate::FindingRow {
-            id: r.get(0),
-            rule: r.get(1),
-            raised_at: from_micros(r.get(2))?,
-            body: r.get(3),
-            delivered_at: at(r.get(4))?,
-            attempts: u32::try_from(r.get::<i64, _>(5)).unwrap_or(u32::MAX),
-            next_attempt_at: at(r.get(6))?,
-            problem: None,
-        },
-        row_hash: r.get(9),
-        link: link(r.get(7), r.get(8)),
-    })
+fn finding_row(r: &PgRow) -> Result<controls::FindingRead, StoreError> {
+    decode::finding(r)
 }
 
-fn switch_read(r: &sqlx::postgres::PgRow) -> controls::SwitchRead {
-    controls::SwitchRead {
-        row: SwitchRowV1 {
-            target: r.get(0),
-            reason: r.get(1),
-            set_by: r.get(2),
-            set_at_ms: r.get::<i64, _>(3).div_euclid(1000),
-        },
-        row_hash: r.get(6),
-        link: link(r.get(4), r.get(5)),
-    }
-}
-
-fn link(shard: Option<i64>, seq: Option<i64>) -> Option<(u32, u64)> {
-    Some((shard? as u32, seq? as u64))
+fn switch_read(r: &PgRow) -> controls::SwitchRead {
+    let Ok(switch) = decode::switch(r);
+    switch
 }
