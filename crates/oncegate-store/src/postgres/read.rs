@@ -1,12 +1,10 @@
 //! Reads, and the row lookups the commit shares with them.
 //!
-//! Why one file: every read here is one read method of the store API in PostgreSQL's dialect, and
-//! most run in one REPEATABLE READ snapshot (`PgStore::snapshot`) with the seal
-//! lookups (`newest_*_seal`) the commit path reuses. The rules they apply are elsewhere
-//! (rows.rs, controls.rs, ledger.rs, listing.rs); what remains is SQL text and column
-//! decoding, which reads best next to the trait it implements, in the order of
-//! `sqlite.rs`. The store API is cut by table in the house issue (34), which moves this
-//! file with it.
+//! Every read here is one read method of the store API in PostgreSQL's dialect (limits
+//! and findings in `limits.rs`), most in one REPEATABLE READ snapshot
+//! (`PgStore::snapshot`) with the seal lookups (`newest_*_seal`) the commit path
+//! reuses. The rules they apply are elsewhere (rows.rs, controls.rs, ledger.rs,
+//! listing.rs, decode.rs); what remains is SQL text, in the order of `sqlite.rs`.
 
 use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow};
 use oncegate_core::intent::{Approval, IntentRecord};
@@ -19,10 +17,10 @@ use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
 use crate::storage::{ApprovalRowV1, IntentRowV1};
 use crate::{
-    ApprovalFilter, AuditRead, Backend, IntentFilter, IntentsRead, KillSwitch, LimitsRead, Listing,
-    McpSession, SharedRead, StoreError, UnreadableRow,
+    ApprovalFilter, AuditRead, Backend, IntentFilter, IntentsRead, KillSwitch, Listing, McpSession,
+    SharedRead, StoreError, UnreadableRow,
 };
-use crate::{controls, decode, ledger};
+use crate::{controls, decode};
 
 fn row_data(row: &PgRow, kind: RowKind) -> RowData {
     let Ok(row) = decode::row_data(row, kind);
@@ -148,13 +146,13 @@ pub(super) async fn check_row(
 
 impl PgStore {
     /// The store's `controls_sealed_at` in milliseconds.
-    fn legacy_before_ms(&self) -> Option<i64> {
+    pub(super) fn legacy_before_ms(&self) -> Option<i64> {
         self.inner.legacy_before.map(|us| us.div_euclid(1000))
     }
 
     /// Runs `read` in one REPEATABLE READ, READ ONLY transaction: the row and the
     /// chain's seals come from one snapshot.
-    async fn snapshot<T>(
+    pub(super) async fn snapshot<T>(
         &self,
         read: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
@@ -570,139 +568,6 @@ impl SharedRead for PgStore {
     }
 }
 
-impl LimitsRead for PgStore {
-    async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
-        let row = sqlx::query(
-            "SELECT COALESCE(SUM(amount), 0)::int8 FROM reservations WHERE scope = $1 AND active AND reserved_at >= $2::timestamptz",
-        )
-        .bind(scope)
-        .bind(ts(since))
-        .fetch_one(&mut *self.conn().await?)
-        .await
-        .map_err(unavailable)?;
-        Ok(row.get(0))
-    }
-
-    async fn findings(
-        &self,
-        limit: u32,
-        after: Option<&crate::PageAfter>,
-    ) -> Result<Vec<crate::FindingRow>, StoreError> {
-        let limit = i64::from(limit.max(1));
-        let query = match after {
-            None => sqlx::query(
-                "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings ORDER BY raised_at DESC, id DESC LIMIT $1",
-            )
-            .bind(limit),
-            Some(after) => sqlx::query(
-                "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings WHERE (raised_at, id) < ($2::timestamptz, $3) ORDER BY raised_at DESC, id DESC LIMIT $1",
-            )
-            .bind(limit)
-            .bind(ts(after.at))
-            .bind(after.id.clone()),
-        };
-        let rows = query
-            .fetch_all(&mut *self.conn().await?)
-            .await
-            .map_err(unavailable)?;
-        rows.iter()
-            .map(|r| Ok(finding_row(r)?.listed(self.legacy_before_ms())))
-            .collect()
-    }
-
-    async fn findings_due(
-        &self,
-        now: jiff::Timestamp,
-        limit: u32,
-    ) -> Result<Vec<crate::FindingRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings WHERE delivered_at IS NULL AND next_attempt_at <= $1::timestamptz ORDER BY next_attempt_at, id LIMIT $2",
-        )
-        .bind(ts(now))
-        .bind(i64::from(limit.max(1)))
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(unavailable)?;
-        rows.iter()
-            .map(|r| Ok(finding_row(r)?.listed(self.legacy_before_ms())))
-            .collect()
-    }
-
-    async fn ledgers(&self) -> Result<crate::LimitLedgers, StoreError> {
-        let legacy_before = self.inner.legacy_before;
-        self.snapshot(async |conn: &mut PgConnection| {
-            let mut ledgers = crate::LimitLedgers::default();
-            for r in sqlx::query(
-                "SELECT scope, seq, chain, audit_shard, audit_seq FROM limit_scopes WHERE seq > 0",
-            )
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            {
-                ledgers.heads.insert(
-                    r.get(0),
-                    ledger::Head {
-                        seq: r.get::<i64, _>(1) as u64,
-                        chain: r.get::<Option<String>, _>(2).unwrap_or_default(),
-                        link: (
-                            r.get::<Option<i64>, _>(3).unwrap_or(-1) as u32,
-                            r.get::<Option<i64>, _>(4).unwrap_or(0) as u64,
-                        ),
-                    },
-                );
-            }
-            for r in sqlx::query(
-                "SELECT scope, seq, key, generation, amount, at, reserve, chain FROM limit_ledger ORDER BY scope, seq",
-            )
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            {
-                let scope: String = r.get(0);
-                ledgers
-                    .entries
-                    .entry(scope.clone())
-                    .or_default()
-                    .push(ledger::StoredEntry {
-                        entry: oncegate_core::audit::LedgerEntry {
-                            scope,
-                            seq: r.get::<i64, _>(1) as u64,
-                            key: r.get(2),
-                            generation: r.get::<i64, _>(3) as u32,
-                            amount: r.get(4),
-                            at: r.get(5),
-                            reserve: r.get(6),
-                        },
-                        chain: r.get(7),
-                    });
-            }
-            for r in sqlx::query(
-                "SELECT scope, key, generation, amount, active, (extract(epoch from reserved_at) * 1000000)::int8 FROM reservations ORDER BY scope",
-            )
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            {
-                let scope: String = r.get(0);
-                let legacy = legacy_before.is_some_and(|t| r.get::<i64, _>(5) < t);
-                if legacy && !ledgers.entries.contains_key(&scope) {
-                    continue;
-                }
-                ledgers.table.entry(scope).or_default().push((
-                    ledger::Active {
-                        key: r.get(1),
-                        generation: r.get::<i64, _>(2) as u32,
-                        amount: r.get(3),
-                    },
-                    r.get::<bool, _>(4),
-                ));
-            }
-            Ok(ledgers)
-        })
-        .await
-    }
-}
-
 impl Backend for PgStore {
     /// Answers within about a second: the database answers, and takes writes (a
     /// read-only standby or a database in recovery is not ready).
@@ -730,7 +595,7 @@ impl Backend for PgStore {
     }
 }
 
-fn finding_row(r: &PgRow) -> Result<controls::FindingRead, StoreError> {
+pub(super) fn finding_row(r: &PgRow) -> Result<controls::FindingRead, StoreError> {
     decode::finding(r)
 }
 
