@@ -94,7 +94,7 @@ pub struct ConfigArg {
 
 /// Loads a registry, turning config errors into one readable error.
 pub fn load(path: &Path) -> anyhow::Result<Registry> {
-    oncegate_store::load_registry(path).map_err(|e| anyhow::anyhow!("{e}"))
+    oncegate_engine::config::load_registry(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Opens the registry's existing store (never creates one).
@@ -128,20 +128,23 @@ async fn open_registry_store(
 ) -> anyhow::Result<oncegate_store::Store> {
     let location =
         oncegate_store::registry_location(registry).map_err(|e| anyhow::anyhow!("{e}"))?;
-    oncegate_store::open_registry_store_with(registry, mode, serving)
-        .await
-        .map_err(|e| match e {
-            // These say what happened and what to do; a wrapper would only bury that
-            // (`Locked`: another `serve` holds the SQLite file; the message names
-            // PostgreSQL for several replicas).
-            oncegate_store::StoreError::NotInitialised(_)
-            | oncegate_store::StoreError::AlreadyExists(_)
-            | oncegate_store::StoreError::Locked(_)
-            | oncegate_store::StoreError::RolledBack(_) => {
-                anyhow::anyhow!("{e} [{}]", e.code())
-            }
-            other => anyhow::anyhow!("cannot open the store at {location}: {other}"),
-        })
+    async {
+        let chain_key = oncegate_engine::config::chain_key_from_env(registry)?;
+        oncegate_store::open_registry_store_with(registry, mode, serving, chain_key).await
+    }
+    .await
+    .map_err(|e| match e {
+        // These say what happened and what to do; a wrapper would only bury that
+        // (`Locked`: another `serve` holds the SQLite file; the message names
+        // PostgreSQL for several replicas).
+        oncegate_store::StoreError::NotInitialised(_)
+        | oncegate_store::StoreError::AlreadyExists(_)
+        | oncegate_store::StoreError::Locked(_)
+        | oncegate_store::StoreError::RolledBack(_) => {
+            anyhow::anyhow!("{e} [{}]", e.code())
+        }
+        other => anyhow::anyhow!("cannot open the store at {location}: {other}"),
+    })
 }
 
 pub fn run() -> ExitCode {

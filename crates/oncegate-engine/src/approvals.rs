@@ -9,7 +9,7 @@ use oncegate_core::config::Capability;
 use oncegate_core::decide::{self, Choice, Decision, Executes, decide_approval_noted};
 use oncegate_core::intent::{self, ApprovalState, IntentRecord, Outcome, Reason, Status};
 
-use oncegate_store::{StoreError, StoreRead};
+use oncegate_store::{IntentsRead, StoreError};
 
 use crate::claim::Rejudge;
 use crate::error::GateError;

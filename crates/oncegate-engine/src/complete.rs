@@ -18,7 +18,7 @@ use oncegate_core::config::Capability;
 use oncegate_core::decide::{self, Completion, EffectResult};
 use oncegate_core::intent::{IntentRecord, Outcome, Reason, Status};
 
-use oncegate_store::{Commit, StoreError, StoreRead, StoreWrite};
+use oncegate_store::{Commit, IntentsRead, IntentsWrite, StoreError};
 
 use crate::error::GateError;
 use crate::fence::{Claim, Fence};

@@ -11,7 +11,7 @@ use oncegate_core::decide;
 use oncegate_core::intent::Outcome;
 use oncegate_core::key::{DerivedKey, IntentKey};
 
-use oncegate_store::{Commit, KillSwitchChange, StoreError, StoreRead, StoreWrite};
+use oncegate_store::{Commit, IntentsRead, IntentsWrite, KillSwitchChange, SharedRead, StoreError};
 
 use crate::error::GateError;
 use crate::gate::{Gate, MAX_RACES};

@@ -16,8 +16,8 @@ use oncegate_core::key::{IntentKey, normalise_arguments};
 use serde_json::{Value, json};
 
 use oncegate_store::{
-    Commit, FindingRow, IntentFilter, KillSwitchChange, PageAfter, StoreError, StoreRead,
-    StoreWrite,
+    Commit, FindingRow, IntentFilter, IntentsRead, IntentsWrite, KillSwitchChange, LimitsRead,
+    PageAfter, StoreError,
 };
 
 use crate::gate::Gate;

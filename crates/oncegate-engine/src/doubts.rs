@@ -19,7 +19,7 @@ use oncegate_core::intent::{IntentRecord, IntentState};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use oncegate_store::{Commit, FindingRow, KillSwitchChange, StoreError, StoreRead, StoreWrite};
+use oncegate_store::{Commit, FindingRow, IntentsWrite, KillSwitchChange, SharedRead, StoreError};
 
 use crate::error::GateError;
 use crate::gate::Gate;

@@ -32,7 +32,7 @@ use oncegate_core::key::{CallScope, DerivedKey, IntentKey, derive};
 use oncegate_core::{Registry, decide};
 use rand::Rng;
 
-use oncegate_store::{OpenMode, Store, StoreError, StoreRead};
+use oncegate_store::{IntentsRead, OpenMode, Store, StoreError};
 
 use crate::call::Call;
 use crate::clock::Clock;
@@ -133,7 +133,8 @@ impl Gate {
     /// Opens the registry's store as `mode` says (`CreateIfMissing` for scratch
     /// stores), with the audit chain key from `[audit] chain_key_env`.
     pub async fn open_with(registry: Registry, mode: OpenMode) -> Result<Self, GateError> {
-        let store = oncegate_store::open_registry_store(&registry, mode).await?;
+        let chain_key = crate::config::chain_key_from_env(&registry)?;
+        let store = oncegate_store::open_registry_store(&registry, mode, chain_key).await?;
         Ok(Self::on_store(registry, store))
     }
 

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
-use oncegate_store::{Store, StoreError, StoreRead};
+use oncegate_store::{SharedRead, Store, StoreError};
 
 /// How long a loaded set of switches is trusted, by the gate's clock.
 pub(crate) const FRESH_FOR: SignedDuration = SignedDuration::from_millis(500);

@@ -58,6 +58,7 @@ mod call;
 mod claim;
 pub mod clock;
 mod complete;
+pub mod config;
 mod controls;
 mod detect;
 mod doubts;

@@ -23,7 +23,8 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use oncegate_store::{
-    Commit, KillSwitchChange, LimitReconcile, Reservation, StoreError, StoreRead, StoreWrite,
+    Commit, IntentsWrite, KillSwitchChange, LimitReconcile, LimitsRead, Reservation, SharedRead,
+    StoreError,
 };
 
 use crate::gate::Gate;

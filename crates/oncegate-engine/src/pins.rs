@@ -16,7 +16,9 @@ use oncegate_core::key::{canonical_json, digest};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use oncegate_store::{Commit, FindingRow, OfferedTool, StoreError, StoreWrite, ToolPin, ToolPins};
+use oncegate_store::{
+    Commit, FindingRow, IntentsWrite, OfferedTool, PinsRead, PinsWrite, StoreError, ToolPin,
+};
 
 use crate::error::GateError;
 use crate::gate::Gate;

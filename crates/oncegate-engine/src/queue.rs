@@ -22,7 +22,7 @@ use jiff::{SignedDuration, Timestamp};
 use oncegate_core::codes::Code;
 use oncegate_core::decide::{self, Decision};
 use oncegate_core::intent::{Alert, ApprovalReason, ApprovalState, Outcome, Reason, Status};
-use oncegate_store::StoreRead;
+use oncegate_store::IntentsRead;
 
 use crate::gate::Gate;
 

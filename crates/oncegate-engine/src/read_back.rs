@@ -18,7 +18,7 @@ use oncegate_core::decide::ReconcileResult;
 use oncegate_core::intent::{IntentRecord, IntentState};
 use serde_json::json;
 
-use oncegate_store::{IntentFilter, StoreError, StoreRead, StoreWrite};
+use oncegate_store::{IntentFilter, IntentsRead, SharedWrite, StoreError};
 
 use crate::call::IntentHandle;
 use crate::doubts::Doubt;

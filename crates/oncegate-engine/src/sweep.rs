@@ -2,7 +2,7 @@
 //! resolved from the upstream's record. The sweep executes nothing.
 //!
 //! Several gates (replicas) may sweep one store: each intent is reconciled by one of
-//! them at a time, under a work claim (`StoreWrite::claim_work`) that a call's own
+//! them at a time, under a work claim (`SharedWrite::claim_work`) that a call's own
 //! reconciliation (claim/apply.rs) takes as well.
 
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use oncegate_core::config::Capability;
 use oncegate_core::decide;
 use oncegate_core::intent::{IntentRecord, IntentState, Outcome};
 
-use oncegate_store::{Commit, IntentFilter, StoreError, StoreRead, StoreWrite};
+use oncegate_store::{Commit, IntentFilter, IntentsRead, IntentsWrite, SharedWrite, StoreError};
 
 use crate::call::IntentHandle;
 use crate::executor::Executor;

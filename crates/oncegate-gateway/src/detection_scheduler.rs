@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use oncegate_core::config::{Listing, UpstreamKind};
 use oncegate_core::redact::Redactor;
 use oncegate_engine::UpstreamEffect;
-use oncegate_store::{StoreRead, StoreWrite};
+use oncegate_store::{LimitsRead, LimitsWrite, SharedWrite};
 use serde_json::Value;
 
 use crate::alerts::webhook_url;

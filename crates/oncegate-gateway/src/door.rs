@@ -358,7 +358,7 @@ url = "http://127.0.0.1:9/v1/charges"
     async fn a_call_task_that_panics_is_an_internal_error_never_a_store_failure() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("c.toml"), REGISTRY).unwrap();
-        let registry = oncegate_store::load_registry(&dir.path().join("c.toml")).unwrap();
+        let registry = oncegate_engine::config::load_registry(&dir.path().join("c.toml")).unwrap();
         let gate = Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
             .await
             .unwrap();

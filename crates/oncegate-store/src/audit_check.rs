@@ -30,7 +30,7 @@ use oncegate_core::audit::{
 use oncegate_core::key::IntentKey;
 use serde::{Deserialize, Serialize};
 
-use crate::{StoreError, StoreRead, StoreWrite};
+use crate::{AuditRead, AuditWrite, IntentsRead, LimitsRead, StoreError};
 
 /// Records read per page of a shard.
 const PAGE: u32 = 5000;
@@ -101,7 +101,7 @@ pub enum Walk {
 }
 
 /// Every audit record, in store order, and grouped by shard in sequence order.
-async fn all_records<S: StoreRead>(
+async fn all_records<S: IntentsRead + AuditRead + LimitsRead>(
     store: &S,
 ) -> Result<(Vec<AuditRecord>, BTreeMap<u32, Vec<AuditRecord>>), StoreError> {
     let mut all = Vec::new();
@@ -125,7 +125,7 @@ async fn all_records<S: StoreRead>(
 /// The stored checkpoint, if any. One that does not parse, names another store, or
 /// (with a chain key) lacks a valid MAC under it is ignored (the walk is then whole),
 /// never trusted.
-pub async fn checkpoint<S: StoreRead>(
+pub async fn checkpoint<S: IntentsRead + AuditRead + LimitsRead>(
     store: &S,
     key: Option<&ChainKey>,
     store_id: &str,
@@ -154,7 +154,7 @@ pub async fn checkpoint<S: StoreRead>(
 /// and every anchor (taken of the store `store_id`). [`Walk::FromCheckpoint`] walks
 /// only what came after the stored checkpoint (see the module docs for what only a full
 /// walk catches).
-pub async fn verify_audit<S: StoreRead>(
+pub async fn verify_audit<S: IntentsRead + AuditRead + LimitsRead>(
     store: &S,
     key: Option<&ChainKey>,
     store_id: &str,
@@ -170,7 +170,7 @@ pub async fn verify_audit<S: StoreRead>(
     verify_full(store, key, store_id, anchors).await
 }
 
-async fn verify_full<S: StoreRead>(
+async fn verify_full<S: IntentsRead + AuditRead + LimitsRead>(
     store: &S,
     key: Option<&ChainKey>,
     store_id: &str,
@@ -240,7 +240,7 @@ async fn verify_full<S: StoreRead>(
     Ok(report)
 }
 
-async fn verify_from<S: StoreRead>(
+async fn verify_from<S: IntentsRead + AuditRead + LimitsRead>(
     store: &S,
     key: Option<&ChainKey>,
     from: Checkpoint,
@@ -390,7 +390,7 @@ fn ledger_problems(
 
 /// Stores where a clean walk ended, for the next [`Walk::FromCheckpoint`]. A report
 /// with problems leaves the previous checkpoint in place.
-pub async fn save_checkpoint<S: StoreWrite>(
+pub async fn save_checkpoint<S: AuditWrite>(
     store: &S,
     key: Option<&ChainKey>,
     store_id: &str,
@@ -422,7 +422,7 @@ pub async fn save_checkpoint<S: StoreWrite>(
 }
 
 /// The heads of every shard now, as an anchor of the store `store_id`.
-pub async fn anchor<S: StoreRead>(
+pub async fn anchor<S: IntentsRead + AuditRead + LimitsRead>(
     store: &S,
     store_id: &str,
     at: jiff::Timestamp,

@@ -5,7 +5,7 @@
 //!
 //! Why one file, for now: one check per store concern (intents, approvals, the audit
 //! chain, shared state, limits and findings, listings, tool pins) over the one trait pair
-//! [`crate::StoreRead`] / [`crate::StoreWrite`] that every backend implements. Issue 34
+//! [`crate::Backend`] (every table's trait pair) that every backend implements. Issue 34
 //! cuts that trait pair by table and puts this suite (and [`crate::memory`]) behind a
 //! `testing` feature; the suite is split along the same cut then, so each check moves
 //! once, with the trait it checks.

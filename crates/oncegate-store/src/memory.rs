@@ -48,8 +48,9 @@ use rand::{Rng, SeedableRng};
 use crate::clock::Clock;
 use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
 use crate::{
-    ApprovalFilter, ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession,
-    StoreError, StoreRead, StoreWrite,
+    ApprovalFilter, AuditRead, AuditWrite, Backend, ClientKeyBinding, Commit, IntentFilter,
+    IntentsRead, IntentsWrite, KillSwitch, LimitsRead, LimitsWrite, Listing, McpSession, PinsRead,
+    PinsWrite, SharedRead, SharedWrite, StoreError,
 };
 
 /// The in-memory store. Cheap to clone; clones share the data (one "database").
@@ -416,7 +417,7 @@ fn row_seal_of(body: serde_json::Value, key: &str, generation: u32, version: u64
     }
 }
 
-impl StoreRead for MemoryStore {
+impl IntentsRead for MemoryStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
         let data = self.reach().await?;
         Ok(data
@@ -614,7 +615,37 @@ impl StoreRead for MemoryStore {
         );
         Ok(out)
     }
+}
 
+impl IntentsWrite for MemoryStore {
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let store_now = self.time();
+        let applied = self.reach().await?.apply(commit, store_now);
+        // The caller hears about the commit only after a second wait: a process killed
+        // here has committed without knowing it.
+        self.pause().await;
+        applied
+    }
+
+    async fn bind_client_key(
+        &self,
+        binding: ClientKeyBinding,
+    ) -> Result<ClientKeyBinding, StoreError> {
+        let held = {
+            let mut data = self.reach().await?;
+            let id = (
+                binding.principal.clone(),
+                binding.capability.clone(),
+                binding.client_key.clone(),
+            );
+            data.client_keys.entry(id).or_insert(binding).clone()
+        };
+        self.pause().await;
+        Ok(held)
+    }
+}
+
+impl AuditRead for MemoryStore {
     async fn audit_after(
         &self,
         after: i64,
@@ -681,122 +712,29 @@ impl StoreRead for MemoryStore {
         let data = self.reach().await?;
         Ok(data.heads.keys().copied().collect())
     }
+}
 
-    async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
-        let data = self.reach().await?;
-        Ok(data
-            .reservations
-            .iter()
-            .filter(|((s, _, _), (_, at, active))| s == scope && *active && *at >= since)
-            .map(|(_, (amount, _, _))| amount)
-            .sum())
+impl AuditWrite for MemoryStore {
+    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
+        self.reach().await?.audit_checkpoint = Some(checkpoint);
+        self.pause().await;
+        Ok(())
     }
+}
 
-    async fn findings(
-        &self,
-        limit: u32,
-        after: Option<&crate::PageAfter>,
-    ) -> Result<Vec<crate::FindingRow>, StoreError> {
-        let data = self.reach().await?;
-        let after = after.map(|a| (a.at, a.id.as_str()));
-        let mut all: Vec<_> = data
-            .findings
-            .values()
-            .filter(|f| after.is_none_or(|after| (f.raised_at, f.id.as_str()) < after))
-            .cloned()
-            .collect();
-        all.sort_by(|a, b| (b.raised_at, &b.id).cmp(&(a.raised_at, &a.id)));
-        all.truncate(limit.max(1) as usize);
-        Ok(all)
-    }
-
-    async fn findings_due(
-        &self,
-        now: jiff::Timestamp,
-        limit: u32,
-    ) -> Result<Vec<crate::FindingRow>, StoreError> {
-        let data = self.reach().await?;
-        let mut due: Vec<_> = data
-            .findings
-            .values()
-            .filter(|f| f.delivered_at.is_none() && f.next_attempt_at.is_some_and(|t| t <= now))
-            .cloned()
-            .collect();
-        due.sort_by(|a, b| {
-            a.next_attempt_at
-                .cmp(&b.next_attempt_at)
-                .then(a.id.cmp(&b.id))
-        });
-        due.truncate(limit.max(1) as usize);
-        Ok(due)
-    }
-
+impl SharedRead for MemoryStore {
     async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
         let data = self.reach().await?;
         Ok(data.kill_switches.values().cloned().collect())
-    }
-
-    /// The memory store keeps no ledgers: nothing outside the process can edit it.
-    async fn ledgers(&self) -> Result<crate::LimitLedgers, StoreError> {
-        Ok(crate::LimitLedgers::default())
     }
 
     async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
         let data = self.reach().await?;
         Ok(data.mcp_sessions.get(id).cloned())
     }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.reach().await.map(drop)
-    }
 }
 
-impl StoreWrite for MemoryStore {
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        let store_now = self.time();
-        let applied = self.reach().await?.apply(commit, store_now);
-        // The caller hears about the commit only after a second wait: a process killed
-        // here has committed without knowing it.
-        self.pause().await;
-        applied
-    }
-
-    async fn finding_delivery(
-        &self,
-        id: &str,
-        attempts: u32,
-        delivered_at: Option<jiff::Timestamp>,
-        next_attempt_at: Option<jiff::Timestamp>,
-    ) -> Result<(), StoreError> {
-        {
-            let mut data = self.reach().await?;
-            if let Some(f) = data.findings.get_mut(id) {
-                f.attempts = attempts;
-                f.delivered_at = delivered_at;
-                f.next_attempt_at = next_attempt_at;
-            }
-        }
-        self.pause().await;
-        Ok(())
-    }
-
-    async fn bind_client_key(
-        &self,
-        binding: ClientKeyBinding,
-    ) -> Result<ClientKeyBinding, StoreError> {
-        let held = {
-            let mut data = self.reach().await?;
-            let id = (
-                binding.principal.clone(),
-                binding.capability.clone(),
-                binding.client_key.clone(),
-            );
-            data.client_keys.entry(id).or_insert(binding).clone()
-        };
-        self.pause().await;
-        Ok(held)
-    }
-
+impl SharedWrite for MemoryStore {
     async fn put_mcp_session(&self, session: McpSession) -> Result<(), StoreError> {
         {
             let mut data = self.reach().await?;
@@ -855,12 +793,6 @@ impl StoreWrite for MemoryStore {
         Ok(taken)
     }
 
-    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
-        self.reach().await?.audit_checkpoint = Some(checkpoint);
-        self.pause().await;
-        Ok(())
-    }
-
     async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
         {
             let mut data = self.reach().await?;
@@ -877,12 +809,91 @@ impl StoreWrite for MemoryStore {
     }
 }
 
-impl crate::ToolPins for MemoryStore {
+impl LimitsRead for MemoryStore {
+    async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
+        let data = self.reach().await?;
+        Ok(data
+            .reservations
+            .iter()
+            .filter(|((s, _, _), (_, at, active))| s == scope && *active && *at >= since)
+            .map(|(_, (amount, _, _))| amount)
+            .sum())
+    }
+
+    async fn findings(
+        &self,
+        limit: u32,
+        after: Option<&crate::PageAfter>,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
+        let data = self.reach().await?;
+        let after = after.map(|a| (a.at, a.id.as_str()));
+        let mut all: Vec<_> = data
+            .findings
+            .values()
+            .filter(|f| after.is_none_or(|after| (f.raised_at, f.id.as_str()) < after))
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| (b.raised_at, &b.id).cmp(&(a.raised_at, &a.id)));
+        all.truncate(limit.max(1) as usize);
+        Ok(all)
+    }
+
+    async fn findings_due(
+        &self,
+        now: jiff::Timestamp,
+        limit: u32,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
+        let data = self.reach().await?;
+        let mut due: Vec<_> = data
+            .findings
+            .values()
+            .filter(|f| f.delivered_at.is_none() && f.next_attempt_at.is_some_and(|t| t <= now))
+            .cloned()
+            .collect();
+        due.sort_by(|a, b| {
+            a.next_attempt_at
+                .cmp(&b.next_attempt_at)
+                .then(a.id.cmp(&b.id))
+        });
+        due.truncate(limit.max(1) as usize);
+        Ok(due)
+    }
+
+    /// The memory store keeps no ledgers: nothing outside the process can edit it.
+    async fn ledgers(&self) -> Result<crate::LimitLedgers, StoreError> {
+        Ok(crate::LimitLedgers::default())
+    }
+}
+
+impl LimitsWrite for MemoryStore {
+    async fn finding_delivery(
+        &self,
+        id: &str,
+        attempts: u32,
+        delivered_at: Option<jiff::Timestamp>,
+        next_attempt_at: Option<jiff::Timestamp>,
+    ) -> Result<(), StoreError> {
+        {
+            let mut data = self.reach().await?;
+            if let Some(f) = data.findings.get_mut(id) {
+                f.attempts = attempts;
+                f.delivered_at = delivered_at;
+                f.next_attempt_at = next_attempt_at;
+            }
+        }
+        self.pause().await;
+        Ok(())
+    }
+}
+
+impl PinsRead for MemoryStore {
     async fn tool_pins(&self) -> Result<Vec<crate::ToolPin>, StoreError> {
         let data = self.reach().await?;
         Ok(data.tool_pins.values().cloned().collect())
     }
+}
 
+impl PinsWrite for MemoryStore {
     async fn pin_tool(&self, offered: crate::OfferedTool) -> Result<crate::ToolPin, StoreError> {
         let pin = {
             let mut data = self.reach().await?;
@@ -942,5 +953,11 @@ impl crate::ToolPins for MemoryStore {
         };
         self.pause().await;
         Ok(accepted)
+    }
+}
+
+impl Backend for MemoryStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.reach().await.map(drop)
     }
 }

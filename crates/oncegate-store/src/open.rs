@@ -4,8 +4,8 @@
 //! `Store` is an enum over the backends rather than a `dyn` trait object: the traits
 //! return `impl Future` (no boxing on the hot path), which makes them not object-safe,
 //! and an enum keeps static dispatch with one `match` per operation. A backend is one
-//! variant, one arm in each method and one scheme in [`open`]; nothing above this crate
-//! names a backend type.
+//! variant, one arm in `each_backend!` (the `match` every trait method forwards
+//! through) and one scheme in [`open`]; nothing above this crate names a backend type.
 //!
 //! `ONCEGATE_STORE_URL`, when set and not empty, overrides `[store] url` for every
 //! command that opens the registry's store ([`registry_store_url`]): replicas share one
@@ -21,14 +21,16 @@ use oncegate_core::key::IntentKey;
 use oncegate_core::redact;
 use tracing::Instrument;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
+#[cfg(feature = "testing")]
 use crate::memory::MemoryStore;
 use crate::options::{OpenMode, StoreOptions};
 use crate::postgres::PgStore;
 use crate::sqlite::SqliteStore;
 use crate::{
-    ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
-    StoreWrite, chain_key_from_env,
+    AuditRead, AuditWrite, Backend, ClientKeyBinding, Commit, IntentFilter, IntentsRead,
+    IntentsWrite, KillSwitch, LimitsRead, LimitsWrite, Listing, McpSession, PinsRead, PinsWrite,
+    SharedRead, SharedWrite, StoreError,
 };
 
 /// The URL schemes [`open`] understands, as users write them.
@@ -49,7 +51,8 @@ pub enum Store {
     /// PostgreSQL (`postgres://...`), shared by several gateway replicas.
     Postgres(PgStore),
     /// The in-memory backend: tests and the simulation only (it forgets everything when
-    /// the process ends, so no URL opens it).
+    /// the process ends, so no URL opens it; the `testing` feature).
+    #[cfg(feature = "testing")]
     Memory(MemoryStore),
 }
 
@@ -65,6 +68,7 @@ impl From<PgStore> for Store {
     }
 }
 
+#[cfg(feature = "testing")]
 impl From<MemoryStore> for Store {
     fn from(s: MemoryStore) -> Self {
         Store::Memory(s)
@@ -89,9 +93,14 @@ pub async fn open(
 }
 
 /// Opens the store a registry names (`[store] url`, relative to the config file's
-/// directory), sealing with the chain key `[audit] chain_key_env` names.
-pub async fn open_registry_store(registry: &Registry, mode: OpenMode) -> Result<Store, StoreError> {
-    open_registry_store_with(registry, mode, None).await
+/// directory), sealing with `chain_key` (the key `[audit] chain_key_env` names, which
+/// the caller reads: `oncegate_engine::config::chain_key_from_env`).
+pub async fn open_registry_store(
+    registry: &Registry,
+    mode: OpenMode,
+    chain_key: Option<ChainKey>,
+) -> Result<Store, StoreError> {
+    open_registry_store_with(registry, mode, None, chain_key).await
 }
 
 /// How `oncegate serve` opens its store.
@@ -111,11 +120,12 @@ pub async fn open_registry_store_with(
     registry: &Registry,
     mode: OpenMode,
     serving: Option<Serving>,
+    chain_key: Option<ChainKey>,
 ) -> Result<Store, StoreError> {
     let options = StoreOptions {
         single_writer: serving.is_some(),
         accept_rollback: serving.is_some_and(|s| s.accept_rollback),
-        ..registry_store_options(registry)?
+        ..registry_store_options(registry, chain_key)
     };
     open(
         &registry_store_url(registry),
@@ -139,7 +149,10 @@ pub struct Migrated {
 /// store must exist (a missing file may be a lost volume: `oncegate init` creates one);
 /// an empty PostgreSQL database gets the whole schema. Migrations are additive, so this
 /// is safe while replicas of the previous version serve.
-pub async fn migrate_registry_store(registry: &Registry) -> Result<Migrated, StoreError> {
+pub async fn migrate_registry_store(
+    registry: &Registry,
+    chain_key: Option<ChainKey>,
+) -> Result<Migrated, StoreError> {
     let (pending, mode) = match registry_location(registry)? {
         Location::Sqlite(path) => (
             crate::sqlite::pending_migrations(&path).await?,
@@ -150,24 +163,24 @@ pub async fn migrate_registry_store(registry: &Registry) -> Result<Migrated, Sto
             OpenMode::CreateIfMissing,
         ),
     };
-    let store = open_registry_store(registry, mode).await?;
+    let store = open_registry_store(registry, mode, chain_key).await?;
     Ok(Migrated {
         store,
         applied: pending,
     })
 }
 
-/// The store settings a registry names (`[store]`), with the chain key from the
-/// environment. `single_writer` is left off: serving sets it.
-pub fn registry_store_options(registry: &Registry) -> Result<StoreOptions, StoreError> {
-    Ok(StoreOptions {
-        chain_key: chain_key_from_env(registry)?,
+/// The store settings a registry names (`[store]`), with `chain_key`. `single_writer`
+/// is left off: serving sets it.
+pub fn registry_store_options(registry: &Registry, chain_key: Option<ChainKey>) -> StoreOptions {
+    StoreOptions {
+        chain_key,
         audit_shards: registry.store.audit_shards,
         single_writer: false,
         accept_rollback: false,
         pool_size: registry.store.pool_size,
         statement_timeout: registry.store.statement_timeout,
-    })
+    }
 }
 
 /// The store URL in force: `ONCEGATE_STORE_URL` when set and not empty, else the
@@ -244,7 +257,10 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.clock(),
             Store::Postgres(s) => s.clock(),
-            Store::Memory(s) => s.clock().unwrap_or_else(|| Arc::new(SystemClock)),
+            #[cfg(feature = "testing")]
+            Store::Memory(s) => s
+                .clock()
+                .unwrap_or_else(|| Arc::new(crate::clock::SystemClock)),
         }
     }
 
@@ -254,7 +270,9 @@ impl Store {
     pub fn resumption(&self) -> Option<crate::clock::Resumption> {
         match self {
             Store::Sqlite(s) => s.resumption(),
-            Store::Postgres(_) | Store::Memory(_) => None,
+            Store::Postgres(_) => None,
+            #[cfg(feature = "testing")]
+            Store::Memory(_) => None,
         }
     }
 
@@ -265,6 +283,7 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.rollback_accepted_at(),
             Store::Postgres(s) => s.rollback_accepted_at(),
+            #[cfg(feature = "testing")]
             Store::Memory(_) => None,
         }
     }
@@ -274,7 +293,9 @@ impl Store {
         match self {
             Store::Sqlite(_) => crate::sqlite::clock::AUTHORITY,
             Store::Postgres(_) => crate::postgres::CLOCK_AUTHORITY,
+            #[cfg(feature = "testing")]
             Store::Memory(s) if s.clock().is_some() => "the memory store's own clock",
+            #[cfg(feature = "testing")]
             Store::Memory(_) => "this host's clock (a memory store without a clock)",
         }
     }
@@ -284,6 +305,7 @@ impl Store {
         match self {
             Store::Sqlite(_) => "sqlite",
             Store::Postgres(_) => "postgres",
+            #[cfg(feature = "testing")]
             Store::Memory(_) => "memory",
         }
     }
@@ -294,6 +316,7 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.store_id(),
             Store::Postgres(s) => s.store_id(),
+            #[cfg(feature = "testing")]
             Store::Memory(_) => "memory",
         }
     }
@@ -303,6 +326,7 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.chain_key(),
             Store::Postgres(s) => s.chain_key(),
+            #[cfg(feature = "testing")]
             Store::Memory(_) => None,
         }
     }
@@ -313,6 +337,7 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.path().display().to_string(),
             Store::Postgres(s) => s.describe().to_owned(),
+            #[cfg(feature = "testing")]
             Store::Memory(_) => "memory".into(),
         }
     }
@@ -322,7 +347,9 @@ impl Store {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Store::Sqlite(s) => Some(s.path()),
-            Store::Postgres(_) | Store::Memory(_) => None,
+            Store::Postgres(_) => None,
+            #[cfg(feature = "testing")]
+            Store::Memory(_) => None,
         }
     }
 
@@ -332,18 +359,28 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.close().await,
             Store::Postgres(s) => s.close().await,
+            #[cfg(feature = "testing")]
             Store::Memory(_) => {}
         }
     }
 }
 
-impl StoreRead for Store {
-    async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.load(key).await,
-            Store::Postgres(s) => s.load(key).await,
-            Store::Memory(s) => s.load(key).await,
+/// Forwards one call to the backend `$store` holds, bound to `$s`: the one `match` over
+/// the backends, so each trait method of [`Store`] below is a line.
+macro_rules! each_backend {
+    ($store:expr, $s:ident => $call:expr) => {
+        match $store {
+            Store::Sqlite($s) => $call,
+            Store::Postgres($s) => $call,
+            #[cfg(feature = "testing")]
+            Store::Memory($s) => $call,
         }
+    };
+}
+
+impl IntentsRead for Store {
+    async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
+        each_backend!(self, s => s.load(key).await)
     }
 
     async fn load_generation(
@@ -351,11 +388,7 @@ impl StoreRead for Store {
         key: &IntentKey,
         generation: u32,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.load_generation(key, generation).await,
-            Store::Postgres(s) => s.load_generation(key, generation).await,
-            Store::Memory(s) => s.load_generation(key, generation).await,
-        }
+        each_backend!(self, s => s.load_generation(key, generation).await)
     }
 
     async fn find_other_run(
@@ -363,41 +396,25 @@ impl StoreRead for Store {
         cross_key: &IntentKey,
         run_id: Option<&str>,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.find_other_run(cross_key, run_id).await,
-            Store::Postgres(s) => s.find_other_run(cross_key, run_id).await,
-            Store::Memory(s) => s.find_other_run(cross_key, run_id).await,
-        }
+        each_backend!(self, s => s.find_other_run(cross_key, run_id).await)
     }
 
     async fn list_intents(
         &self,
         filter: &IntentFilter,
     ) -> Result<Listing<IntentRecord>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.list_intents(filter).await,
-            Store::Postgres(s) => s.list_intents(filter).await,
-            Store::Memory(s) => s.list_intents(filter).await,
-        }
+        each_backend!(self, s => s.list_intents(filter).await)
     }
 
     async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.approval(id).await,
-            Store::Postgres(s) => s.approval(id).await,
-            Store::Memory(s) => s.approval(id).await,
-        }
+        each_backend!(self, s => s.approval(id).await)
     }
 
     async fn list_approvals(
         &self,
         filter: &crate::ApprovalFilter,
     ) -> Result<Listing<Approval>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.list_approvals(filter).await,
-            Store::Postgres(s) => s.list_approvals(filter).await,
-            Store::Memory(s) => s.list_approvals(filter).await,
-        }
+        each_backend!(self, s => s.list_approvals(filter).await)
     }
 
     async fn pending_approvals_of(
@@ -405,148 +422,15 @@ impl StoreRead for Store {
         principal: &str,
         now: jiff::Timestamp,
     ) -> Result<u32, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.pending_approvals_of(principal, now).await,
-            Store::Postgres(s) => s.pending_approvals_of(principal, now).await,
-            Store::Memory(s) => s.pending_approvals_of(principal, now).await,
-        }
+        each_backend!(self, s => s.pending_approvals_of(principal, now).await)
     }
 
     async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.stored_rows().await,
-            Store::Postgres(s) => s.stored_rows().await,
-            Store::Memory(s) => s.stored_rows().await,
-        }
-    }
-
-    async fn audit_after(
-        &self,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<(i64, AuditRecord)>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.audit_after(after, limit).await,
-            Store::Postgres(s) => s.audit_after(after, limit).await,
-            Store::Memory(s) => s.audit_after(after, limit).await,
-        }
-    }
-
-    async fn audit_shard(&self, shard: u32) -> Result<Vec<AuditRecord>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.audit_shard(shard).await,
-            Store::Postgres(s) => s.audit_shard(shard).await,
-            Store::Memory(s) => s.audit_shard(shard).await,
-        }
-    }
-
-    async fn audit_shard_after(
-        &self,
-        shard: u32,
-        after: u64,
-        limit: u32,
-    ) -> Result<Vec<AuditRecord>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.audit_shard_after(shard, after, limit).await,
-            Store::Postgres(s) => s.audit_shard_after(shard, after, limit).await,
-            Store::Memory(s) => s.audit_shard_after(shard, after, limit).await,
-        }
-    }
-
-    async fn audit_checkpoint(&self) -> Result<Option<String>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.audit_checkpoint().await,
-            Store::Postgres(s) => s.audit_checkpoint().await,
-            Store::Memory(s) => s.audit_checkpoint().await,
-        }
-    }
-
-    async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.audit_shards().await,
-            Store::Postgres(s) => s.audit_shards().await,
-            Store::Memory(s) => s.audit_shards().await,
-        }
-    }
-
-    async fn audit_of_intent(
-        &self,
-        key: &IntentKey,
-        limit: u32,
-    ) -> Result<Vec<AuditRecord>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.audit_of_intent(key, limit).await,
-            Store::Postgres(s) => s.audit_of_intent(key, limit).await,
-            Store::Memory(s) => s.audit_of_intent(key, limit).await,
-        }
-    }
-
-    async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.limit_used(scope, since).await,
-            Store::Postgres(s) => s.limit_used(scope, since).await,
-            Store::Memory(s) => s.limit_used(scope, since).await,
-        }
-    }
-
-    async fn findings(
-        &self,
-        limit: u32,
-        after: Option<&crate::PageAfter>,
-    ) -> Result<Vec<crate::FindingRow>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.findings(limit, after).await,
-            Store::Postgres(s) => s.findings(limit, after).await,
-            Store::Memory(s) => s.findings(limit, after).await,
-        }
-    }
-
-    async fn findings_due(
-        &self,
-        now: jiff::Timestamp,
-        limit: u32,
-    ) -> Result<Vec<crate::FindingRow>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.findings_due(now, limit).await,
-            Store::Postgres(s) => s.findings_due(now, limit).await,
-            Store::Memory(s) => s.findings_due(now, limit).await,
-        }
-    }
-
-    async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.kill_switches().await,
-            Store::Postgres(s) => s.kill_switches().await,
-            Store::Memory(s) => s.kill_switches().await,
-        }
-    }
-
-    async fn ledgers(&self) -> Result<crate::LimitLedgers, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.ledgers().await,
-            Store::Postgres(s) => s.ledgers().await,
-            Store::Memory(s) => s.ledgers().await,
-        }
-    }
-
-    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.mcp_session(id).await,
-            Store::Postgres(s) => s.mcp_session(id).await,
-            Store::Memory(s) => s.mcp_session(id).await,
-        }
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(s) => s.ping().await,
-            Store::Postgres(s) => s.ping().await,
-            Store::Memory(s) => s.ping().await,
-        }
+        each_backend!(self, s => s.stored_rows().await)
     }
 }
 
-impl StoreWrite for Store {
+impl IntentsWrite for Store {
     /// Every commit of every backend passes here: its trace span (a child of the
     /// decision that made it) is opened once, for all of them.
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
@@ -556,15 +440,9 @@ impl StoreWrite for Store {
             oncegate.audit_kind = commit.event.kind.as_str(),
             otel.status_code = tracing::field::Empty,
         );
-        let committed = async {
-            match self {
-                Store::Sqlite(s) => s.commit(commit).await,
-                Store::Postgres(s) => s.commit(commit).await,
-                Store::Memory(s) => s.commit(commit).await,
-            }
-        }
-        .instrument(span.clone())
-        .await;
+        let committed = async { each_backend!(self, s => s.commit(commit).await) }
+            .instrument(span.clone())
+            .await;
         if committed.is_err() {
             span.record("otel.status_code", "ERROR");
         }
@@ -575,19 +453,68 @@ impl StoreWrite for Store {
         &self,
         binding: ClientKeyBinding,
     ) -> Result<ClientKeyBinding, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.bind_client_key(binding).await,
-            Store::Postgres(s) => s.bind_client_key(binding).await,
-            Store::Memory(s) => s.bind_client_key(binding).await,
-        }
+        each_backend!(self, s => s.bind_client_key(binding).await)
+    }
+}
+
+impl AuditRead for Store {
+    async fn audit_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, AuditRecord)>, StoreError> {
+        each_backend!(self, s => s.audit_after(after, limit).await)
     }
 
+    async fn audit_shard(&self, shard: u32) -> Result<Vec<AuditRecord>, StoreError> {
+        each_backend!(self, s => s.audit_shard(shard).await)
+    }
+
+    async fn audit_shard_after(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        each_backend!(self, s => s.audit_shard_after(shard, after, limit).await)
+    }
+
+    async fn audit_checkpoint(&self) -> Result<Option<String>, StoreError> {
+        each_backend!(self, s => s.audit_checkpoint().await)
+    }
+
+    async fn audit_shards(&self) -> Result<Vec<u32>, StoreError> {
+        each_backend!(self, s => s.audit_shards().await)
+    }
+
+    async fn audit_of_intent(
+        &self,
+        key: &IntentKey,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        each_backend!(self, s => s.audit_of_intent(key, limit).await)
+    }
+}
+
+impl AuditWrite for Store {
+    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
+        each_backend!(self, s => s.put_audit_checkpoint(checkpoint).await)
+    }
+}
+
+impl SharedRead for Store {
+    async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
+        each_backend!(self, s => s.kill_switches().await)
+    }
+
+    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
+        each_backend!(self, s => s.mcp_session(id).await)
+    }
+}
+
+impl SharedWrite for Store {
     async fn put_mcp_session(&self, session: McpSession) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(s) => s.put_mcp_session(session).await,
-            Store::Postgres(s) => s.put_mcp_session(session).await,
-            Store::Memory(s) => s.put_mcp_session(session).await,
-        }
+        each_backend!(self, s => s.put_mcp_session(session).await)
     }
 
     async fn delete_mcp_session(
@@ -595,11 +522,7 @@ impl StoreWrite for Store {
         id: &str,
         idle_before: jiff::Timestamp,
     ) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(s) => s.delete_mcp_session(id, idle_before).await,
-            Store::Postgres(s) => s.delete_mcp_session(id, idle_before).await,
-            Store::Memory(s) => s.delete_mcp_session(id, idle_before).await,
-        }
+        each_backend!(self, s => s.delete_mcp_session(id, idle_before).await)
     }
 
     async fn claim_work(
@@ -609,21 +532,41 @@ impl StoreWrite for Store {
         now: jiff::Timestamp,
         ttl: jiff::SignedDuration,
     ) -> Result<bool, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.claim_work(work, owner, now, ttl).await,
-            Store::Postgres(s) => s.claim_work(work, owner, now, ttl).await,
-            Store::Memory(s) => s.claim_work(work, owner, now, ttl).await,
-        }
+        each_backend!(self, s => s.claim_work(work, owner, now, ttl).await)
     }
 
-    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(s) => s.put_audit_checkpoint(checkpoint).await,
-            Store::Postgres(s) => s.put_audit_checkpoint(checkpoint).await,
-            Store::Memory(s) => s.put_audit_checkpoint(checkpoint).await,
-        }
+    async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
+        each_backend!(self, s => s.release_work(work, owner).await)
+    }
+}
+
+impl LimitsRead for Store {
+    async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
+        each_backend!(self, s => s.limit_used(scope, since).await)
     }
 
+    async fn findings(
+        &self,
+        limit: u32,
+        after: Option<&crate::PageAfter>,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
+        each_backend!(self, s => s.findings(limit, after).await)
+    }
+
+    async fn findings_due(
+        &self,
+        now: jiff::Timestamp,
+        limit: u32,
+    ) -> Result<Vec<crate::FindingRow>, StoreError> {
+        each_backend!(self, s => s.findings_due(now, limit).await)
+    }
+
+    async fn ledgers(&self) -> Result<crate::LimitLedgers, StoreError> {
+        each_backend!(self, s => s.ledgers().await)
+    }
+}
+
+impl LimitsWrite for Store {
     async fn finding_delivery(
         &self,
         id: &str,
@@ -631,46 +574,19 @@ impl StoreWrite for Store {
         delivered_at: Option<jiff::Timestamp>,
         next_attempt_at: Option<jiff::Timestamp>,
     ) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(s) => {
-                s.finding_delivery(id, attempts, delivered_at, next_attempt_at)
-                    .await
-            }
-            Store::Postgres(s) => {
-                s.finding_delivery(id, attempts, delivered_at, next_attempt_at)
-                    .await
-            }
-            Store::Memory(s) => {
-                s.finding_delivery(id, attempts, delivered_at, next_attempt_at)
-                    .await
-            }
-        }
-    }
-
-    async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(s) => s.release_work(work, owner).await,
-            Store::Postgres(s) => s.release_work(work, owner).await,
-            Store::Memory(s) => s.release_work(work, owner).await,
-        }
+        each_backend!(self, s => s.finding_delivery(id, attempts, delivered_at, next_attempt_at) .await)
     }
 }
 
-impl crate::ToolPins for Store {
+impl PinsRead for Store {
     async fn tool_pins(&self) -> Result<Vec<crate::ToolPin>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.tool_pins().await,
-            Store::Postgres(s) => s.tool_pins().await,
-            Store::Memory(s) => s.tool_pins().await,
-        }
+        each_backend!(self, s => s.tool_pins().await)
     }
+}
 
+impl PinsWrite for Store {
     async fn pin_tool(&self, offered: crate::OfferedTool) -> Result<crate::ToolPin, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.pin_tool(offered).await,
-            Store::Postgres(s) => s.pin_tool(offered).await,
-            Store::Memory(s) => s.pin_tool(offered).await,
-        }
+        each_backend!(self, s => s.pin_tool(offered).await)
     }
 
     async fn accept_tool(
@@ -681,10 +597,12 @@ impl crate::ToolPins for Store {
         by: &str,
         at: jiff::Timestamp,
     ) -> Result<bool, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.accept_tool(server, tool, digest, by, at).await,
-            Store::Postgres(s) => s.accept_tool(server, tool, digest, by, at).await,
-            Store::Memory(s) => s.accept_tool(server, tool, digest, by, at).await,
-        }
+        each_backend!(self, s => s.accept_tool(server, tool, digest, by, at).await)
+    }
+}
+
+impl Backend for Store {
+    async fn ping(&self) -> Result<(), StoreError> {
+        each_backend!(self, s => s.ping().await)
     }
 }

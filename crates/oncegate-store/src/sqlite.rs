@@ -1,7 +1,7 @@
 //! The embedded SQLite backend.
 //!
 //! Why one file for the rest: opening (inspection, the lock, migrations) and the
-//! [`StoreRead`] / [`StoreWrite`] impls are each short, and they share the one `Inner`;
+//! per-table trait impls ([`crate::Backend`]) are each short, and they share the one `Inner`;
 //! the hot path lives in `sqlite/` beside it.
 //!
 //! WAL with `synchronous=FULL`: a commit is on disk when it returns. One writer thread
@@ -39,16 +39,17 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::controls;
 use crate::ledger::{self, LimitLedgers};
 use crate::listing::{self, Dialect, live_count};
 pub use crate::options::{OpenMode, StoreOptions};
 use crate::rows::{RowData, body_hash, listed};
-use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, SwitchRowV1};
+use crate::storage::{ApprovalRowV1, IntentRowV1};
 use crate::{
-    ApprovalFilter, ClientKeyBinding, Commit, IntentFilter, KillSwitch, Listing, McpSession,
-    StoreError, StoreRead, StoreWrite, UnreadableRow,
+    ApprovalFilter, AuditRead, AuditWrite, Backend, ClientKeyBinding, Commit, IntentFilter,
+    IntentsRead, IntentsWrite, KillSwitch, LimitsRead, LimitsWrite, Listing, McpSession,
+    SharedRead, SharedWrite, StoreError, UnreadableRow,
 };
+use crate::{controls, decode};
 use crate::{key_since, serve_anchor};
 
 mod adopt;
@@ -569,31 +570,12 @@ async fn inspect(path: &Path) -> Result<Found, StoreError> {
 }
 
 fn row_data(row: &sqlx::sqlite::SqliteRow, kind: RowKind) -> RowData {
-    let shard: Option<i64> = row.get("audit_shard");
-    let seq: Option<i64> = row.get("audit_seq");
-    RowData {
-        id: match kind {
-            RowKind::Intent => row.get("key"),
-            _ => row.get("id"),
-        },
-        generation: row.get::<i64, _>("generation") as u32,
-        version: row.get("version"),
-        body: row.get("body"),
-        row_hash: row.get("row_hash"),
-        link: shard.zip(seq).map(|(a, b)| (a as u32, b as u64)),
-    }
+    let Ok(row) = decode::row_data(row, kind);
+    row
 }
 
 fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<AuditRecord, StoreError> {
-    AuditRowV1::from_columns(
-        row.get::<i64, _>("shard") as u32,
-        row.get::<i64, _>("seq") as u64,
-        row.get("prev_hash"),
-        row.get("hash"),
-        row.get::<&str, _>("body"),
-    )
-    .map(AuditRecord::from)
-    .map_err(corrupt)
+    decode::audit_record(row)
 }
 
 impl SqliteStore {
@@ -604,7 +586,7 @@ impl SqliteStore {
     }
 }
 
-impl StoreRead for SqliteStore {
+impl IntentsRead for SqliteStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
         let (key, keys) = (key.clone(), self.checks());
         self.inner
@@ -812,7 +794,33 @@ impl StoreRead for SqliteStore {
         }
         Ok(out)
     }
+}
 
+impl IntentsWrite for SqliteStore {
+    async fn bind_client_key(
+        &self,
+        binding: ClientKeyBinding,
+    ) -> Result<ClientKeyBinding, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .writer
+            .send(Job::Bind(binding, tx))
+            .await
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
+        let result = self.commit_inner(commit).await;
+        metrics::histogram!("oncegate_store_commit_seconds")
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+}
+
+impl AuditRead for SqliteStore {
     async fn audit_after(
         &self,
         after: i64,
@@ -896,7 +904,135 @@ impl StoreRead for SqliteStore {
             .map_err(unavailable)?;
         Ok(rows.iter().map(|r| r.get::<i64, _>(0) as u32).collect())
     }
+}
 
+impl AuditWrite for SqliteStore {
+    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
+        self.small(Small::PutCheckpoint(checkpoint)).await.map(drop)
+    }
+}
+
+impl SharedRead for SqliteStore {
+    async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT target, reason, set_by, set_at, audit_shard, audit_seq, row_hash FROM kill_switches ORDER BY target",
+        )
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        let mut read = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let switch = switch_read(r);
+            let newest = sqlx::query(
+                "SELECT shard, seq, prev_hash, hash, body FROM audit
+                 WHERE json_extract(body, '$.detail.row_switch.key') = ? ORDER BY id DESC LIMIT 1",
+            )
+            .bind(&switch.row.target)
+            .fetch_optional(&self.inner.readers)
+            .await
+            .map_err(unavailable)?
+            .as_ref()
+            .map(audit_row)
+            .transpose()?;
+            read.push((switch, newest));
+        }
+        // Every target the chain ever sealed (an index scan): one with no row was deleted.
+        let sealed = sqlx::query(
+            "SELECT json_extract(body, '$.detail.row_switch.key') AS target, MAX(id) FROM audit
+             WHERE json_extract(body, '$.detail.row_switch.key') IS NOT NULL GROUP BY target",
+        )
+        .fetch_all(&self.inner.readers)
+        .await
+        .map_err(unavailable)?;
+        let mut deleted = Vec::new();
+        for r in &sealed {
+            let target: String = r.get(0);
+            if read.iter().any(|(s, _)| s.row.target == target) {
+                continue;
+            }
+            let at =
+                sqlx::query("SELECT shard, seq, prev_hash, hash, body FROM audit WHERE id = ?")
+                    .bind(r.get::<i64, _>(1))
+                    .fetch_one(&self.inner.readers)
+                    .await
+                    .map_err(unavailable)
+                    .and_then(|row| audit_row(&row))
+                    .map_or(jiff::Timestamp::UNIX_EPOCH, |record| record.event.at);
+            deleted.push((target, at));
+        }
+        Ok(controls::switches_on(
+            read,
+            deleted,
+            self.inner.chain_key.as_ref(),
+            self.inner.legacy_before,
+        ))
+    }
+
+    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
+        let row =
+            sqlx::query("SELECT id, principal, state, updated_at FROM mcp_sessions WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&self.inner.readers)
+                .await
+                .map_err(unavailable)?;
+        row.map(|r| {
+            Ok(McpSession {
+                id: r.get(0),
+                principal: r.get(1),
+                state: r
+                    .get::<Option<&str>, _>(2)
+                    .map(serde_json::from_str)
+                    .transpose()
+                    .map_err(corrupt)?,
+                updated_at: jiff::Timestamp::from_millisecond(r.get(3)).map_err(corrupt)?,
+            })
+        })
+        .transpose()
+    }
+}
+
+impl SharedWrite for SqliteStore {
+    async fn put_mcp_session(&self, session: McpSession) -> Result<(), StoreError> {
+        self.small(Small::PutSession(session)).await.map(drop)
+    }
+
+    async fn delete_mcp_session(
+        &self,
+        id: &str,
+        idle_before: jiff::Timestamp,
+    ) -> Result<(), StoreError> {
+        self.small(Small::DeleteSession(id.to_owned(), idle_before))
+            .await
+            .map(drop)
+    }
+
+    async fn claim_work(
+        &self,
+        work: &str,
+        owner: &str,
+        now: jiff::Timestamp,
+        ttl: jiff::SignedDuration,
+    ) -> Result<bool, StoreError> {
+        self.small(Small::ClaimWork {
+            work: work.to_owned(),
+            owner: owner.to_owned(),
+            until: now + ttl,
+            now,
+        })
+        .await
+    }
+
+    async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
+        self.small(Small::ReleaseWork {
+            work: work.to_owned(),
+            owner: owner.to_owned(),
+        })
+        .await
+        .map(drop)
+    }
+}
+
+impl LimitsRead for SqliteStore {
     async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
         let row = sqlx::query(
             "SELECT COALESCE(SUM(amount), 0) FROM reservations WHERE scope = ? AND active = 1 AND reserved_at >= ?",
@@ -955,61 +1091,6 @@ impl StoreRead for SqliteStore {
         rows.iter()
             .map(|r| Ok(finding_row(r)?.listed(self.inner.legacy_before)))
             .collect()
-    }
-
-    async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT target, reason, set_by, set_at, audit_shard, audit_seq, row_hash FROM kill_switches ORDER BY target",
-        )
-        .fetch_all(&self.inner.readers)
-        .await
-        .map_err(unavailable)?;
-        let mut read = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let switch = switch_read(r);
-            let newest = sqlx::query(
-                "SELECT shard, seq, prev_hash, hash, body FROM audit
-                 WHERE json_extract(body, '$.detail.row_switch.key') = ? ORDER BY id DESC LIMIT 1",
-            )
-            .bind(&switch.row.target)
-            .fetch_optional(&self.inner.readers)
-            .await
-            .map_err(unavailable)?
-            .as_ref()
-            .map(audit_row)
-            .transpose()?;
-            read.push((switch, newest));
-        }
-        // Every target the chain ever sealed (an index scan): one with no row was deleted.
-        let sealed = sqlx::query(
-            "SELECT json_extract(body, '$.detail.row_switch.key') AS target, MAX(id) FROM audit
-             WHERE json_extract(body, '$.detail.row_switch.key') IS NOT NULL GROUP BY target",
-        )
-        .fetch_all(&self.inner.readers)
-        .await
-        .map_err(unavailable)?;
-        let mut deleted = Vec::new();
-        for r in &sealed {
-            let target: String = r.get(0);
-            if read.iter().any(|(s, _)| s.row.target == target) {
-                continue;
-            }
-            let at =
-                sqlx::query("SELECT shard, seq, prev_hash, hash, body FROM audit WHERE id = ?")
-                    .bind(r.get::<i64, _>(1))
-                    .fetch_one(&self.inner.readers)
-                    .await
-                    .map_err(unavailable)
-                    .and_then(|row| audit_row(&row))
-                    .map_or(jiff::Timestamp::UNIX_EPOCH, |record| record.event.at);
-            deleted.push((target, at));
-        }
-        Ok(controls::switches_on(
-            read,
-            deleted,
-            self.inner.chain_key.as_ref(),
-            self.inner.legacy_before,
-        ))
     }
 
     async fn ledgers(&self) -> Result<LimitLedgers, StoreError> {
@@ -1079,29 +1160,28 @@ impl StoreRead for SqliteStore {
         }
         Ok(ledgers)
     }
+}
 
-    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
-        let row =
-            sqlx::query("SELECT id, principal, state, updated_at FROM mcp_sessions WHERE id = ?")
-                .bind(id)
-                .fetch_optional(&self.inner.readers)
-                .await
-                .map_err(unavailable)?;
-        row.map(|r| {
-            Ok(McpSession {
-                id: r.get(0),
-                principal: r.get(1),
-                state: r
-                    .get::<Option<&str>, _>(2)
-                    .map(serde_json::from_str)
-                    .transpose()
-                    .map_err(corrupt)?,
-                updated_at: jiff::Timestamp::from_millisecond(r.get(3)).map_err(corrupt)?,
-            })
+impl LimitsWrite for SqliteStore {
+    async fn finding_delivery(
+        &self,
+        id: &str,
+        attempts: u32,
+        delivered_at: Option<jiff::Timestamp>,
+        next_attempt_at: Option<jiff::Timestamp>,
+    ) -> Result<(), StoreError> {
+        self.small(Small::FindingDelivery {
+            id: id.to_owned(),
+            attempts,
+            delivered_at,
+            next_attempt_at,
         })
-        .transpose()
+        .await
+        .map(drop)
     }
+}
 
+impl Backend for SqliteStore {
     async fn ping(&self) -> Result<(), StoreError> {
         let meta = std::fs::metadata(&self.inner.path).map_err(unavailable)?;
         if meta.permissions().readonly() {
@@ -1145,90 +1225,6 @@ impl StoreRead for SqliteStore {
     }
 }
 
-impl StoreWrite for SqliteStore {
-    async fn bind_client_key(
-        &self,
-        binding: ClientKeyBinding,
-    ) -> Result<ClientKeyBinding, StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.inner
-            .writer
-            .send(Job::Bind(binding, tx))
-            .await
-            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
-    }
-
-    async fn put_mcp_session(&self, session: McpSession) -> Result<(), StoreError> {
-        self.small(Small::PutSession(session)).await.map(drop)
-    }
-
-    async fn delete_mcp_session(
-        &self,
-        id: &str,
-        idle_before: jiff::Timestamp,
-    ) -> Result<(), StoreError> {
-        self.small(Small::DeleteSession(id.to_owned(), idle_before))
-            .await
-            .map(drop)
-    }
-
-    async fn claim_work(
-        &self,
-        work: &str,
-        owner: &str,
-        now: jiff::Timestamp,
-        ttl: jiff::SignedDuration,
-    ) -> Result<bool, StoreError> {
-        self.small(Small::ClaimWork {
-            work: work.to_owned(),
-            owner: owner.to_owned(),
-            until: now + ttl,
-            now,
-        })
-        .await
-    }
-
-    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
-        self.small(Small::PutCheckpoint(checkpoint)).await.map(drop)
-    }
-
-    async fn finding_delivery(
-        &self,
-        id: &str,
-        attempts: u32,
-        delivered_at: Option<jiff::Timestamp>,
-        next_attempt_at: Option<jiff::Timestamp>,
-    ) -> Result<(), StoreError> {
-        self.small(Small::FindingDelivery {
-            id: id.to_owned(),
-            attempts,
-            delivered_at,
-            next_attempt_at,
-        })
-        .await
-        .map(drop)
-    }
-
-    async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
-        self.small(Small::ReleaseWork {
-            work: work.to_owned(),
-            owner: owner.to_owned(),
-        })
-        .await
-        .map(drop)
-    }
-
-    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        let started = std::time::Instant::now();
-        let result = self.commit_inner(commit).await;
-        metrics::histogram!("oncegate_store_commit_seconds")
-            .record(started.elapsed().as_secs_f64());
-        result
-    }
-}
-
 impl SqliteStore {
     async fn small(&self, job: Small) -> Result<bool, StoreError> {
         let (tx, rx) = oneshot::channel();
@@ -1254,40 +1250,10 @@ impl SqliteStore {
 }
 
 fn finding_row(r: &sqlx::sqlite::SqliteRow) -> Result<controls::FindingRead, StoreError> {
-    let at = |v: Option<i64>| {
-        v.map(jiff::Timestamp::from_millisecond)
-            .transpose()
-            .map_err(corrupt)
-    };
-    Ok(controls::FindingRead {
-        finding: crate::FindingRow {
-            id: r.get(0),
-            rule: r.get(1),
-            raised_at: jiff::Timestamp::from_millisecond(r.get(2)).map_err(corrupt)?,
-            body: r.get(3),
-            delivered_at: at(r.get(4))?,
-            attempts: u32::try_from(r.get::<i64, _>(5)).unwrap_or(u32::MAX),
-            next_attempt_at: at(r.get(6))?,
-            problem: None,
-        },
-        row_hash: r.get(9),
-        link: link(r.get(7), r.get(8)),
-    })
+    decode::finding(r)
 }
 
 fn switch_read(r: &sqlx::sqlite::SqliteRow) -> controls::SwitchRead {
-    controls::SwitchRead {
-        row: SwitchRowV1 {
-            target: r.get(0),
-            reason: r.get(1),
-            set_by: r.get(2),
-            set_at_ms: r.get(3),
-        },
-        row_hash: r.get(6),
-        link: link(r.get(4), r.get(5)),
-    }
-}
-
-fn link(shard: Option<i64>, seq: Option<i64>) -> Option<(u32, u64)> {
-    Some((shard? as u32, seq? as u64))
+    let Ok(switch) = decode::switch(r);
+    switch
 }

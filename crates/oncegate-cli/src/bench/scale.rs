@@ -16,7 +16,7 @@ use jiff::{SignedDuration, Timestamp};
 use oncegate_core::audit::{AuditEvent, AuditKind};
 use oncegate_core::intent::{IntentRecord, IntentState};
 use oncegate_core::key::IntentKey;
-use oncegate_store::{Commit, OpenMode, Store, StoreWrite};
+use oncegate_store::{Commit, IntentsWrite, OpenMode, Store};
 use serde_json::json;
 
 use super::http::HttpTarget;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Subcommand;
 use oncegate_core::audit::Anchor;
-use oncegate_store::StoreRead;
+use oncegate_store::AuditRead;
 use oncegate_store::audit_check::{Walk, anchor, save_checkpoint, verify_audit};
 
 use crate::ConfigArg;

@@ -23,7 +23,7 @@ pub struct CheckConfigArgs {
 
 pub fn run(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     let path = &args.config.config;
-    let registry = match oncegate_store::load_registry(path) {
+    let registry = match oncegate_engine::config::load_registry(path) {
         Ok(r) => r,
         Err(errors) => {
             eprintln!("{errors}");
@@ -256,7 +256,7 @@ async fn doubts(registry: &oncegate_core::Registry) -> usize {
 async fn tool_pins(
     registry: &oncegate_core::Registry,
 ) -> anyhow::Result<Vec<oncegate_store::ToolPin>> {
-    use oncegate_store::ToolPins;
+    use oncegate_store::PinsRead;
     let store = crate::open_store(registry).await?;
     let pins = store.tool_pins().await;
     store.close().await;

@@ -7,7 +7,7 @@ use clap::Subcommand;
 use oncegate_core::intent::IntentRecord;
 use oncegate_core::intent::IntentState;
 use oncegate_core::key::IntentKey;
-use oncegate_store::{IntentFilter, Listing, StoreRead};
+use oncegate_store::{IntentFilter, IntentsRead, Listing};
 
 use crate::ConfigArg;
 

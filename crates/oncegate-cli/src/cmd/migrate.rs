@@ -15,15 +15,18 @@ pub async fn migrate(args: ConfigArg) -> anyhow::Result<ExitCode> {
     let registry = crate::load(&args.config)?;
     let location =
         oncegate_store::registry_location(&registry).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let migrated = oncegate_store::migrate_registry_store(&registry)
-        .await
-        .map_err(|e| match e {
-            oncegate_store::StoreError::NotInitialised(_)
-            | oncegate_store::StoreError::AlreadyExists(_) => {
-                anyhow::anyhow!("{e} [{}]", e.code())
-            }
-            other => anyhow::anyhow!("cannot migrate the store at {location}: {other}"),
-        })?;
+    let migrated = async {
+        let chain_key = oncegate_engine::config::chain_key_from_env(&registry)?;
+        oncegate_store::migrate_registry_store(&registry, chain_key).await
+    }
+    .await
+    .map_err(|e| match e {
+        oncegate_store::StoreError::NotInitialised(_)
+        | oncegate_store::StoreError::AlreadyExists(_) => {
+            anyhow::anyhow!("{e} [{}]", e.code())
+        }
+        other => anyhow::anyhow!("cannot migrate the store at {location}: {other}"),
+    })?;
     let store = &migrated.store;
     let mut out = String::new();
     if migrated.applied.is_empty() {

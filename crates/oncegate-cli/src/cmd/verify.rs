@@ -39,7 +39,7 @@ pub struct VerifyArgs {
 const REFUSED: u8 = 2;
 
 pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let registry = match oncegate_store::load_registry(&args.config.config) {
+    let registry = match oncegate_engine::config::load_registry(&args.config.config) {
         Ok(r) => r,
         Err(errors) => {
             eprintln!("{errors}");

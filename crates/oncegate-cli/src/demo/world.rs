@@ -229,7 +229,7 @@ impl World {
 }
 
 async fn start_embedded(dir: &Path, http: reqwest::Client) -> std::io::Result<String> {
-    let registry = oncegate_store::load_registry(&dir.join("oncegate.toml"))
+    let registry = oncegate_engine::config::load_registry(&dir.join("oncegate.toml"))
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     let store = oncegate_store::open(
         "sqlite://embedded.db",

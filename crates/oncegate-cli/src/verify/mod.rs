@@ -126,7 +126,7 @@ mod tests {
         let text = edit(std::fs::read_to_string(examples.join("payments.toml")).unwrap());
         let path = dir.path().join("oncegate.toml");
         std::fs::write(&path, text).unwrap();
-        (oncegate_store::load_registry(&path).unwrap(), dir)
+        (oncegate_engine::config::load_registry(&path).unwrap(), dir)
     }
 
     fn check<'r>(reports: &'r [Report], capability: &str, name: &str) -> &'r Check {

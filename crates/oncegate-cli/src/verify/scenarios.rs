@@ -247,7 +247,7 @@ impl World<'_> {
         let mut state = None;
         if let Some(key) = &first.key {
             let store = gate.store();
-            if let Some(record) = oncegate_store::StoreRead::load(store, key)
+            if let Some(record) = oncegate_store::IntentsRead::load(store, key)
                 .await
                 .map_err(|e| e.to_string())?
             {
@@ -255,7 +255,7 @@ impl World<'_> {
                     .await
                     .map_err(|e| e.to_string())?;
             }
-            state = oncegate_store::StoreRead::load(store, key)
+            state = oncegate_store::IntentsRead::load(store, key)
                 .await
                 .map_err(|e| e.to_string())?
                 .map(|r| r.state);

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use oncegate_store::conformance::sample_record;
-use oncegate_store::{Commit, SqliteStore, StoreWrite};
+use oncegate_store::{Commit, IntentsWrite, SqliteStore};
 use serde_json::{Value, json};
 
 use crate::support::{Proc, Setup, client};

@@ -178,7 +178,7 @@ fn audit_verify_and_intents_read_the_store() {
     // Decisions made through the library land in the store the CLI reads.
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let registry = oncegate_store::load_registry(&config).unwrap();
+        let registry = oncegate_engine::config::load_registry(&config).unwrap();
         let gate =
             oncegate_engine::Gate::open_with(registry, oncegate_store::OpenMode::CreateIfMissing)
                 .await

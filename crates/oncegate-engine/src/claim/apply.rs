@@ -12,7 +12,7 @@ use oncegate_core::intent::{
 };
 use serde_json::Value;
 
-use oncegate_store::{Commit, Reservation, StoreError, StoreRead, StoreWrite};
+use oncegate_store::{Commit, IntentsRead, IntentsWrite, Reservation, StoreError};
 
 use super::step::{Rejudge, Step};
 use crate::call::IntentHandle;

@@ -22,7 +22,7 @@ use oncegate_core::key::DerivedKey;
 use oncegate_core::policy::PolicyVerdict;
 use serde_json::Value;
 
-use oncegate_store::{Commit, StoreError, StoreRead, StoreWrite};
+use oncegate_store::{Commit, IntentsRead, IntentsWrite, StoreError};
 
 use crate::call::{Call, IntentHandle};
 use crate::error::GateError;

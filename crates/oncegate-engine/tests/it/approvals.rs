@@ -19,7 +19,7 @@ use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalState, IntentState, Status};
 use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_engine::{Call, Claimed, Executor, Gate, IntentHandle, ManualClock};
-use oncegate_store::StoreRead;
+use oncegate_store::IntentsRead;
 use serde_json::{Value, json};
 
 use crate::support::manual_gate;

@@ -12,7 +12,7 @@ use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_engine::{
     Call, Claim, Claimed, Executor, Fence, Gate, GateError, IntentHandle, ManualClock, SystemClock,
 };
-use oncegate_store::StoreRead;
+use oncegate_store::{AuditRead, IntentsRead};
 use serde_json::json;
 
 use crate::support::Scratch;

@@ -12,7 +12,7 @@ use oncegate_core::codes::Code;
 use oncegate_core::intent::{IntentState, Status};
 use oncegate_core::{EffectResult, ReconcileResult};
 use oncegate_engine::{Call, Executor, IntentHandle, ManualClock, SystemClock};
-use oncegate_store::StoreRead;
+use oncegate_store::IntentsRead;
 use serde_json::json;
 
 use crate::support::{Scratch, gate_in};

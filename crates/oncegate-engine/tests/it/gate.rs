@@ -11,7 +11,7 @@ use oncegate_core::codes::Code;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalState, IntentState, Status};
 use oncegate_engine::{Call, Executor, GateError, IntentHandle, SystemClock};
-use oncegate_store::StoreRead;
+use oncegate_store::{AuditRead, Backend, IntentsRead};
 use serde_json::json;
 
 use crate::support::Scratch;
@@ -555,7 +555,7 @@ async fn a_killed_process_aborts_the_gates_effect_tasks() {
         }
     }
     let scratch = Scratch::new();
-    let registry = oncegate_store::load_registry(&scratch.config()).unwrap();
+    let registry = oncegate_engine::config::load_registry(&scratch.config()).unwrap();
     let store = oncegate_store::MemoryStore::new();
     let process = oncegate_engine::Process::new();
     let gate = oncegate_engine::Gate::with_store(

@@ -11,7 +11,7 @@ use oncegate_core::EffectResult;
 use oncegate_core::codes::Code;
 use oncegate_core::intent::Status;
 use oncegate_engine::{Call, Claim, Claimed, Clock, Doubt, Gate, ManualClock, UpstreamEffect};
-use oncegate_store::StoreRead;
+use oncegate_store::IntentsRead;
 use serde_json::json;
 
 use crate::support::{gate_in, manual_gate};

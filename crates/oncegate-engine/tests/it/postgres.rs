@@ -8,8 +8,9 @@ use std::sync::Arc;
 use jiff::{SignedDuration, Timestamp};
 use oncegate_core::intent::{IntentState, Status};
 use oncegate_core::{EffectResult, ReconcileResult};
+use oncegate_engine::config::load_registry;
 use oncegate_engine::{Call, Claimed, Executor, Gate, IntentHandle, SystemClock, TokioClock};
-use oncegate_store::{OpenMode, StoreOptions, StoreRead, load_registry};
+use oncegate_store::{IntentsRead, OpenMode, StoreOptions};
 use serde_json::json;
 use sqlx::Connection;
 

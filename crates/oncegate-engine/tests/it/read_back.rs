@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use jiff::SignedDuration;
 use oncegate_core::intent::Status;
 use oncegate_core::{EffectResult, ReconcileResult};
+use oncegate_engine::config::load_registry;
 use oncegate_engine::{Call, Claimed, Doubt, Executor, Gate, IntentHandle, ManualClock};
-use oncegate_store::load_registry;
 use serde_json::json;
 
 use crate::support::manual_gate;

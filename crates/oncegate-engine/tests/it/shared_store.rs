@@ -14,8 +14,9 @@ use oncegate_core::codes::Code;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::{ApprovalState, IntentState, Outcome, Status};
 use oncegate_core::{EffectResult, ReconcileResult};
+use oncegate_engine::config::load_registry;
 use oncegate_engine::{Call, Claimed, Executor, Gate, IntentHandle, ManualClock};
-use oncegate_store::{MemoryStore, StoreRead, load_registry};
+use oncegate_store::{AuditRead, IntentsRead, MemoryStore};
 use serde_json::json;
 
 use crate::support::{CONFIG, Scratch};

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use oncegate_engine::{Clock, Gate, ManualClock};
-use oncegate_store::{OpenMode, load_registry};
+use oncegate_engine::config::load_registry;
+use oncegate_store::OpenMode;
 
 pub const CONFIG: &str = r#"
 [gateway]

@@ -15,7 +15,7 @@ use maud::{Markup, html};
 use oncegate_core::config::Role;
 use oncegate_core::decide::{Choice, MAX_NOTE_CHARS};
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord, Outcome, Status};
-use oncegate_store::{ApprovalFilter, StoreRead};
+use oncegate_store::{ApprovalFilter, IntentsRead};
 
 use super::access::{csrf_field, failure, html_page, posted, refusal, tz, viewer};
 use super::page::{Section, json, key_link, notice, or_dash, page, when};

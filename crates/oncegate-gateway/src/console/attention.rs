@@ -23,7 +23,7 @@ use oncegate_core::intent::{
 use oncegate_core::key::IntentKey;
 use oncegate_engine::Doubted;
 use oncegate_store::ToolPin;
-use oncegate_store::{ApprovalFilter, IntentFilter, StoreRead};
+use oncegate_store::{ApprovalFilter, IntentFilter, IntentsRead};
 
 use super::access::{csrf_field, failure, html_page, posted, tz, viewer};
 use super::approvals::state_badge;

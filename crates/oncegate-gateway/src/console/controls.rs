@@ -11,7 +11,7 @@ use axum::response::Response;
 use axum_extra::extract::CookieJar;
 use maud::{Markup, html};
 use oncegate_core::config::Role;
-use oncegate_store::StoreRead;
+use oncegate_store::{AuditRead, SharedRead};
 
 use super::access::{capability_names, csrf_field, failure, html_page, posted, tz, viewer};
 use super::page::{Section, notice, page as frame, when};

@@ -16,7 +16,7 @@ use oncegate_core::audit::{AuditKind, AuditRecord};
 use oncegate_core::intent::{IntentRecord, IntentState};
 use oncegate_core::key::IntentKey;
 use oncegate_core::normalise::{Folding, clean_text};
-use oncegate_store::{IntentFilter, StoreRead};
+use oncegate_store::{AuditRead, IntentFilter, IntentsRead};
 use serde::Deserialize;
 
 use super::access::{capability_names, failure, html_page, tz, viewer};

@@ -203,7 +203,7 @@ mod tests {
     fn every_derived_schema_of_the_example_is_portable() {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/payments.toml");
-        let registry = oncegate_store::load_registry(&path).unwrap();
+        let registry = oncegate_engine::config::load_registry(&path).unwrap();
         assert!(!registry.capabilities().is_empty());
         for cap in registry.capabilities() {
             portable(&Value::Object(derived_schema(cap)), &cap.name);

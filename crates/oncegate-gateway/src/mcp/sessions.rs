@@ -1,7 +1,7 @@
 //! 2025-11-25 MCP sessions in the store, so a session opened on one replica continues
 //! on another (and on this one after a restart): rmcp's [`SessionStore`] and the
-//! session's principal, through `StoreWrite::put_mcp_session` / `StoreRead::mcp_session`
-//! / `StoreWrite::delete_mcp_session`, whatever the backend.
+//! session's principal, through `SharedWrite::put_mcp_session` / `SharedRead::mcp_session`
+//! / `SharedWrite::delete_mcp_session`, whatever the backend.
 //!
 //! A session is the client's `initialize` parameters (rmcp replays the handshake from
 //! them when a request names a session this process does not hold) plus the principal
@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
 use oncegate_engine::{Clock, Gate};
-use oncegate_store::{McpSession, Store, StoreRead, StoreWrite};
+use oncegate_store::{McpSession, SharedRead, SharedWrite, Store};
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::transport::streamable_http_server::session::{
     SessionManager, SessionState, SessionStore, SessionStoreError,

@@ -11,7 +11,7 @@ use oncegate_core::decide::{Choice, approval_covers};
 use oncegate_core::intent::{Approval, ApprovalReason, IntentRecord, IntentState, Outcome};
 use oncegate_core::normalise::{Money, Normaliser};
 use oncegate_engine::IntentHandle;
-use oncegate_store::StoreRead;
+use oncegate_store::IntentsRead;
 
 use crate::door::Door;
 use crate::error::ApiError;

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use oncegate_core::config::Role;
 use oncegate_core::decide::Choice;
 use oncegate_core::intent::ApprovalState;
-use oncegate_store::{ApprovalFilter, StoreRead};
+use oncegate_store::{ApprovalFilter, IntentsRead};
 use serde::Deserialize;
 use serde_json::json;
 

@@ -6,7 +6,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use oncegate_core::config::Role;
-use oncegate_store::StoreRead;
+use oncegate_store::AuditRead;
 use serde::Deserialize;
 use serde_json::json;
 

@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use oncegate_core::intent::IntentState;
-use oncegate_store::{IntentFilter, StoreRead};
+use oncegate_store::{Backend, IntentFilter, IntentsRead};
 
 use serde_json::json;
 

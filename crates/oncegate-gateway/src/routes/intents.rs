@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use oncegate_core::config::Role;
 use oncegate_core::intent::IntentState;
 use oncegate_core::key::IntentKey;
-use oncegate_store::{IntentFilter, PageAfter, StoreRead};
+use oncegate_store::{IntentFilter, IntentsRead, PageAfter};
 use serde::Deserialize;
 
 use super::{parse_state, require};

@@ -303,7 +303,7 @@ fn a_rejected_pattern_is_validated_at_load_with_its_line() {
             text
         };
         std::fs::write(dir.path().join("c.toml"), text).unwrap();
-        oncegate_store::load_registry(&dir.path().join("c.toml"))
+        oncegate_engine::config::load_registry(&dir.path().join("c.toml"))
             .err()
             .map(|e| e.to_string())
     };

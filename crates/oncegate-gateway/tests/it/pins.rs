@@ -247,7 +247,7 @@ async fn a_changed_tool_is_held_until_an_admin_accepts_it(dir: &Path, store_url:
     // the server again within seconds, though the server announced nothing: here the
     // server still offers the pin, so their reads clear it.
     {
-        use oncegate_store::ToolPins;
+        use oncegate_store::PinsWrite;
         let noted = store
             .pin_tool(oncegate_store::OfferedTool {
                 server: "pay".into(),

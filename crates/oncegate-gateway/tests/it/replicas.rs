@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use oncegate_engine::{Gate, SystemClock};
 use oncegate_gateway::server::{AppState, app, http_client, install_crypto};
 use oncegate_sandbox::{self as sandbox, SandboxConfig};
-use oncegate_store::StoreRead;
+use oncegate_store::SharedRead;
 use serde_json::{Value, json};
 
 use crate::support::registry_in;

@@ -17,7 +17,7 @@ use serde_json::Value;
 /// Loads the registry `text` from `dir` (its store, if any, lives there too).
 pub(crate) fn registry_in(dir: &Path, text: &str) -> oncegate_core::Registry {
     std::fs::write(dir.join("c.toml"), text).unwrap();
-    oncegate_store::load_registry(&dir.join("c.toml")).unwrap()
+    oncegate_engine::config::load_registry(&dir.join("c.toml")).unwrap()
 }
 
 /// The state of a gateway over the registry `text` (written to `dir`, its store created

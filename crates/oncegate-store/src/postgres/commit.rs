@@ -13,9 +13,12 @@ use super::{PgStore, db_error, from_micros, ts, unavailable};
 use crate::ledger::Sealing;
 use crate::rows::{self, PreparedApproval, PreparedIntent};
 use crate::storage::{AuditRowV1, IntentRowV1};
-use crate::{ClientKeyBinding, Commit, McpSession, Reservation, StoreError, StoreWrite};
+use crate::{
+    AuditWrite, ClientKeyBinding, Commit, IntentsWrite, LimitsWrite, McpSession, Reservation,
+    SharedWrite, StoreError,
+};
 
-impl StoreWrite for PgStore {
+impl IntentsWrite for PgStore {
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
         // Spawned, never run under the caller's future: a caller that gives up cannot
@@ -65,7 +68,23 @@ impl StoreWrite for PgStore {
             ..b
         })
     }
+}
 
+impl AuditWrite for PgStore {
+    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO meta (name, value) VALUES ('audit_checkpoint', $1)
+             ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+        )
+        .bind(checkpoint)
+        .execute(&mut *self.conn().await?)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+}
+
+impl SharedWrite for PgStore {
     async fn put_mcp_session(&self, s: McpSession) -> Result<(), StoreError> {
         let state = s.state.as_ref().map(serde_json::Value::to_string);
         sqlx::query(
@@ -127,18 +146,18 @@ impl StoreWrite for PgStore {
         Ok(rows == 1)
     }
 
-    async fn put_audit_checkpoint(&self, checkpoint: String) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO meta (name, value) VALUES ('audit_checkpoint', $1)
-             ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
-        )
-        .bind(checkpoint)
-        .execute(&mut *self.conn().await?)
-        .await
-        .map_err(db_error)?;
+    async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM work_claims WHERE work = $1 AND owner = $2")
+            .bind(work)
+            .bind(owner)
+            .execute(&mut *self.conn().await?)
+            .await
+            .map_err(unavailable)?;
         Ok(())
     }
+}
 
+impl LimitsWrite for PgStore {
     async fn finding_delivery(
         &self,
         id: &str,
@@ -156,16 +175,6 @@ impl StoreWrite for PgStore {
         .execute(&mut *self.conn().await?)
         .await
         .map_err(unavailable)?;
-        Ok(())
-    }
-
-    async fn release_work(&self, work: &str, owner: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM work_claims WHERE work = $1 AND owner = $2")
-            .bind(work)
-            .bind(owner)
-            .execute(&mut *self.conn().await?)
-            .await
-            .map_err(unavailable)?;
         Ok(())
     }
 }

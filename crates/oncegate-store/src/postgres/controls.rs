@@ -326,18 +326,8 @@ async fn table_rows(conn: &mut PgConnection, scope: &str) -> Result<Vec<TableRow
 }
 
 fn entry_of(scope: &str, row: &sqlx::postgres::PgRow) -> StoredEntry {
-    StoredEntry {
-        entry: LedgerEntry {
-            scope: scope.to_owned(),
-            seq: row.get::<i64, _>(0) as u64,
-            key: row.get(1),
-            generation: row.get::<i64, _>(2) as u32,
-            amount: row.get(3),
-            at: row.get(4),
-            reserve: row.get(5),
-        },
-        chain: row.get(6),
-    }
+    let Ok(entry) = crate::decode::ledger_entry(scope, row);
+    entry
 }
 
 /// An admin's reconciliation of a budget ([`crate::LimitReconcile`]), as on SQLite.

@@ -27,6 +27,7 @@
 mod clock;
 mod commit;
 mod controls;
+mod limits;
 mod pins;
 
 pub use clock::AUTHORITY as CLOCK_AUTHORITY;

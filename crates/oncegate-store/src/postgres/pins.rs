@@ -1,10 +1,8 @@
 //! Pinned tool definitions on PostgreSQL: one statement per write, so two replicas
 //! reading a changed server at once leave one pin and one pending definition.
 
-use sqlx::Row;
-
-use super::{PgStore, corrupt, from_micros, ts, unavailable};
-use crate::{OfferedTool, PendingTool, StoreError, ToolPin, ToolPins};
+use super::{PgStore, ts, unavailable};
+use crate::{OfferedTool, PinsRead, PinsWrite, StoreError, ToolPin};
 
 const ALL: &str = "SELECT server, tool, digest, definition,
      (extract(epoch from pinned_at) * 1000000)::int8, pinned_by, pending_digest,
@@ -12,31 +10,10 @@ const ALL: &str = "SELECT server, tool, digest, definition,
      FROM tool_pins ORDER BY server, tool";
 
 fn pin(r: &sqlx::postgres::PgRow) -> Result<ToolPin, StoreError> {
-    let pending = match (
-        r.get::<Option<String>, _>(6),
-        r.get::<Option<String>, _>(7),
-        r.get::<Option<i64>, _>(8),
-    ) {
-        (Some(digest), Some(definition), Some(seen_at)) => Some(PendingTool {
-            digest,
-            definition,
-            seen_at: from_micros(seen_at)?,
-        }),
-        (None, None, None) => None,
-        _ => return Err(corrupt("a tool pin's pending definition is half written")),
-    };
-    Ok(ToolPin {
-        server: r.get(0),
-        tool: r.get(1),
-        digest: r.get(2),
-        definition: r.get(3),
-        pinned_at: from_micros(r.get(4))?,
-        pinned_by: r.get(5),
-        pending,
-    })
+    crate::decode::tool_pin(r)
 }
 
-impl ToolPins for PgStore {
+impl PinsRead for PgStore {
     async fn tool_pins(&self) -> Result<Vec<ToolPin>, StoreError> {
         sqlx::query(ALL)
             .fetch_all(&mut *self.conn().await?)
@@ -46,7 +23,9 @@ impl ToolPins for PgStore {
             .map(pin)
             .collect()
     }
+}
 
+impl PinsWrite for PgStore {
     async fn pin_tool(&self, t: OfferedTool) -> Result<ToolPin, StoreError> {
         let row = sqlx::query(
             "INSERT INTO tool_pins (server, tool, digest, definition, pinned_at, pinned_by)

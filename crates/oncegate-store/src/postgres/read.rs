@@ -1,12 +1,10 @@
 //! Reads, and the row lookups the commit shares with them.
 //!
-//! Why one file: every read here is one `StoreRead` method in PostgreSQL's dialect, and
-//! most run in one REPEATABLE READ snapshot (`PgStore::snapshot`) with the seal
-//! lookups (`newest_*_seal`) the commit path reuses. The rules they apply are elsewhere
-//! (rows.rs, controls.rs, ledger.rs, listing.rs); what remains is SQL text and column
-//! decoding, which reads best next to the trait it implements, in the order of
-//! `sqlite.rs`. The store API is cut by table in the house issue (34), which moves this
-//! file with it.
+//! Every read here is one read method of the store API in PostgreSQL's dialect (limits
+//! and findings in `limits.rs`), most in one REPEATABLE READ snapshot
+//! (`PgStore::snapshot`) with the seal lookups (`newest_*_seal`) the commit path
+//! reuses. The rules they apply are elsewhere (rows.rs, controls.rs, ledger.rs,
+//! listing.rs, decode.rs); what remains is SQL text, in the order of `sqlite.rs`.
 
 use oncegate_core::audit::{AuditRecord, ChainKey, RowKind, StoredRow};
 use oncegate_core::intent::{Approval, IntentRecord};
@@ -17,39 +15,20 @@ use sqlx::{PgConnection, Row};
 use super::{PgStore, corrupt, from_micros, ts, unavailable};
 use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
-use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1, SwitchRowV1};
+use crate::storage::{ApprovalRowV1, IntentRowV1};
 use crate::{
-    ApprovalFilter, IntentFilter, KillSwitch, Listing, McpSession, StoreError, StoreRead,
-    UnreadableRow,
+    ApprovalFilter, AuditRead, Backend, IntentFilter, IntentsRead, KillSwitch, Listing, McpSession,
+    SharedRead, StoreError, UnreadableRow,
 };
-use crate::{controls, ledger};
+use crate::{controls, decode};
 
 fn row_data(row: &PgRow, kind: RowKind) -> RowData {
-    let shard: Option<i64> = row.get("audit_shard");
-    let seq: Option<i64> = row.get("audit_seq");
-    RowData {
-        id: match kind {
-            RowKind::Intent => row.get("key"),
-            _ => row.get("id"),
-        },
-        generation: row.get::<i64, _>("generation") as u32,
-        version: row.get("version"),
-        body: row.get("body"),
-        row_hash: row.get("row_hash"),
-        link: shard.zip(seq).map(|(a, b)| (a as u32, b as u64)),
-    }
+    let Ok(row) = decode::row_data(row, kind);
+    row
 }
 
 pub(super) fn audit_row(row: &PgRow) -> Result<AuditRecord, StoreError> {
-    AuditRowV1::from_columns(
-        row.get::<i64, _>("shard") as u32,
-        row.get::<i64, _>("seq") as u64,
-        row.get("prev_hash"),
-        row.get("hash"),
-        row.get::<&str, _>("body"),
-    )
-    .map(AuditRecord::from)
-    .map_err(corrupt)
+    decode::audit_record(row)
 }
 
 /// One intent generation; `lock` takes it FOR UPDATE (inside a commit).
@@ -167,13 +146,13 @@ pub(super) async fn check_row(
 
 impl PgStore {
     /// The store's `controls_sealed_at` in milliseconds.
-    fn legacy_before_ms(&self) -> Option<i64> {
+    pub(super) fn legacy_before_ms(&self) -> Option<i64> {
         self.inner.legacy_before.map(|us| us.div_euclid(1000))
     }
 
     /// Runs `read` in one REPEATABLE READ, READ ONLY transaction: the row and the
     /// chain's seals come from one snapshot.
-    async fn snapshot<T>(
+    pub(super) async fn snapshot<T>(
         &self,
         read: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
@@ -197,7 +176,7 @@ impl PgStore {
     }
 }
 
-impl StoreRead for PgStore {
+impl IntentsRead for PgStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
         self.snapshot(async |conn: &mut PgConnection| {
             let row = sqlx::query(
@@ -435,7 +414,9 @@ impl StoreRead for PgStore {
         })
         .await
     }
+}
 
+impl AuditRead for PgStore {
     async fn audit_after(
         &self,
         after: i64,
@@ -520,64 +501,9 @@ impl StoreRead for PgStore {
             .map_err(unavailable)?;
         Ok(rows.iter().map(|r| r.get::<i64, _>(0) as u32).collect())
     }
+}
 
-    async fn limit_used(&self, scope: &str, since: jiff::Timestamp) -> Result<i64, StoreError> {
-        let row = sqlx::query(
-            "SELECT COALESCE(SUM(amount), 0)::int8 FROM reservations WHERE scope = $1 AND active AND reserved_at >= $2::timestamptz",
-        )
-        .bind(scope)
-        .bind(ts(since))
-        .fetch_one(&mut *self.conn().await?)
-        .await
-        .map_err(unavailable)?;
-        Ok(row.get(0))
-    }
-
-    async fn findings(
-        &self,
-        limit: u32,
-        after: Option<&crate::PageAfter>,
-    ) -> Result<Vec<crate::FindingRow>, StoreError> {
-        let limit = i64::from(limit.max(1));
-        let query = match after {
-            None => sqlx::query(
-                "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings ORDER BY raised_at DESC, id DESC LIMIT $1",
-            )
-            .bind(limit),
-            Some(after) => sqlx::query(
-                "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings WHERE (raised_at, id) < ($2::timestamptz, $3) ORDER BY raised_at DESC, id DESC LIMIT $1",
-            )
-            .bind(limit)
-            .bind(ts(after.at))
-            .bind(after.id.clone()),
-        };
-        let rows = query
-            .fetch_all(&mut *self.conn().await?)
-            .await
-            .map_err(unavailable)?;
-        rows.iter()
-            .map(|r| Ok(finding_row(r)?.listed(self.legacy_before_ms())))
-            .collect()
-    }
-
-    async fn findings_due(
-        &self,
-        now: jiff::Timestamp,
-        limit: u32,
-    ) -> Result<Vec<crate::FindingRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings WHERE delivered_at IS NULL AND next_attempt_at <= $1::timestamptz ORDER BY next_attempt_at, id LIMIT $2",
-        )
-        .bind(ts(now))
-        .bind(i64::from(limit.max(1)))
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .map_err(unavailable)?;
-        rows.iter()
-            .map(|r| Ok(finding_row(r)?.listed(self.legacy_before_ms())))
-            .collect()
-    }
-
+impl SharedRead for PgStore {
     async fn kill_switches(&self) -> Result<Vec<KillSwitch>, StoreError> {
         let key = self.chain_key();
         let legacy_before = self.legacy_before_ms();
@@ -617,80 +543,6 @@ impl StoreRead for PgStore {
         .await
     }
 
-    async fn ledgers(&self) -> Result<crate::LimitLedgers, StoreError> {
-        let legacy_before = self.inner.legacy_before;
-        self.snapshot(async |conn: &mut PgConnection| {
-            let mut ledgers = crate::LimitLedgers::default();
-            for r in sqlx::query(
-                "SELECT scope, seq, chain, audit_shard, audit_seq FROM limit_scopes WHERE seq > 0",
-            )
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            {
-                ledgers.heads.insert(
-                    r.get(0),
-                    ledger::Head {
-                        seq: r.get::<i64, _>(1) as u64,
-                        chain: r.get::<Option<String>, _>(2).unwrap_or_default(),
-                        link: (
-                            r.get::<Option<i64>, _>(3).unwrap_or(-1) as u32,
-                            r.get::<Option<i64>, _>(4).unwrap_or(0) as u64,
-                        ),
-                    },
-                );
-            }
-            for r in sqlx::query(
-                "SELECT scope, seq, key, generation, amount, at, reserve, chain FROM limit_ledger ORDER BY scope, seq",
-            )
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            {
-                let scope: String = r.get(0);
-                ledgers
-                    .entries
-                    .entry(scope.clone())
-                    .or_default()
-                    .push(ledger::StoredEntry {
-                        entry: oncegate_core::audit::LedgerEntry {
-                            scope,
-                            seq: r.get::<i64, _>(1) as u64,
-                            key: r.get(2),
-                            generation: r.get::<i64, _>(3) as u32,
-                            amount: r.get(4),
-                            at: r.get(5),
-                            reserve: r.get(6),
-                        },
-                        chain: r.get(7),
-                    });
-            }
-            for r in sqlx::query(
-                "SELECT scope, key, generation, amount, active, (extract(epoch from reserved_at) * 1000000)::int8 FROM reservations ORDER BY scope",
-            )
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            {
-                let scope: String = r.get(0);
-                let legacy = legacy_before.is_some_and(|t| r.get::<i64, _>(5) < t);
-                if legacy && !ledgers.entries.contains_key(&scope) {
-                    continue;
-                }
-                ledgers.table.entry(scope).or_default().push((
-                    ledger::Active {
-                        key: r.get(1),
-                        generation: r.get::<i64, _>(2) as u32,
-                        amount: r.get(3),
-                    },
-                    r.get::<bool, _>(4),
-                ));
-            }
-            Ok(ledgers)
-        })
-        .await
-    }
-
     async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
         let row = sqlx::query(
             "SELECT id, principal, state, (extract(epoch from updated_at) * 1000000)::int8
@@ -714,7 +566,9 @@ impl StoreRead for PgStore {
         })
         .transpose()
     }
+}
 
+impl Backend for PgStore {
     /// Answers within about a second: the database answers, and takes writes (a
     /// read-only standby or a database in recovery is not ready).
     async fn ping(&self) -> Result<(), StoreError> {
@@ -741,37 +595,11 @@ impl StoreRead for PgStore {
     }
 }
 
-fn finding_row(r: &sqlx::postgres::PgRow) -> Result<controls::FindingRead, StoreError> {
-    let at = |v: Option<i64>| v.map(from_micros).transpose();
-    Ok(controls::FindingRead {
-        finding: crate::FindingRow {
-            id: r.get(0),
-            rule: r.get(1),
-            raised_at: from_micros(r.get(2))?,
-            body: r.get(3),
-            delivered_at: at(r.get(4))?,
-            attempts: u32::try_from(r.get::<i64, _>(5)).unwrap_or(u32::MAX),
-            next_attempt_at: at(r.get(6))?,
-            problem: None,
-        },
-        row_hash: r.get(9),
-        link: link(r.get(7), r.get(8)),
-    })
+pub(super) fn finding_row(r: &PgRow) -> Result<controls::FindingRead, StoreError> {
+    decode::finding(r)
 }
 
-fn switch_read(r: &sqlx::postgres::PgRow) -> controls::SwitchRead {
-    controls::SwitchRead {
-        row: SwitchRowV1 {
-            target: r.get(0),
-            reason: r.get(1),
-            set_by: r.get(2),
-            set_at_ms: r.get::<i64, _>(3).div_euclid(1000),
-        },
-        row_hash: r.get(6),
-        link: link(r.get(4), r.get(5)),
-    }
-}
-
-fn link(shard: Option<i64>, seq: Option<i64>) -> Option<(u32, u64)> {
-    Some((shard? as u32, seq? as u64))
+fn switch_read(r: &PgRow) -> controls::SwitchRead {
+    let Ok(switch) = decode::switch(r);
+    switch
 }

@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 
 use crate::StoreError;
 use crate::rows::{self, RowData, integrity};
-use crate::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
+use crate::storage::{ApprovalRowV1, IntentRowV1};
 
 pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -41,10 +41,6 @@ fn read_failed(e: rusqlite::Error) -> StoreError {
         | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::Corrupt(e.to_string()),
         e => unavailable(e),
     }
-}
-
-fn corrupt(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(e.to_string())
 }
 
 /// Statements kept prepared per connection (the hot path uses about a dozen).
@@ -146,37 +142,7 @@ impl Readers {
 }
 
 /// An audit record's columns as stored, before its body is parsed.
-pub(super) struct RawRecord {
-    pub(super) shard: i64,
-    pub(super) seq: i64,
-    pub(super) prev_hash: String,
-    pub(super) hash: String,
-    pub(super) body: String,
-}
-
-impl RawRecord {
-    fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            shard: row.get("shard")?,
-            seq: row.get("seq")?,
-            prev_hash: row.get("prev_hash")?,
-            hash: row.get("hash")?,
-            body: row.get("body")?,
-        })
-    }
-
-    fn parse(&self) -> Result<AuditRecord, StoreError> {
-        AuditRowV1::from_columns(
-            self.shard as u32,
-            self.seq as u64,
-            self.prev_hash.clone(),
-            self.hash.clone(),
-            &self.body,
-        )
-        .map(AuditRecord::from)
-        .map_err(corrupt)
-    }
-}
+pub(super) use crate::decode::AuditColumns as RawRecord;
 
 /// Rows whose exact stored bytes (row and sealing record) this process has checked
 /// against the chain, or written itself. A load that reads the same bytes again skips
@@ -239,19 +205,7 @@ pub(super) fn fingerprint(
 }
 
 fn row_data(row: &Row<'_>, kind: RowKind) -> rusqlite::Result<RowData> {
-    let shard: Option<i64> = row.get("audit_shard")?;
-    let seq: Option<i64> = row.get("audit_seq")?;
-    Ok(RowData {
-        id: match kind {
-            RowKind::Intent => row.get("key")?,
-            _ => row.get("id")?,
-        },
-        generation: row.get::<_, i64>("generation")? as u32,
-        version: row.get("version")?,
-        body: row.get("body")?,
-        row_hash: row.get("row_hash")?,
-        link: shard.zip(seq).map(|(a, b)| (a as u32, b as u64)),
-    })
+    crate::decode::row_data(row, kind)
 }
 
 pub(super) fn fetch_intent(
@@ -295,8 +249,10 @@ pub(super) fn newest_intent_seal(
          ORDER BY id DESC LIMIT 1",
     )
     .and_then(|mut s| {
-        s.query_row(params![key, i64::from(generation)], RawRecord::from_row)
-            .optional()
+        s.query_row(params![key, i64::from(generation)], |r| {
+            crate::decode::audit_columns(r)
+        })
+        .optional()
     })
     .map_err(read_failed)
 }
@@ -319,7 +275,10 @@ pub(super) fn newest_control_seal(
         }
     };
     conn.prepare_cached(sql)
-        .and_then(|mut s| s.query_row(params![id], RawRecord::from_row).optional())
+        .and_then(|mut s| {
+            s.query_row(params![id], |r| crate::decode::audit_columns(r))
+                .optional()
+        })
         .map_err(read_failed)
 }
 
@@ -332,8 +291,10 @@ pub(super) fn record_at(
         "SELECT shard, seq, prev_hash, hash, body FROM audit WHERE shard = ?1 AND seq = ?2",
     )
     .and_then(|mut s| {
-        s.query_row(params![i64::from(shard), seq as i64], RawRecord::from_row)
-            .optional()
+        s.query_row(params![i64::from(shard), seq as i64], |r| {
+            crate::decode::audit_columns(r)
+        })
+        .optional()
     })
     .map_err(read_failed)?
     .map(|r| r.parse())
@@ -360,7 +321,10 @@ pub(super) fn newest_approval_seal(
          WHERE json_extract(body, '$.detail.row_approval.key') = ?1
          ORDER BY id DESC LIMIT 1",
     )
-    .and_then(|mut s| s.query_row(params![id], RawRecord::from_row).optional())
+    .and_then(|mut s| {
+        s.query_row(params![id], |r| crate::decode::audit_columns(r))
+            .optional()
+    })
     .map_err(read_failed)
 }
 

@@ -2,7 +2,7 @@
 
 use oncegate_core::audit::verify_shard;
 use oncegate_store::conformance::{run_all, sample_record};
-use oncegate_store::{Commit, SqliteStore, StoreRead, StoreWrite};
+use oncegate_store::{AuditRead, Backend, Commit, IntentsRead, IntentsWrite, SqliteStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_passes_the_conformance_suite() {

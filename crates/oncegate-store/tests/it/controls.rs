@@ -11,8 +11,8 @@ use oncegate_core::audit::{AuditEvent, AuditKind, RowKind};
 use oncegate_store::audit_check::{Walk, verify_audit};
 use oncegate_store::conformance::sample_record;
 use oncegate_store::{
-    Commit, FindingRow, KillSwitchChange, LimitReconcile, OpenMode, Reservation, SqliteStore,
-    StoreError, StoreOptions, StoreRead, StoreWrite,
+    Backend, Commit, FindingRow, IntentsWrite, KillSwitchChange, LimitReconcile, OpenMode,
+    Reservation, SqliteStore, StoreError, StoreOptions,
 };
 use sqlx::Connection;
 
@@ -33,7 +33,7 @@ fn admin(at: Timestamp) -> AuditEvent {
     }
 }
 
-async fn switch<S: StoreWrite>(store: &S, target: &str, reason: Option<&str>, at: Timestamp) {
+async fn switch<S: IntentsWrite>(store: &S, target: &str, reason: Option<&str>, at: Timestamp) {
     let mut commit = Commit::event(admin(at));
     commit.kill_switch = Some(KillSwitchChange {
         target: target.into(),
@@ -45,7 +45,7 @@ async fn switch<S: StoreWrite>(store: &S, target: &str, reason: Option<&str>, at
 }
 
 /// A charge of 100 against the budget `daily` (250 a day), as a claim's commit.
-async fn charge<S: StoreWrite>(store: &S, key: &str) -> Result<(), StoreError> {
+async fn charge<S: IntentsWrite>(store: &S, key: &str) -> Result<(), StoreError> {
     let rec = sample_record(key, 1);
     let at = rec.created_at;
     let mut event = admin(at);
@@ -67,7 +67,7 @@ async fn charge<S: StoreWrite>(store: &S, key: &str) -> Result<(), StoreError> {
 /// deleted or edited in SQL (`tamper`), and refused at load and by `audit verify`.
 pub async fn controls_are_chained<S, T>(store: &S, tamper: T)
 where
-    S: StoreRead + StoreWrite,
+    S: Backend,
     T: AsyncFn(&str),
 {
     let at = sample_record("ab01", 1).created_at;
@@ -185,7 +185,7 @@ fn count_of(report: &oncegate_store::audit_check::AuditReport, kind: RowKind) ->
         .count()
 }
 
-async fn reconcile<S: StoreWrite>(store: &S, accept_table: bool) -> Result<(), StoreError> {
+async fn reconcile<S: IntentsWrite>(store: &S, accept_table: bool) -> Result<(), StoreError> {
     let mut commit = Commit::event(admin(sample_record("ab01", 1).created_at));
     commit.limit_reconcile = Some(LimitReconcile {
         scope: "daily".into(),

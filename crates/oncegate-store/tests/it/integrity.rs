@@ -7,7 +7,8 @@ use oncegate_core::audit::{ChainHead, ChainKey, seal};
 use oncegate_store::audit_check::{Walk, save_checkpoint, verify_audit};
 use oncegate_store::conformance::sample_record;
 use oncegate_store::{
-    Commit, OpenMode, SqliteStore, StoreError, StoreOptions, StoreRead, StoreWrite,
+    AuditRead, Backend, Commit, IntentsRead, IntentsWrite, OpenMode, SqliteStore, StoreError,
+    StoreOptions,
 };
 use sqlx::{Connection, Row};
 
@@ -552,7 +553,7 @@ async fn a_row_changed_since_this_writer_committed_it_is_not_replaced() {
 /// mark vouches for them). `open` opens the one store with or without the key.
 pub async fn a_row_resealed_without_the_chain_key_fails_closed<S, F>(open: F)
 where
-    S: StoreRead + StoreWrite,
+    S: Backend,
     F: AsyncFn(Option<ChainKey>) -> S,
 {
     use oncegate_core::intent::IntentState;

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use oncegate_store::conformance::run_all;
 use oncegate_store::{
-    Location, MemoryStore, OpenMode, Store, StoreError, StoreOptions, StoreRead, location, open,
+    Backend, Location, MemoryStore, OpenMode, Store, StoreError, StoreOptions, location, open,
 };
 
 #[test]

@@ -9,8 +9,8 @@ use oncegate_core::audit::{AuditEvent, AuditKind, verify_shard};
 use oncegate_core::intent::{IntentState, Lease};
 use oncegate_store::conformance::{run_all, sample_record};
 use oncegate_store::{
-    Commit, KillSwitchChange, Location, McpSession, OpenMode, PgStore, Store, StoreError,
-    StoreOptions, StoreRead, StoreWrite, location, open,
+    AuditRead, Backend, Commit, IntentsRead, IntentsWrite, KillSwitchChange, Location, McpSession,
+    OpenMode, PgStore, SharedRead, SharedWrite, Store, StoreError, StoreOptions, location, open,
 };
 use sqlx::Connection;
 

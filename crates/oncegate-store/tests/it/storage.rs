@@ -14,7 +14,7 @@ use oncegate_core::intent::{
 };
 use oncegate_core::key::IntentKey;
 use oncegate_store::storage::{ApprovalRowV1, AuditRowV1, IntentRowV1};
-use oncegate_store::{Commit, MemoryStore, SqliteStore, StoreRead, StoreWrite};
+use oncegate_store::{Commit, IntentsRead, IntentsWrite, MemoryStore, SqliteStore};
 use serde_json::{Value, json};
 use sqlx::{Connection, Row};
 

@@ -25,7 +25,7 @@ use oncegate_engine::{
     Call, Claim, Claimed, Clock, Executor, Gate, GateError, IntentHandle, Process, StoreClock,
     Ticks, TokioClock,
 };
-use oncegate_store::{IntentFilter, MemoryStore, StoreRead};
+use oncegate_store::{AuditRead, IntentFilter, IntentsRead, LimitsRead, MemoryStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;

@@ -281,18 +281,7 @@ fn all_entries(conn: &Connection, scope: &str) -> Result<Vec<StoredEntry>, Store
 }
 
 fn entry_of(scope: &str, row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEntry> {
-    Ok(StoredEntry {
-        entry: LedgerEntry {
-            scope: scope.to_owned(),
-            seq: row.get::<_, i64>(0)? as u64,
-            key: row.get(1)?,
-            generation: row.get::<_, i64>(2)? as u32,
-            amount: row.get(3)?,
-            at: row.get(4)?,
-            reserve: row.get(5)?,
-        },
-        chain: row.get(6)?,
-    })
+    crate::decode::ledger_entry(scope, row)
 }
 
 /// An admin's reconciliation of a budget ([`crate::LimitReconcile`]).

@@ -30,9 +30,9 @@ pub(in crate::sqlite) enum Small {
         delivered_at: Option<jiff::Timestamp>,
         next_attempt_at: Option<jiff::Timestamp>,
     },
-    /// `ToolPins::pin_tool` (answers true).
+    /// `PinsWrite::pin_tool` (answers true).
     PinTool(crate::OfferedTool),
-    /// `ToolPins::accept_tool` (answers whether it was accepted).
+    /// `PinsWrite::accept_tool` (answers whether it was accepted).
     AcceptTool {
         server: String,
         tool: String,

@@ -22,7 +22,7 @@ use oncegate_core::codes::Code;
 use oncegate_core::intent::IntentState;
 use oncegate_core::{EffectResult, IntentKey};
 use oncegate_engine::{Claim, Fence, GateError};
-use oncegate_store::{IntentFilter, StoreRead};
+use oncegate_store::{IntentFilter, IntentsRead};
 use serde_json::json;
 
 use super::{World, lock};
