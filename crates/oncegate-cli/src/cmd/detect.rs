@@ -95,7 +95,7 @@ pub async fn run(args: DetectArgs) -> anyhow::Result<ExitCode> {
                         );
                     }
                 };
-                let read = oncegate_gateway::detection::fetch_listing_with_progress(
+                let read = oncegate_gateway::detection_scheduler::fetch_listing_with_progress(
                     &http,
                     listing,
                     since,

@@ -97,7 +97,7 @@ pub async fn run(args: ServeArgs, registry: Registry) -> anyhow::Result<ExitCode
     );
     // Fronted servers' tools are listed from the first request (one that cannot be read
     // is retried in the background, its tools refused until then).
-    oncegate_gateway::fronting::read_all(&state).await;
+    oncegate_gateway::fronted::read_all(&state).await;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
