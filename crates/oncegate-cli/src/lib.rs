@@ -5,22 +5,28 @@
 //! upstream) are the machinery behind the two red-team subcommands, `verify_live` (the
 //! gateway's executor against a provider's test mode) behind `oncegate verify --live`,
 //! and `bench` (a load generator and what it drives) the machinery behind `oncegate
-//! bench`.
+//! bench`. What they all share sits below them: `registry` (`--config`, loading the
+//! registry, opening its store) and `output` (stdout). This file only parses and
+//! dispatches.
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use oncegate_core::Registry;
 
 mod bench;
 mod cmd;
 mod demo;
 mod logging;
+mod output;
+mod registry;
 mod telemetry;
 mod verify;
 mod verify_live;
+
+// The helpers every subcommand shares, at the paths they always had.
+pub use output::emit;
+pub use registry::{ConfigArg, load, open_serving_store, open_store, open_store_with};
 
 /// oncegate: one intent, at most one effect.
 #[derive(Debug, Parser)]
@@ -82,69 +88,6 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Bridge a stdio MCP client (a desktop app) to a gateway's /mcp.
     Connect(cmd::connect::ConnectArgs),
-}
-
-/// `--config PATH`, shared by every subcommand.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ConfigArg {
-    /// The registry file.
-    #[arg(long, short, default_value = "oncegate.toml", env = "ONCEGATE_CONFIG")]
-    pub config: PathBuf,
-}
-
-/// Loads a registry, turning config errors into one readable error.
-pub fn load(path: &Path) -> anyhow::Result<Registry> {
-    oncegate_engine::config::load_registry(path).map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-/// Opens the registry's existing store (never creates one).
-pub async fn open_store(registry: &Registry) -> anyhow::Result<oncegate_store::Store> {
-    open_store_with(registry, oncegate_store::OpenMode::Existing).await
-}
-
-/// Opens the registry's store as `mode` says, with its audit chain key.
-pub async fn open_store_with(
-    registry: &Registry,
-    mode: oncegate_store::OpenMode,
-) -> anyhow::Result<oncegate_store::Store> {
-    open_registry_store(registry, mode, None).await
-}
-
-/// Opens the registry's store for `oncegate serve`: this process becomes its server,
-/// a second server on an embedded (SQLite) store is refused, and so is a store behind
-/// its serve anchor unless `serving` accepts the rollback.
-pub async fn open_serving_store(
-    registry: &Registry,
-    mode: oncegate_store::OpenMode,
-    serving: oncegate_store::Serving,
-) -> anyhow::Result<oncegate_store::Store> {
-    open_registry_store(registry, mode, Some(serving)).await
-}
-
-async fn open_registry_store(
-    registry: &Registry,
-    mode: oncegate_store::OpenMode,
-    serving: Option<oncegate_store::Serving>,
-) -> anyhow::Result<oncegate_store::Store> {
-    let location =
-        oncegate_store::registry_location(registry).map_err(|e| anyhow::anyhow!("{e}"))?;
-    async {
-        let chain_key = oncegate_engine::config::chain_key_from_env(registry)?;
-        oncegate_store::open_registry_store_with(registry, mode, serving, chain_key).await
-    }
-    .await
-    .map_err(|e| match e {
-        // These say what happened and what to do; a wrapper would only bury that
-        // (`Locked`: another `serve` holds the SQLite file; the message names
-        // PostgreSQL for several replicas).
-        oncegate_store::StoreError::NotInitialised(_)
-        | oncegate_store::StoreError::AlreadyExists(_)
-        | oncegate_store::StoreError::Locked(_)
-        | oncegate_store::StoreError::RolledBack(_) => {
-            anyhow::anyhow!("{e} [{}]", e.code())
-        }
-        other => anyhow::anyhow!("cannot open the store at {location}: {other}"),
-    })
 }
 
 pub fn run() -> ExitCode {
@@ -238,11 +181,4 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")
-}
-
-/// Writes to stdout, treating a closed pipe (`| head`) as done rather than a crash.
-pub fn emit(text: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }

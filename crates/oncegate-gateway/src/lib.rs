@@ -84,12 +84,3 @@ mod trace;
 pub mod upstream;
 pub mod webhook;
 pub mod wire;
-
-// The paths the CLI reads under their names before the look-alikes were renamed
-// (`oncegate_gateway::detection::fetch_listing_with_progress`,
-// `oncegate_gateway::fronting::read_all`); the CLI can name `detection_scheduler` and
-// `fronted` directly, and then these go.
-#[doc(hidden)]
-pub use detection_scheduler as detection;
-#[doc(hidden)]
-pub use fronted as fronting;

@@ -9,7 +9,7 @@ use std::{collections::VecDeque, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-use super::Resource;
+use crate::resource::Resource;
 
 /// What goes wrong with a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]

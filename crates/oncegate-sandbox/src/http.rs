@@ -18,14 +18,14 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
-use super::{
-    AfterCommit, EffectsParams, LookupError, LookupParams, Refusal, Resource, Sandbox,
-    acceptable_key,
-    conn::Severer,
-    faults::{Fault, FaultKind, FaultRequest},
-    ledger::NewEffect,
-    mcp,
+use crate::conn::Severer;
+use crate::faults::{Fault, FaultKind, FaultRequest};
+use crate::ledger::NewEffect;
+use crate::mcp;
+use crate::provider::{
+    AfterCommit, EffectsParams, LookupError, LookupParams, Refusal, Sandbox, acceptable_key,
 };
+use crate::resource::Resource;
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");

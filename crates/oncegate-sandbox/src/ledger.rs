@@ -10,7 +10,7 @@ use rand::distr::{Alphanumeric, SampleString};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::Resource;
+use crate::resource::Resource;
 
 /// A validated create (a `POST` body or a create tool's arguments), ready to commit.
 #[derive(Debug)]

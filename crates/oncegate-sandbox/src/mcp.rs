@@ -36,10 +36,11 @@ mod tool_call;
 
 use self::catalogue::catalogue;
 use self::tool_call::ToolCall;
-use super::{
-    AfterCommit, EffectsParams, LookupError, LookupParams, Refusal, Resource, Sandbox,
-    acceptable_key, ledger::NewEffect,
+use crate::ledger::NewEffect;
+use crate::provider::{
+    AfterCommit, EffectsParams, LookupError, LookupParams, Refusal, Sandbox, acceptable_key,
 };
+use crate::resource::Resource;
 
 /// Where a create tool takes its idempotency key from, besides its `idempotency_key`
 /// argument: the request's `_meta`, which is where a gateway puts a key it derived

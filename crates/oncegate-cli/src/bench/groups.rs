@@ -9,12 +9,13 @@ use oncegate_store::postgres::ScratchDatabase;
 use oncegate_store::{OpenMode, SqliteStore, StoreOptions};
 
 use super::load::Target;
+use super::plan::{Fact, Group, Plan, driven};
 use super::targets::{
     GateTarget, Mode, PgFloor, REPLAY_SET, SqliteBatchedFloor, SqliteFloor, gateway_calls,
     gateway_mcp, sandbox_charges, sandbox_mcp,
 };
 use super::world::{self, World};
-use super::{Fact, Group, Plan, driven, http, peer, scale};
+use super::{http, peer, scale};
 
 /// A gateway on a store of `plan.store_intents` settled intents vs one on an empty
 /// store; the fill rate, idle CPU and `audit verify` time go into `facts`.
@@ -155,7 +156,7 @@ pub(super) async fn gate_group(world: &World, dir: &Path) -> anyhow::Result<Grou
 
 /// A `Gate` in this process, on the bench registry and a new SQLite store at `db`.
 async fn sqlite_gate(world: &World, db: &Path) -> anyhow::Result<Gate> {
-    let registry = crate::load(&world.config)?;
+    let registry = crate::registry::load(&world.config)?;
     let store = SqliteStore::scratch(db).await?;
     Ok(Gate::on_store(registry, store))
 }
@@ -307,7 +308,7 @@ pub(super) async fn pg_group(
     pg: &ScratchDatabase,
     plan: &Plan,
 ) -> anyhow::Result<Group> {
-    let registry = crate::load(&world.config)?;
+    let registry = crate::registry::load(&world.config)?;
     let widest = plan.concurrencies.iter().copied().max().unwrap_or(1);
     // Both pools together stay well under a default server's 100 connections.
     let connections = u32::try_from(widest.min(32)).unwrap_or(32);

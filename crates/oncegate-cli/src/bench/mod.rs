@@ -6,6 +6,8 @@
 //! concurrency in the same run, so the ratio survives a noisy machine even when the
 //! absolute numbers do not.
 //!
+//! - `plan`: how long and how wide rows run, a group of targets measured interleaved,
+//!   and the rows and figures it makes;
 //! - `groups`: what each group of rows stands up, drives and pairs;
 //! - `load`: the closed-loop generator and its histograms;
 //! - `http`: the bare HTTP/1 client the generator drives servers with;
@@ -19,78 +21,21 @@ mod groups;
 mod http;
 mod load;
 mod peer;
+mod plan;
 mod scale;
 mod targets;
 mod world;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
-use std::time::Duration;
 
 use anyhow::Context;
-use futures::future::BoxFuture;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use groups::{calls_group, gate_group, mcp_group, peer_group, pg_group, pg_scratch, scale_group};
-use load::{Sample, Target, closed_loop};
-use world::{Service, World};
+use world::World;
 
-/// How long and how wide each row runs.
-#[derive(Clone, Debug, Serialize)]
-pub struct Plan {
-    /// Concurrent workers, one row each.
-    pub concurrencies: Vec<usize>,
-    /// Interleaved rounds per row (subject, baseline, subject, baseline, ...).
-    pub rounds: u32,
-    /// One side of one round.
-    #[serde(with = "seconds")]
-    pub segment: Duration,
-    /// Run (and thrown away) before the first round, per side.
-    #[serde(with = "seconds")]
-    pub warmup: Duration,
-    /// Settled intents in the large store of the scale rows (0: no scale rows).
-    pub store_intents: u64,
-    /// How long an idle gateway's CPU is watched.
-    #[serde(with = "seconds")]
-    pub idle: Duration,
-}
-
-impl Plan {
-    /// The full run: five concurrencies, three rounds of 2 s.
-    pub fn full() -> Self {
-        Self {
-            concurrencies: vec![1, 8, 32, 128, 512],
-            rounds: 3,
-            segment: Duration::from_secs(2),
-            warmup: Duration::from_millis(500),
-            store_intents: 1_000_000,
-            idle: Duration::from_secs(10),
-        }
-    }
-
-    /// The smoke run (about 20 seconds of load): two concurrencies, one short round.
-    pub fn quick() -> Self {
-        Self {
-            concurrencies: vec![1, 32],
-            rounds: 1,
-            segment: Duration::from_millis(600),
-            warmup: Duration::from_millis(150),
-            store_intents: 5_000,
-            idle: Duration::from_secs(2),
-        }
-    }
-}
-
-mod seconds {
-    pub fn serialize<S: serde::Serializer>(
-        d: &std::time::Duration,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-}
+pub use plan::{Fact, Plan, Row};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -108,70 +53,6 @@ pub struct Options {
     pub only: Vec<String>,
     /// Draw a progress bar on stderr.
     pub progress: bool,
-}
-
-/// One side of a row.
-#[derive(Clone, Debug, Serialize)]
-pub struct Stats {
-    /// What was driven.
-    pub name: String,
-    /// Successful requests (or rows) per second.
-    pub rate: f64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub p999_ms: f64,
-    /// Successful requests (or rows).
-    pub ops: u64,
-    pub errors: u64,
-    /// The first error, when there were any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_error: Option<String>,
-}
-
-impl Stats {
-    fn of(name: &str, s: &Sample) -> Self {
-        Self {
-            name: name.to_owned(),
-            rate: s.rate(),
-            p50_ms: s.quantile_ms(0.5),
-            p99_ms: s.quantile_ms(0.99),
-            p999_ms: s.quantile_ms(0.999),
-            ops: s.ops,
-            errors: s.errors,
-            first_error: s.first_error.clone(),
-        }
-    }
-}
-
-/// One line of the table: a subject against its baseline at one concurrency.
-#[derive(Clone, Debug, Serialize)]
-pub struct Row {
-    pub group: &'static str,
-    pub concurrency: usize,
-    pub subject: Stats,
-    pub baseline: Stats,
-    /// subject rate / baseline rate.
-    pub ratio: f64,
-    /// The baseline is the peer: its errors are its own, not a failed run.
-    pub peer: bool,
-}
-
-/// A single measured figure that is not a pair (a fill rate, an idle cost).
-#[derive(Clone, Debug, Serialize)]
-pub struct Fact {
-    pub name: String,
-    pub value: f64,
-    pub unit: &'static str,
-}
-
-impl Fact {
-    fn new(name: impl Into<String>, value: f64, unit: &'static str) -> Self {
-        Self {
-            name: name.into(),
-            value,
-            unit,
-        }
-    }
 }
 
 /// The whole run.
@@ -198,118 +79,6 @@ impl Report {
     /// reported in their rows and do not count.
     pub fn errors(&self) -> u64 {
         self.failed
-    }
-}
-
-/// A target behind a trait object, with the request counter its rounds share.
-trait Drive: Send + Sync {
-    fn drive(&self, concurrency: usize, duration: Duration) -> BoxFuture<'static, Sample>;
-}
-
-struct Driven<T: Target> {
-    target: Arc<T>,
-    numbers: Arc<AtomicU64>,
-}
-
-impl<T: Target> Drive for Driven<T> {
-    fn drive(&self, concurrency: usize, duration: Duration) -> BoxFuture<'static, Sample> {
-        Box::pin(closed_loop(
-            self.target.clone(),
-            concurrency,
-            duration,
-            self.numbers.clone(),
-        ))
-    }
-}
-
-fn driven<T: Target>(target: T) -> Box<dyn Drive> {
-    Box::new(Driven {
-        target: Arc::new(target),
-        numbers: Arc::default(),
-    })
-}
-
-/// A group of targets measured together, and the (subject, baseline) pairs it reports.
-struct Group {
-    name: &'static str,
-    targets: Vec<(&'static str, Box<dyn Drive>)>,
-    pairs: Vec<(usize, usize)>,
-    /// Processes the targets talk to, kept alive while the group runs.
-    services: Vec<Service>,
-    /// Concurrencies of its own instead of the plan's.
-    concurrencies: Option<Vec<usize>>,
-    /// The baselines are the peer's.
-    peer: bool,
-    /// Targets whose failures do not fail the run (the peer's, and what is measured
-    /// only to compare with it).
-    uncounted: Vec<usize>,
-}
-
-impl Group {
-    fn concurrencies<'a>(&'a self, plan: &'a Plan) -> &'a [usize] {
-        self.concurrencies.as_deref().unwrap_or(&plan.concurrencies)
-    }
-
-    fn segments(&self, plan: &Plan) -> u64 {
-        (self.targets.len() * self.concurrencies(plan).len()) as u64 * u64::from(plan.rounds + 1)
-    }
-
-    /// Runs every target at every concurrency, interleaved, and makes the rows; also
-    /// the failed requests of its counted targets (warm-ups included, each target once).
-    async fn run(&self, plan: &Plan, bar: &ProgressBar) -> (Vec<Row>, u64) {
-        let mut rows = Vec::new();
-        let mut failed = 0;
-        for &c in self.concurrencies(plan) {
-            let mut samples: Vec<Option<Sample>> = vec![None; self.targets.len()];
-            for (i, (name, target)) in self.targets.iter().enumerate() {
-                bar.set_message(format!("{}: {name}, concurrency {c} (warm-up)", self.name));
-                let warm = target.drive(c, plan.warmup).await;
-                if !self.uncounted.contains(&i) {
-                    failed += warm.errors;
-                }
-                bar.inc(1);
-            }
-            for round in 0..plan.rounds {
-                for (i, (name, target)) in self.targets.iter().enumerate() {
-                    bar.set_message(format!(
-                        "{}: {name}, concurrency {c}, round {}/{}",
-                        self.name,
-                        round + 1,
-                        plan.rounds
-                    ));
-                    let s = target.drive(c, plan.segment).await;
-                    match &mut samples[i] {
-                        Some(total) => total.absorb(s),
-                        slot => *slot = Some(s),
-                    }
-                    bar.inc(1);
-                }
-            }
-            failed += samples
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !self.uncounted.contains(i))
-                .filter_map(|(_, s)| s.as_ref().map(|s| s.errors))
-                .sum::<u64>();
-            for &(subject, baseline) in &self.pairs {
-                let (Some(s), Some(b)) = (&samples[subject], &samples[baseline]) else {
-                    continue;
-                };
-                rows.push(Row {
-                    group: self.name,
-                    concurrency: c,
-                    subject: Stats::of(self.targets[subject].0, s),
-                    baseline: Stats::of(self.targets[baseline].0, b),
-                    ratio: if b.rate() > 0.0 {
-                        s.rate() / b.rate()
-                    } else {
-                        0.0
-                    },
-                    peer: self.peer,
-                });
-            }
-        }
-        (rows, failed)
     }
 }
 
@@ -409,46 +178,4 @@ pub async fn run(exe: &Path, options: &Options) -> anyhow::Result<Report> {
         seconds: started.elapsed().as_secs_f64(),
         failed,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Fails one request each time it is driven.
-    struct Failing;
-
-    impl Drive for Failing {
-        fn drive(&self, _: usize, _: Duration) -> BoxFuture<'static, Sample> {
-            Box::pin(async { Sample::failed("refused".into()) })
-        }
-    }
-
-    /// A failing target in two pairs counts once per failed request (warm-up included),
-    /// not once per row; an uncounted target (the peer's) counts nothing.
-    #[tokio::test]
-    async fn failed_requests_are_counted_per_request_not_per_row() {
-        let group = Group {
-            name: "test",
-            targets: vec![
-                ("subject", Box::new(Failing)),
-                ("other subject", Box::new(Failing)),
-                ("shared baseline", Box::new(Failing)),
-                ("peer", Box::new(Failing)),
-            ],
-            pairs: vec![(0, 2), (1, 2), (3, 2)],
-            services: Vec::new(),
-            concurrencies: Some(vec![1]),
-            peer: true,
-            uncounted: vec![3],
-        };
-        let plan = Plan {
-            rounds: 2,
-            ..Plan::quick()
-        };
-        let (rows, failed) = group.run(&plan, &ProgressBar::hidden()).await;
-        assert_eq!(rows.len(), 3);
-        // Three counted targets, each failing once in the warm-up and once per round.
-        assert_eq!(failed, 3 * (1 + 2));
-    }
 }

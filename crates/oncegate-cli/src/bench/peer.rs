@@ -14,8 +14,8 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 use tokio::process::Command;
 
-use super::Drive;
 use super::load::Sample;
+use super::plan::Drive;
 use super::world::{SANDBOX_KEY, Service, start_program};
 
 const SCRIPT: &str = include_str!("peer.py");

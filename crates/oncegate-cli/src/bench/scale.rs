@@ -80,8 +80,8 @@ fn settled(n: u64, now: Timestamp) -> Commit {
 
 /// Writes `count` settled intents into the store `config` names; answers the rate.
 pub async fn fill(config: &Path, from: u64, count: u64, bar: &ProgressBar) -> anyhow::Result<f64> {
-    let registry = crate::load(config)?;
-    let store = crate::open_store_with(&registry, OpenMode::Existing).await?;
+    let registry = crate::registry::load(config)?;
+    let store = crate::registry::open_store_with(&registry, OpenMode::Existing).await?;
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(from));
     let now = Timestamp::now();

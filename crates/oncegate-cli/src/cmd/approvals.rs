@@ -51,11 +51,11 @@ impl Remote {
     ) -> anyhow::Result<Option<Vec<serde_json::Value>>> {
         let (status, body) = self.send(client.get(self.at(path))).await?;
         if body.get("error").is_some() || !status.is_success() {
-            crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+            crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
             anyhow::bail!("the gateway answered {status}");
         }
         if json {
-            crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+            crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
             return Ok(None);
         }
         Ok(Some(
@@ -108,7 +108,7 @@ pub async fn run(command: ApprovalsCommand) -> anyhow::Result<ExitCode> {
         ),
     };
     let (status, body) = remote.send(request).await?;
-    crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+    crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
     // A decided approval answers with an outcome envelope (a denial is HTTP 403 with
     // status "denied": that is success for `deny`); anything else is an error body.
     if body.get("error").is_some() {
@@ -135,7 +135,7 @@ async fn list(client: &reqwest::Client, remote: &Remote, state: &str) -> anyhow:
         let request = client.get(remote.at(&format!("/v1/approvals{query}")));
         let (status, body) = remote.send(request).await?;
         if body.get("error").is_some() || !status.is_success() {
-            crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+            crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
             bail!("the gateway answered {status}");
         }
         let page = |field: &str| {
@@ -152,6 +152,6 @@ async fn list(client: &reqwest::Client, remote: &Remote, state: &str) -> anyhow:
         }
     }
     let all = serde_json::json!({"approvals": approvals, "unreadable": unreadable});
-    crate::emit(&format!("{}\n", serde_json::to_string_pretty(&all)?));
+    crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&all)?));
     Ok(ExitCode::SUCCESS)
 }

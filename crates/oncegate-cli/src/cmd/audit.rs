@@ -11,7 +11,7 @@ use oncegate_core::audit::Anchor;
 use oncegate_store::AuditRead;
 use oncegate_store::audit_check::{Walk, anchor, save_checkpoint, verify_audit};
 
-use crate::ConfigArg;
+use crate::registry::ConfigArg;
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
@@ -94,9 +94,9 @@ async fn verify(
     anchor: &[PathBuf],
     since_checkpoint: bool,
 ) -> anyhow::Result<ExitCode> {
-    let registry = crate::load(&config.config)?;
+    let registry = crate::registry::load(&config.config)?;
     let anchors = read_anchors(anchor)?;
-    let store = crate::open_store(&registry).await?;
+    let store = crate::registry::open_store(&registry).await?;
     let walk = if since_checkpoint {
         Walk::FromCheckpoint
     } else {
@@ -160,8 +160,8 @@ async fn verify(
 
 /// `audit export`: every record after `after`, one JSON line each.
 async fn export(config: &ConfigArg, after: i64) -> anyhow::Result<ExitCode> {
-    let registry = crate::load(&config.config)?;
-    let store = crate::open_store(&registry).await?;
+    let registry = crate::registry::load(&config.config)?;
+    let store = crate::registry::open_store(&registry).await?;
     let mut position = after;
     loop {
         let page = store.audit_after(position, 1000).await?;
@@ -181,11 +181,11 @@ async fn anchor_heads(
     out: Option<&Path>,
     webhook: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
-    let registry = crate::load(&config.config)?;
-    let store = crate::open_store(&registry).await?;
+    let registry = crate::registry::load(&config.config)?;
+    let store = crate::registry::open_store(&registry).await?;
     let a = anchor(&store, store.store_id(), jiff::Timestamp::now()).await?;
     let line = serde_json::to_string(&a)?;
-    crate::emit(&format!("{line}\n"));
+    crate::output::emit(&format!("{line}\n"));
     if let Some(path) = out {
         let mut f = std::fs::OpenOptions::new()
             .create(true)

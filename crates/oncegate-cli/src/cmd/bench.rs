@@ -87,9 +87,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let report = run_bench(&exe, &options).await?;
     if args.json {
-        crate::emit(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+        crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&report)?));
     } else {
-        crate::emit(&table(&report));
+        crate::output::emit(&table(&report));
     }
     let errors = report.errors();
     if errors > 0 {

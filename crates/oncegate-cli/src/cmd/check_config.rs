@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use oncegate_core::{Registry, redact};
 
-use crate::ConfigArg;
+use crate::registry::ConfigArg;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckConfigArgs {
@@ -215,7 +215,7 @@ fn probe(path: &Path, registry: &Registry) -> anyhow::Result<ExitCode> {
 /// doubts, see `oncegate doubts`): each is a problem until an admin clears it. A store
 /// that cannot be opened here is noted, not counted.
 async fn doubts(registry: &oncegate_core::Registry) -> usize {
-    let store = match crate::open_store(registry).await {
+    let store = match crate::registry::open_store(registry).await {
         Ok(store) => store,
         Err(e) => {
             eprintln!(
@@ -257,7 +257,7 @@ async fn tool_pins(
     registry: &oncegate_core::Registry,
 ) -> anyhow::Result<Vec<oncegate_store::ToolPin>> {
     use oncegate_store::PinsRead;
-    let store = crate::open_store(registry).await?;
+    let store = crate::registry::open_store(registry).await?;
     let pins = store.tool_pins().await;
     store.close().await;
     Ok(pins?)

@@ -47,18 +47,18 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     let failed = rows.iter().filter(|r| !r.ok).count();
     if args.json {
-        crate::emit(&format!(
+        crate::output::emit(&format!(
             "{}\n",
             serde_json::to_string_pretty(
                 &serde_json::json!({"scenarios": rows, "failed": failed, "seconds": started.elapsed().as_secs_f64()})
             )?
         ));
     } else {
-        crate::emit(&table(
+        crate::output::emit(&table(
             &rows,
             std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
         ));
-        crate::emit(&summary(&rows, started.elapsed().as_secs_f64()));
+        crate::output::emit(&summary(&rows, started.elapsed().as_secs_f64()));
     }
     if args.keep {
         eprintln!("\n{}\nCtrl-C stops everything.", world.describe());

@@ -14,7 +14,7 @@ use jiff::{SignedDuration, Timestamp};
 use oncegate_engine::Gate;
 use serde_json::{Value, json};
 
-use crate::ConfigArg;
+use crate::registry::ConfigArg;
 
 #[derive(Debug, clap::Args)]
 pub struct DetectArgs {
@@ -46,8 +46,8 @@ fn since_of(text: &str, now: Timestamp) -> anyhow::Result<Timestamp> {
 
 pub async fn run(args: DetectArgs) -> anyhow::Result<ExitCode> {
     oncegate_gateway::server::install_crypto();
-    let registry = crate::load(&args.config.config)?;
-    let store = crate::open_store(&registry).await?;
+    let registry = crate::registry::load(&args.config.config)?;
+    let store = crate::registry::open_store(&registry).await?;
     let gate = Gate::on_store(registry, store);
     let http = reqwest::Client::new();
     let now = gate.clock().now();
@@ -95,7 +95,7 @@ pub async fn run(args: DetectArgs) -> anyhow::Result<ExitCode> {
                         );
                     }
                 };
-                let read = oncegate_gateway::detection::fetch_listing_with_progress(
+                let read = oncegate_gateway::detection_scheduler::fetch_listing_with_progress(
                     &http,
                     listing,
                     since,
@@ -143,12 +143,12 @@ pub async fn run(args: DetectArgs) -> anyhow::Result<ExitCode> {
         raised.extend(run.raised);
     }
     if args.json {
-        crate::emit(&format!(
+        crate::output::emit(&format!(
             "{}\n",
             serde_json::to_string_pretty(&json!({"runs": runs, "findings": raised}))?
         ));
     } else if !raised.is_empty() {
-        crate::emit(&table(&raised));
+        crate::output::emit(&table(&raised));
     }
     Ok(if failed {
         ExitCode::FAILURE

@@ -46,7 +46,7 @@ pub async fn run(command: DoubtsCommand) -> anyhow::Result<ExitCode> {
                 .list(&client, "/v1/admin/doubts", "doubts", json)
                 .await?
             {
-                crate::emit(&table(&doubts));
+                crate::output::emit(&table(&doubts));
                 eprintln!("{} doubt(s) on", doubts.len());
             }
             Ok(ExitCode::SUCCESS)
@@ -64,7 +64,7 @@ pub async fn run(command: DoubtsCommand) -> anyhow::Result<ExitCode> {
                         .json(&json!({"reason": reason})),
                 )
                 .await?;
-            crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+            crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
             if body.get("error").is_some() || !status.is_success() {
                 bail!("the gateway answered {status}");
             }

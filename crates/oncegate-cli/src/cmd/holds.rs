@@ -40,7 +40,7 @@ pub async fn run(command: HoldsCommand) -> anyhow::Result<ExitCode> {
                 .list(&client, "/v1/admin/holds", "holds", json)
                 .await?
             {
-                crate::emit(&table(&holds));
+                crate::output::emit(&table(&holds));
                 eprintln!("{} hold(s) on", holds.len());
             }
             Ok(ExitCode::SUCCESS)
@@ -53,7 +53,7 @@ pub async fn run(command: HoldsCommand) -> anyhow::Result<ExitCode> {
                         .json(&json!({"reason": reason})),
                 )
                 .await?;
-            crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+            crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
             if body.get("error").is_some() || !status.is_success() {
                 bail!("the gateway answered {status}");
             }

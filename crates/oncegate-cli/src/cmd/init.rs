@@ -9,13 +9,13 @@ use std::process::ExitCode;
 
 use oncegate_store::OpenMode;
 
-use crate::ConfigArg;
+use crate::registry::ConfigArg;
 
 /// Creates and migrates a new store; refuses one that already exists.
 pub async fn init(args: ConfigArg) -> anyhow::Result<ExitCode> {
-    let registry = crate::load(&args.config)?;
-    let store = crate::open_store_with(&registry, OpenMode::Create).await?;
-    crate::emit(&format!(
+    let registry = crate::registry::load(&args.config)?;
+    let store = crate::registry::open_store_with(&registry, OpenMode::Create).await?;
+    crate::output::emit(&format!(
         "initialised a new oncegate store at {} (store id {})\n",
         store.describe(),
         store.store_id()

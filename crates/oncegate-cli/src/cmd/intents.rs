@@ -9,7 +9,7 @@ use oncegate_core::intent::IntentState;
 use oncegate_core::key::IntentKey;
 use oncegate_store::{IntentFilter, IntentsRead, Listing};
 
-use crate::ConfigArg;
+use crate::registry::ConfigArg;
 
 /// Intents read from the store at a time.
 const PAGE: u32 = 500;
@@ -51,8 +51,8 @@ pub async fn run(command: IntentsCommand) -> anyhow::Result<ExitCode> {
             limit,
             json,
         } => {
-            let registry = crate::load(&config.config)?;
-            let store = crate::open_store(&registry).await?;
+            let registry = crate::registry::load(&config.config)?;
+            let store = crate::registry::open_store(&registry).await?;
             let state = match state.as_deref() {
                 None => None,
                 Some(s) => {
@@ -94,8 +94,8 @@ pub async fn run(command: IntentsCommand) -> anyhow::Result<ExitCode> {
             })
         }
         IntentsCommand::Show { config, key } => {
-            let registry = crate::load(&config.config)?;
-            let store = crate::open_store(&registry).await?;
+            let registry = crate::registry::load(&config.config)?;
+            let store = crate::registry::open_store(&registry).await?;
             match store.load(&IntentKey::from_hex(key.trim())).await? {
                 Some(r) => {
                     println!("{}", serde_json::to_string_pretty(&r)?);

@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use oncegate_core::key::{CallScope, KeyExplanation, derive};
 
-use crate::ConfigArg;
+use crate::registry::ConfigArg;
 
 #[derive(Debug, Subcommand)]
 pub enum KeysCommand {
@@ -45,7 +45,7 @@ pub fn run(command: KeysCommand) -> anyhow::Result<ExitCode> {
         step,
         json,
     } = command;
-    let registry = crate::load(&config.config)?;
+    let registry = crate::registry::load(&config.config)?;
     let cap = registry.capability(&capability).with_context(|| {
         format!(
             "no capability `{capability}` in {}",
@@ -82,7 +82,7 @@ pub fn run(command: KeysCommand) -> anyhow::Result<ExitCode> {
     } else {
         explain(&derived.explanation)
     };
-    crate::emit(&text);
+    crate::output::emit(&text);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -61,7 +61,7 @@ pub async fn run(command: LimitsCommand) -> anyhow::Result<ExitCode> {
                 .await?
         }
     };
-    crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+    crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
     if body.get("error").is_some() || !status.is_success() {
         bail!("the gateway answered {status}");
     }

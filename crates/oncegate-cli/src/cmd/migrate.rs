@@ -8,11 +8,11 @@
 
 use std::process::ExitCode;
 
-use crate::ConfigArg;
+use crate::registry::ConfigArg;
 
 /// Applies pending migrations and prints which.
 pub async fn migrate(args: ConfigArg) -> anyhow::Result<ExitCode> {
-    let registry = crate::load(&args.config)?;
+    let registry = crate::registry::load(&args.config)?;
     let location =
         oncegate_store::registry_location(&registry).map_err(|e| anyhow::anyhow!("{e}"))?;
     let migrated = async {
@@ -46,7 +46,7 @@ pub async fn migrate(args: ConfigArg) -> anyhow::Result<ExitCode> {
             out.push_str(&format!("  {version:04} {description}\n"));
         }
     }
-    crate::emit(&out);
+    crate::output::emit(&out);
     store.close().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -24,7 +24,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    crate::emit(&format!("sandbox listening on http://{addr}\n"));
+    crate::output::emit(&format!("sandbox listening on http://{addr}\n"));
     serve(
         listener,
         SandboxConfig {

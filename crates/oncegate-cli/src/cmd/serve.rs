@@ -9,7 +9,7 @@ use oncegate_core::Registry;
 use oncegate_engine::Gate;
 use oncegate_gateway::server::{AppState, http_client, serve};
 
-use crate::ConfigArg;
+use crate::registry::ConfigArg;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -61,7 +61,7 @@ pub async fn run(args: ServeArgs, registry: Registry) -> anyhow::Result<ExitCode
     let serving = oncegate_store::Serving {
         accept_rollback: args.accept_rollback,
     };
-    let store = crate::open_serving_store(&registry, mode, serving).await?;
+    let store = crate::registry::open_serving_store(&registry, mode, serving).await?;
     // The same probe as `check-config --probe`, in the background: an unreachable
     // upstream must not keep the gateway from serving the others, but an operator
     // should read at startup what the first call would otherwise reveal.
@@ -97,12 +97,12 @@ pub async fn run(args: ServeArgs, registry: Registry) -> anyhow::Result<ExitCode
     );
     // Fronted servers' tools are listed from the first request (one that cannot be read
     // is retried in the background, its tools refused until then).
-    oncegate_gateway::fronting::read_all(&state).await;
+    oncegate_gateway::fronted::read_all(&state).await;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
-    crate::emit(&format!("oncegate listening on http://{addr}\n"));
+    crate::output::emit(&format!("oncegate listening on http://{addr}\n"));
     serve(
         listener,
         state,

@@ -46,7 +46,7 @@ pub async fn run(command: ToolsCommand) -> anyhow::Result<ExitCode> {
                 .list(&client, "/v1/admin/tools", "tools", json)
                 .await?
             {
-                crate::emit(&table(&tools));
+                crate::output::emit(&table(&tools));
                 let held = tools.iter().filter(|t| t["state"] == "changed").count();
                 eprintln!("{} pinned tool(s), {held} changed and held", tools.len());
             }
@@ -65,7 +65,7 @@ pub async fn run(command: ToolsCommand) -> anyhow::Result<ExitCode> {
                         .json(&json!({"digest": digest})),
                 )
                 .await?;
-            crate::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
+            crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&body)?));
             if body.get("error").is_some() || !status.is_success() {
                 bail!("the gateway answered {status}");
             }

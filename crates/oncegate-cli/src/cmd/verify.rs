@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 
-use crate::ConfigArg;
+use crate::registry::ConfigArg;
 
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
@@ -66,7 +66,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         .map_err(anyhow::Error::msg)?;
     let failed = reports.iter().filter(|r| !r.ok()).count();
     if args.json {
-        crate::emit(&format!(
+        crate::output::emit(&format!(
             "{}\n",
             serde_json::to_string_pretty(
                 &serde_json::json!({"capabilities": reports, "failed": failed})
@@ -92,7 +92,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             reports.len() - failed,
             reports.len()
         ));
-        crate::emit(&out);
+        crate::output::emit(&out);
     }
     Ok(exit(failed == 0))
 }
@@ -127,7 +127,7 @@ async fn live(
     );
     let report = prepared.run(read_within.unsigned_abs()).await;
     if args.json {
-        crate::emit(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+        crate::output::emit(&format!("{}\n", serde_json::to_string_pretty(&report)?));
     } else {
         let mut out = format!(
             "{} {name} (live, idempotency key {})\n",
@@ -146,7 +146,7 @@ async fn live(
                 None => "not checked",
             }
         ));
-        crate::emit(&out);
+        crate::output::emit(&out);
     }
     Ok(exit(report.ok()))
 }

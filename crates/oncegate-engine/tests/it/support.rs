@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use oncegate_engine::{Clock, Gate, ManualClock};
 use oncegate_engine::config::load_registry;
+use oncegate_engine::{Clock, Gate, ManualClock};
 use oncegate_store::OpenMode;
 
 pub const CONFIG: &str = r#"

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
-use super::super::{MAX_EFFECTS_PAGE, Resource};
 use super::tool_call::ToolCall;
+use crate::provider::MAX_EFFECTS_PAGE;
+use crate::resource::Resource;
 
 /// Every tool the sandbox offers, creates first.
 pub(super) fn catalogue() -> Vec<Tool> {

@@ -1,7 +1,7 @@
 //! The sandbox's MCP tools by name: what each tool does to which resource. Below both
 //! the handlers (mcp.rs) and the catalogue that lists the tools.
 
-use super::super::Resource;
+use crate::resource::Resource;
 
 /// A tool, by what it does to which resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
