@@ -2,7 +2,7 @@
 //!
 //! Registry (config), intent keys and normalisers, Cedar policy evaluation, the decision
 //! state machine and audit hashing. Nothing here does I/O or reads a clock: the shell
-//! (oncegate-store's `Gate`, the gateway) loads state, injects `now`, and writes what
+//! (oncegate-engine's `Gate`, the gateway) loads state, injects `now`, and writes what
 //! these functions decide.
 
 pub mod audit;
