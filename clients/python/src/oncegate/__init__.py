@@ -20,6 +20,7 @@ from __future__ import annotations
 from . import not_sent
 from .aio import AsyncClient, AsyncIntent
 from .client import Client, Intent
+from ._protect import AsyncProtector, KeyContext, Protector
 from .context import RunContext, current, run, step
 from .errors import (
     ClaimLost,
@@ -59,6 +60,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncClient",
     "AsyncIntent",
+    "AsyncProtector",
     "Claim",
     "ClaimAnswer",
     "ClaimLost",
@@ -74,6 +76,7 @@ __all__ = [
     "InFlight",
     "Intent",
     "IntentNotRecorded",
+    "KeyContext",
     "KeyExplanation",
     "OncegateError",
     "Outcome",
@@ -81,6 +84,7 @@ __all__ = [
     "OutcomeUnknown",
     "PassThrough",
     "PendingApproval",
+    "Protector",
     "ProtocolError",
     "Reason",
     "Refused",

@@ -10,19 +10,81 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from . import not_sent as not_sent_rules
 from ._json import effect_ref_at, to_json
 from .models import CompletionOutcome, Outcome
 
-__all__ = ["Spec", "NotSentRule", "EffectRefRule", "error_text", "failure_outcome", "not_sent_predicate", "add_note"]
+__all__ = ["AsyncProtector", "KeyContext", "Protector", "Spec", "NotSentRule", "EffectRefRule", "error_text", "failure_outcome", "not_sent_predicate", "add_note"]
 
 NotSentRule = Callable[[BaseException], bool] | Iterable[type[BaseException]] | None
 EffectRefRule = str | Callable[[Any], "str | None"] | None
 
 _MAX_ERROR_TEXT = 2000
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyContext:
+    """What a protected function receives as its FIRST parameter, when it is annotated
+    ``KeyContext`` (instead of a keyword ``idempotency_key=``).
+
+    This form exists for the type checker: ``protect`` then types the decorated function
+    as ``Callable[P, R]`` where ``P`` is the function's parameters after this one, so
+    mypy checks every argument and rejects a caller-supplied key (the key parameter is
+    not in ``P``). ``idempotency_key`` is ``None`` on a pass-through (a ``read``
+    capability), as with the keyword form.
+    """
+
+    idempotency_key: str | None
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Protector(Protocol):
+    """The type of ``Client.protect(...)``: what it does to a function's type.
+
+    A function taking a :class:`KeyContext` first keeps its own parameters (minus that
+    one) and return type, so mypy checks its callers' arguments and rejects a
+    caller-supplied key. A function taking the key by keyword (``*, idempotency_key``)
+    keeps its return type only: typing has no way to say "``P`` minus one keyword"
+    (``ParamSpec`` drops leading positional parameters only, through ``Concatenate``),
+    and keeping ``P`` whole would make every caller pass the key.
+    """
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[KeyContext, P], R], /) -> Callable[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[..., R], /) -> Callable[..., R]: ...
+
+
+class AsyncProtector(Protocol):
+    """The type of ``AsyncClient.protect(...)``; see :class:`Protector`."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[Concatenate[KeyContext, P], Awaitable[R]], /
+    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
+    @overload
+    def __call__(self, fn: Callable[..., Awaitable[R]], /) -> Callable[..., Coroutine[Any, Any, R]]: ...
+
+
+def _takes_key_context(signature: inspect.Signature) -> bool:
+    """True when the first parameter is annotated :class:`KeyContext` (the class, or
+    its name as a string under ``from __future__ import annotations``)."""
+    params = list(signature.parameters.values())
+    if not params or params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        return False
+    annotation = params[0].annotation
+    if annotation is KeyContext:
+        return True
+    return isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "KeyContext"
 
 
 def error_text(exc: BaseException) -> str:
@@ -56,6 +118,8 @@ class Spec:
     signature: inspect.Signature
     key_param: str
     key_by_kwargs: bool
+    # The key arrives as a KeyContext in the first positional parameter, not by keyword.
+    key_by_context: bool
     arguments: Callable[..., Mapping[str, Any]] | None
     effect_ref: EffectRefRule
     result: Callable[[Any], Any] | None
@@ -84,9 +148,12 @@ class Spec:
             # record when the decorator records, and the effect would run unclaimed.
             raise TypeError(f"{function.__qualname__} is a generator; protect() needs a function that performs the effect")
         signature = inspect.signature(function)
+        by_context = _takes_key_context(signature)
         param = signature.parameters.get(key_param)
         accepts_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
-        if param is None and not accepts_kwargs:
+        if by_context:
+            param = None
+        elif param is None and not accepts_kwargs:
             raise TypeError(
                 f"{function.__qualname__} has no parameter {key_param!r}: the oncegate key is passed in "
                 f"as {key_param}=...; add it (keyword-only is best) or pass key_param= to protect()"
@@ -100,7 +167,8 @@ class Spec:
             function=function,
             signature=signature,
             key_param=key_param,
-            key_by_kwargs=param is None,
+            key_by_kwargs=param is None and not by_context,
+            key_by_context=by_context,
             arguments=arguments,
             effect_ref=effect_ref,
             result=result,
@@ -128,16 +196,19 @@ class Spec:
             if not isinstance(converted, dict):
                 raise TypeError("arguments= must return a mapping of capability argument names to values")
             return converted
+        params = list(self.signature.parameters.values())
+        lead: tuple[Any, ...] = (KeyContext(None),) if self.key_by_context else ()
         try:
-            bound = self.signature.bind_partial(*args, **kwargs)
+            bound = self.signature.bind_partial(*lead, *args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.function.__qualname__}: {exc}") from None
         bound.apply_defaults()
         out: dict[str, Any] = {}
-        params = list(self.signature.parameters.values())
         for index, (name, value) in enumerate(bound.arguments.items()):
             p = self.signature.parameters[name]
-            if name == self.key_param:
+            if self.key_by_context and index == 0:
+                continue
+            if name == self.key_param and not self.key_by_context:
                 continue
             if index == 0 and name in ("self", "cls") and params and params[0].name == name:
                 continue
@@ -157,9 +228,19 @@ class Spec:
     def check_bindable(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """Fails before the claim when the call could not run (missing argument, ...)."""
         try:
-            self.signature.bind(*args, **{**kwargs, self.key_param: ""})
+            if self.key_by_context:
+                self.signature.bind(KeyContext(None), *args, **kwargs)
+            else:
+                self.signature.bind(*args, **{**kwargs, self.key_param: ""})
         except TypeError as exc:
             raise TypeError(f"{self.function.__qualname__}: {exc}") from None
+
+    def invoke(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], key: str | None) -> Any:
+        """Calls the function with the oncegate key passed in (for an ``async def``,
+        answers the coroutine to await)."""
+        if self.key_by_context:
+            return self.function(KeyContext(key), *args, **kwargs)
+        return self.function(*args, **self.with_key(kwargs, key))
 
     def with_key(self, kwargs: Mapping[str, Any], key: str | None) -> dict[str, Any]:
         """The keyword arguments to call the function with, the oncegate key included."""

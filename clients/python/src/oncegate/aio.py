@@ -20,7 +20,7 @@ import httpx
 
 from . import _wire
 from ._json import to_json
-from ._protect import EffectRefRule, NotSentRule, Spec, add_note, error_text, failure_outcome, not_sent_predicate
+from ._protect import AsyncProtector, EffectRefRule, NotSentRule, Spec, add_note, error_text, failure_outcome, not_sent_predicate
 from .client import _RESULT_REFUSED, DEFAULT_TIMEOUT, MIN_BEAT, _key_and_token
 from .errors import (
     CompletionNotRecorded,
@@ -208,7 +208,7 @@ class AsyncClient:
         from_result: Callable[[Any], Any] | None = None,
         not_sent: NotSentRule = None,
         heartbeat: bool = True,
-    ) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Coroutine[Any, Any, R]]]:
+    ) -> AsyncProtector:
         """See :meth:`oncegate.Client.protect`; for ``async def`` functions only (a plain
         function raises ``TypeError``: decorate it with :class:`oncegate.Client`)."""
 
@@ -237,7 +237,8 @@ class AsyncClient:
             wrapper.__oncegate_capability__ = capability  # type: ignore[attr-defined]
             return wrapper
 
-        return decorate
+        # The overloads of AsyncProtector say what decorate does to each form's type.
+        return cast(AsyncProtector, decorate)
 
     async def _run_protected(self, spec: Spec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         claim_args = spec.claim_arguments(args, kwargs)
@@ -249,7 +250,7 @@ class AsyncClient:
                 # Never a success: nothing was executed and the function must not run.
                 raise OutcomeError(answer)
         if isinstance(answer, PassThrough):
-            return await spec.function(*args, **spec.with_key(kwargs, None))
+            return await spec.invoke(args, kwargs, None)
         if isinstance(answer, Outcome):
             err = error_for_outcome(answer)
             if err is not None:
@@ -274,7 +275,7 @@ class AsyncClient:
         if beat is not None:
             beat.start()
         try:
-            value = await spec.function(*args, **spec.with_key(kwargs, answer.idempotency_key))
+            value = await spec.invoke(args, kwargs, answer.idempotency_key)
         except BaseException as exc:
             claim = await beat.stop() if beat is not None else answer
             outcome = spec.failure_outcome(exc)

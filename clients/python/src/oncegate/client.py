@@ -22,7 +22,7 @@ import httpx
 
 from . import _wire
 from ._json import to_json
-from ._protect import EffectRefRule, NotSentRule, Spec, add_note, error_text, failure_outcome, not_sent_predicate
+from ._protect import EffectRefRule, NotSentRule, Protector, Spec, add_note, error_text, failure_outcome, not_sent_predicate
 from .errors import (
     CompletionNotRecorded,
     GatewayError,
@@ -256,14 +256,16 @@ class Client:
         from_result: Callable[[Any], Any] | None = None,
         not_sent: NotSentRule = None,
         heartbeat: bool = True,
-    ) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    ) -> Protector:
         """Makes a function that performs ``capability``'s effect run at most once per intent.
 
         Each call claims first (capability arguments: the function's bound arguments by
         name, without ``key_param``; or ``arguments(*args, **kwargs)``), then:
 
         - execute: calls the function with ``key_param=`` the claim's idempotency key
-          (send it to the provider as its idempotency key), heartbeating the lease in a
+          (send it to the provider as its idempotency key), or with
+          ``KeyContext(idempotency_key)`` as its first argument when its first parameter
+          is annotated :class:`KeyContext`, heartbeating the lease in a
           thread, and records ``applied`` with the effect reference at ``effect_ref`` (a
           JSON pointer into the result, or a callable) and the return value as the result
           (through ``result=`` if given). An exception is recorded as ``unknown``, or as
@@ -276,9 +278,11 @@ class Client:
           :class:`DryRun`).
 
         ``async def`` functions need :class:`AsyncClient`; this raises ``TypeError``.
-        The wrapper is typed ``Callable[..., R]``: it keeps the return type, but Python's
-        typing cannot express "the same parameters minus the key", so its parameters
-        are not checked statically (they are bound, and checked, before the claim).
+        Typing (:class:`Protector`): with a :class:`KeyContext` first parameter the
+        wrapper is ``Callable[P, R]``, ``P`` the parameters after it, so mypy checks the
+        arguments and rejects ``idempotency_key=``; with the keyword form it is
+        ``Callable[..., R]`` (typing cannot say "``P`` minus one keyword"), and the
+        parameters are bound, and checked, before the claim.
         """
 
         def decorate(fn: Callable[..., R]) -> Callable[..., R]:
@@ -306,7 +310,8 @@ class Client:
             wrapper.__oncegate_capability__ = capability  # type: ignore[attr-defined]
             return wrapper
 
-        return decorate
+        # The overloads of Protector say what decorate does to each form's type.
+        return cast(Protector, decorate)
 
     def _run_protected(self, spec: Spec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         claim_args = spec.claim_arguments(args, kwargs)
@@ -319,7 +324,7 @@ class Client:
                 # Never a success: nothing was executed and the function must not run.
                 raise OutcomeError(answer)
         if isinstance(answer, PassThrough):
-            return spec.function(*args, **spec.with_key(kwargs, None))
+            return spec.invoke(args, kwargs, None)
         if isinstance(answer, Outcome):
             err = error_for_outcome(answer)
             if err is not None:
@@ -344,7 +349,7 @@ class Client:
         if beat is not None:
             beat.start()
         try:
-            value = spec.function(*args, **spec.with_key(kwargs, answer.idempotency_key))
+            value = spec.invoke(args, kwargs, answer.idempotency_key)
         except BaseException as exc:
             claim = beat.stop() if beat is not None else answer
             outcome = spec.failure_outcome(exc)
