@@ -53,12 +53,17 @@ class Protector(Protocol):
     keeps its return type only: typing has no way to say "``P`` minus one keyword"
     (``ParamSpec`` drops leading positional parameters only, through ``Concatenate``),
     and keeping ``P`` whole would make every caller pass the key.
+
+    Write the context parameter positional-only (``key: KeyContext, /``): when the
+    function's type contains ``Any`` (a ``dict[str, Any]`` result), mypy resolves an
+    overload that a named first parameter leaves ambiguous to ``Any``; with ``/`` both
+    overloads see the same parameter and the typed one wins.
     """
 
     @overload
     def __call__(self, fn: Callable[Concatenate[KeyContext, P], R], /) -> Callable[P, R]: ...
     @overload
-    def __call__(self, fn: Callable[..., R], /) -> Callable[..., R]: ...
+    def __call__(self, fn: Callable[P, R], /) -> Callable[..., R]: ...
 
 
 class AsyncProtector(Protocol):
@@ -69,7 +74,7 @@ class AsyncProtector(Protocol):
         self, fn: Callable[Concatenate[KeyContext, P], Awaitable[R]], /
     ) -> Callable[P, Coroutine[Any, Any, R]]: ...
     @overload
-    def __call__(self, fn: Callable[..., Awaitable[R]], /) -> Callable[..., Coroutine[Any, Any, R]]: ...
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Callable[..., Coroutine[Any, Any, R]]: ...
 
 
 def _takes_key_context(signature: inspect.Signature) -> bool:

@@ -3,6 +3,7 @@ checks each one), and no other line."""
 
 from __future__ import annotations
 
+from typing import Any
 
 import oncegate
 from oncegate import KeyContext
@@ -12,7 +13,7 @@ agate = oncegate.AsyncClient("http://127.0.0.1:7878", token="t")
 
 
 @gate.protect("charge_card")
-def charge_card(key: KeyContext, order_id: str, amount: str) -> dict[str, str | None]:
+def charge_card(key: KeyContext, /, order_id: str, amount: str) -> dict[str, Any]:
     return {"id": "ch_1", "key": key.idempotency_key}
 
 

@@ -75,6 +75,22 @@ def test_key_through_kwargs_only() -> None:
     assert s.with_key({"a": 1}, "k") == {"a": 1, "idempotency_key": "k"}
 
 
+def test_key_through_a_key_context_first_parameter() -> None:
+    def f(key: oncegate.KeyContext, /, order_id: str, amount: str = "1", *, memo: str = "") -> Any:
+        return (key, order_id, amount, memo)
+
+    s = spec(f)
+    assert s.key_by_context and not s.key_by_kwargs
+    assert s.claim_arguments(("A-1",), {"memo": "m"}) == {"order_id": "A-1", "amount": "1", "memo": "m"}
+    s.check_bindable(("A-1",), {})
+    with pytest.raises(TypeError, match="order_id"):
+        s.check_bindable((), {})
+    assert s.invoke(("A-1",), {}, "k") == (oncegate.KeyContext("k"), "A-1", "1", "")
+    # The annotation as a class object (no `from __future__ import annotations`) too.
+    f.__annotations__["key"] = oncegate.KeyContext
+    assert spec(f).key_by_context
+
+
 def test_self_is_not_an_argument() -> None:
     class Payments:
         def charge(self, order_id: str, *, idempotency_key: str) -> None: ...

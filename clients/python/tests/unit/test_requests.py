@@ -234,6 +234,22 @@ def test_protect_claims_with_bound_arguments_passes_the_key_and_records_applied(
     ]
 
 
+def test_protect_passes_a_key_context_first_and_claims_the_other_arguments() -> None:
+    rec = Recorder(answers({"claim": (200, execute()), "complete": applied}))
+    gate = client(rec)
+
+    @gate.protect("charge_card")
+    def charge_card(key: oncegate.KeyContext, /, order_id: str, amount: str) -> dict[str, Any]:
+        return {"id": "ch_78", "key": key.idempotency_key}
+
+    assert charge_card("A-1", "12.50") == {"id": "ch_78", "key": "og-key-1"}
+    assert rec.bodies("claim") == [{"capability": "charge_card", "arguments": {"order_id": "A-1", "amount": "12.50"}}]
+    assert [b["effect_ref"] for b in rec.bodies("complete")] == ["ch_78"]
+    with pytest.raises(TypeError, match="idempotency_key"):
+        charge_card("A-1", "12.50", idempotency_key="mine")  # type: ignore[call-arg]
+    assert rec.paths() == ["claim", "complete"]
+
+
 def test_protect_records_unknown_for_an_exception_that_may_have_been_sent() -> None:
     rec = Recorder(answers({"claim": (200, execute()), "complete": (202, envelope("unknown"))}))
     gate = client(rec)
@@ -446,6 +462,21 @@ async def test_async_protect_requests() -> None:
     assert paths[0] == "claim" and paths[-1] == "complete" and "heartbeat" in paths
     (body,) = rec.bodies("complete")
     assert body["effect_ref"] == "ch_async" and body["outcome"] == "applied"
+    await gate.aclose()
+
+
+@pytest.mark.asyncio
+async def test_async_protect_passes_a_key_context_first() -> None:
+    rec = Recorder(answers({"claim": (200, execute()), "complete": applied}))
+    gate = aclient(rec)
+
+    @gate.protect("charge_card")
+    async def charge_card(key: oncegate.KeyContext, /, order_id: str) -> dict[str, Any]:
+        return {"id": "ch_79", "key": key.idempotency_key}
+
+    assert await charge_card("A-1") == {"id": "ch_79", "key": "og-key-1"}
+    assert rec.bodies("claim") == [{"capability": "charge_card", "arguments": {"order_id": "A-1"}}]
+    assert rec.paths() == ["claim", "complete"]
     await gate.aclose()
 
 
