@@ -151,4 +151,22 @@ async fn detection_and_control_listings_keep_their_bytes() {
     insta::assert_snapshot!("holds", scrubbed(&holds));
     insta::assert_snapshot!("doubts", scrubbed(&doubts));
     insta::assert_snapshot!("limits", scrubbed(&limits));
+    let listed: Value = serde_json::from_str(&holds).unwrap();
+    let hold = listed["holds"][0]["id"].as_str().unwrap();
+    let cleared_hold = post(&format!("{gw}/v1/admin/holds/{hold}/clear")).await;
+    let cleared_doubt = post(&format!("{gw}/v1/admin/doubts/pay/keys_ignored/clear")).await;
+    insta::assert_snapshot!("cleared_hold", scrubbed(&cleared_hold));
+    insta::assert_snapshot!("cleared_doubt", scrubbed(&cleared_doubt));
+}
+
+/// An admin's `POST` without a body: its answer's bytes.
+async fn post(url: &str) -> String {
+    let r = http()
+        .post(url)
+        .bearer_auth("tok-admin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap()
 }
