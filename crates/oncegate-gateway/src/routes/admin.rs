@@ -8,13 +8,12 @@ use axum::response::{IntoResponse, Response};
 use oncegate_core::config::Role;
 use oncegate_core::key::IntentKey;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::{json_body, require};
 use crate::error::ApiError;
 use crate::ops::switches::set_kill_switch;
 use crate::state::AppState;
-use crate::wire::Envelope;
+use crate::wire::{Envelope, WireKillSwitches};
 
 #[utoipa::path(post, path = "/v1/admin/breakers/{key}/reset", tag = "admin", params(("key" = String, Path)), responses((status = 200, body = Envelope)), security(("bearer" = [])))]
 pub(crate) async fn reset_breaker(
@@ -56,5 +55,8 @@ pub(crate) async fn kill_switch(
     set_kill_switch(&state, &p, target, body.killed, body.reason).await?;
     // The switches every replica on the store now honours (read back from the store).
     let switches = state.gate().kill_switches().await?;
-    Ok(Json(json!({"kill_switches": switches})).into_response())
+    Ok(Json(WireKillSwitches {
+        kill_switches: switches,
+    })
+    .into_response())
 }

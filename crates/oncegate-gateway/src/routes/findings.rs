@@ -14,6 +14,9 @@ use super::{json_body, require};
 use crate::error::ApiError;
 use crate::paging::{self, Listing};
 use crate::state::AppState;
+use crate::wire::{
+    WireDoubt, WireDoubts, WireFindingsPage, WireHold, WireHolds, WireLimit, WireLimits,
+};
 
 /// `GET /v1/findings` query.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -41,7 +44,11 @@ pub(crate) async fn list_findings(
         .findings_page(paging::limit(query.limit), after.as_ref())
         .await?;
     let next_cursor = next.map(|n| paging::encode(Listing::Findings, &n));
-    Ok(Json(json!({"findings": findings, "next_cursor": next_cursor})).into_response())
+    Ok(Json(WireFindingsPage {
+        findings,
+        next_cursor,
+    })
+    .into_response())
 }
 
 #[utoipa::path(get, path = "/v1/admin/holds", tag = "detection", responses((status = 200, description = "the holds that are on", body = super::answers::Holds)), security(("bearer" = [])))]
@@ -52,7 +59,8 @@ pub(crate) async fn list_holds(
     let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let holds = state.gate().holds().await?;
-    Ok(Json(json!({"holds": holds})).into_response())
+    let holds = holds.iter().map(WireHold::from).collect();
+    Ok(Json(WireHolds { holds }).into_response())
 }
 
 /// `POST /v1/admin/holds/{id}/clear` body (optional).
@@ -83,7 +91,8 @@ pub(crate) async fn clear_hold(
     match state.gate().clear_hold(&p.name, &id, &reason).await? {
         Some(hold) => {
             tracing::warn!(hold = %id, by = %p.name, "hold cleared");
-            Ok(Json(json!({"cleared": hold, "reason": reason})).into_response())
+            let cleared = WireHold::from(&hold);
+            Ok(Json(json!({"cleared": cleared, "reason": reason})).into_response())
         }
         None => Err(ApiError::NotFound(format!("no hold `{id}` is on"))),
     }
@@ -97,7 +106,8 @@ pub(crate) async fn list_doubts(
     let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
     let doubts = state.gate().doubts().await?;
-    Ok(Json(json!({"doubts": doubts})).into_response())
+    let doubts = doubts.iter().map(WireDoubt::from).collect();
+    Ok(Json(WireDoubts { doubts }).into_response())
 }
 
 #[utoipa::path(post, path = "/v1/admin/doubts/{capability}/{doubt}/clear", tag = "detection", params(("capability" = String, Path), ("doubt" = String, Path, description = "`reconciliation_unproven` or `keys_ignored`")), request_body = ClearBody, responses((status = 200, description = "the doubt cleared: the capability's reads (or keys) are trusted again", body = super::answers::Cleared), (status = 404, description = "no such doubt is on")), security(("bearer" = [])))]
@@ -128,7 +138,10 @@ pub(crate) async fn clear_doubt(
         .await
         .map_err(ApiError::Gate)?
     {
-        Some(cleared) => Ok(Json(json!({"cleared": cleared, "reason": reason})).into_response()),
+        Some(cleared) => {
+            let cleared = WireDoubt::from(&cleared);
+            Ok(Json(json!({"cleared": cleared, "reason": reason})).into_response())
+        }
         None => Err(ApiError::NotFound(format!(
             "no `{doubt}` doubt is on for `{capability}`"
         ))),
@@ -184,5 +197,6 @@ pub(crate) async fn list_limits(
     require(&p, &[Role::Admin])?;
     let limits = state.gate().limits_status().await?;
     crate::detection_scheduler::gauge_limits(&limits);
-    Ok(Json(json!({"limits": limits})).into_response())
+    let limits = limits.iter().map(WireLimit::from).collect();
+    Ok(Json(WireLimits { limits }).into_response())
 }
