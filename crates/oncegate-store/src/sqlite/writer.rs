@@ -40,12 +40,14 @@ use crate::storage::AuditRowV1;
 use crate::{ClientKeyBinding, Commit, StoreError};
 
 mod shared;
+mod time;
 
 pub(super) use shared::Small;
 mod controls;
 use crate::ledger::Sealing;
 use controls::{insert_finding, reconcile, release, reserve, write_kill_switch};
 use shared::{bind, small};
+use time::millis;
 
 /// Jobs applied in one transaction at most.
 const MAX_BATCH: usize = 256;
@@ -208,10 +210,6 @@ impl Job {
             }
         }
     }
-}
-
-fn millis(t: jiff::Timestamp) -> i64 {
-    t.as_millisecond()
 }
 
 /// What the writer thread needs to know about its file.
