@@ -14,7 +14,7 @@ use oncegate_core::audit::{AuditRecord, LedgerEntry, RowKind};
 use rusqlite::types::FromSql;
 use sqlx::Row;
 
-use crate::api::limits::FindingRow;
+use crate::api::finding::FindingRow;
 use crate::api::pins::{PendingTool, ToolPin};
 use crate::controls::{FindingRead, SwitchRead};
 use crate::error::StoreError;

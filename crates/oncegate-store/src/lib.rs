@@ -47,10 +47,11 @@ pub mod sqlite;
 pub mod storage;
 
 pub use api::audit::{AuditRead, AuditWrite};
+pub use api::finding::FindingRow;
 pub use api::intents::{
     ApprovalFilter, ClientKeyBinding, Commit, IntentFilter, IntentsRead, IntentsWrite, releases,
 };
-pub use api::limits::{FindingRow, LimitReconcile, LimitsRead, LimitsWrite, Reservation};
+pub use api::limits::{LimitReconcile, LimitsRead, LimitsWrite, Reservation};
 pub use api::page::{Listing, PageAfter, UnreadableRow};
 pub use api::pins::{OfferedTool, PendingTool, PinsRead, PinsWrite, ToolPin};
 pub use api::shared::{KillSwitch, KillSwitchChange, McpSession, SharedRead, SharedWrite};

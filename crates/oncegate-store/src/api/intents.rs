@@ -15,7 +15,8 @@ use oncegate_core::audit::{AuditEvent, StoredRow};
 use oncegate_core::intent::{Approval, ApprovalState, IntentRecord, IntentState};
 use oncegate_core::key::IntentKey;
 
-use crate::api::limits::{FindingRow, LimitReconcile, Reservation};
+use crate::api::finding::FindingRow;
+use crate::api::limits::{LimitReconcile, Reservation};
 use crate::api::page::{Listing, PageAfter};
 use crate::api::shared::KillSwitchChange;
 use crate::error::StoreError;

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 
+use crate::api::finding::FindingRow;
 use crate::api::page::PageAfter;
 use crate::error::StoreError;
 use crate::ledger::LimitLedgers;
@@ -35,29 +36,6 @@ pub struct Reservation {
     pub since: jiff::Timestamp,
     /// Off: reserve even over the budget (an approver let the call through).
     pub enforce: bool,
-}
-
-/// A detection finding as stored: its body is the engine's JSON; the columns are what
-/// the outbox and listings query.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FindingRow {
-    /// Derived from what was found (rule and effects), so a rerun finds the same id.
-    pub id: String,
-    /// The rule that found it.
-    pub rule: String,
-    /// When it was raised.
-    pub raised_at: jiff::Timestamp,
-    /// The finding as JSON text.
-    pub body: String,
-    /// When the webhook took it (None: not yet, or no webhook).
-    pub delivered_at: Option<jiff::Timestamp>,
-    /// Deliveries tried.
-    pub attempts: u32,
-    /// When the next delivery is due.
-    pub next_attempt_at: Option<jiff::Timestamp>,
-    /// Why its stored row cannot be trusted (edited, not sealed by the audit chain), as
-    /// read; None when written or when it checks.
-    pub problem: Option<String>,
 }
 
 // Here rather than beside `of_intent` in `page.rs`: a page position is below every

@@ -2,6 +2,7 @@
 //! row types it reads and writes. [`crate::Backend`] is all of them.
 
 pub(crate) mod audit;
+pub(crate) mod finding;
 pub(crate) mod intents;
 pub(crate) mod limits;
 pub(crate) mod page;

@@ -6,7 +6,7 @@
 use oncegate_core::intent::IntentState;
 use oncegate_core::key::IntentKey;
 
-use super::{at, sample_event, sample_record};
+use super::fixtures::{at, sample_event, sample_record};
 use crate::{Backend, Commit, FindingRow, Reservation, StoreError};
 
 /// Before any reservation a test makes, by the sample events' clock or a store's own.

@@ -10,7 +10,7 @@ use oncegate_core::audit::{AuditEvent, AuditKind};
 use oncegate_core::codes::Code;
 use serde_json::json;
 
-use super::{at, sample_record};
+use super::fixtures::{at, sample_record};
 use crate::{Backend, Commit, KillSwitchChange, McpSession, StoreError};
 
 fn switch_commit(target: &str, reason: Option<&str>, n: i64) -> Commit {

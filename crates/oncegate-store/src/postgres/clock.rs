@@ -8,12 +8,12 @@
 //! windows by `now()`. A sample that cannot agree with the estimate means the database's
 //! clock stepped: the store decides, the replica follows it and says so in its log.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::{PgPool, Row};
 
-use super::{Inner, from_micros};
+use super::util::{db_error, from_micros, unavailable};
 use crate::StoreError;
 use crate::clock::{Observed, StoreClock, Ticks};
 
@@ -42,12 +42,12 @@ async fn sample(
     pool: &PgPool,
     ticks: Ticks,
 ) -> Result<(Duration, jiff::Timestamp, Duration), StoreError> {
-    let mut conn = pool.acquire().await.map_err(super::unavailable)?;
+    let mut conn = pool.acquire().await.map_err(unavailable)?;
     let before = ticks.read();
     let us: i64 = sqlx::query(SAMPLE)
         .fetch_one(&mut *conn)
         .await
-        .map_err(super::db_error)?
+        .map_err(db_error)?
         .get(0);
     let after = ticks.read();
     Ok((before, from_micros(us)?, after))
@@ -66,19 +66,19 @@ pub(crate) fn observe(clock: &StoreClock, before: Duration, at: jiff::Timestamp,
 /// Samples the database's clock every [`EVERY`] while the store is open (a dropped
 /// store ends the task). A failed sample is skipped: the estimate runs on meanwhile, and
 /// the next commit or sample corrects it.
-pub(crate) fn keep_sampling(inner: Weak<Inner>) {
+/// `current` answers the open store's pool and clock, None once the store is dropped.
+pub(crate) fn keep_sampling(
+    current: impl Fn() -> Option<(PgPool, Arc<StoreClock>)> + Send + 'static,
+) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
         loop {
             tokio::time::sleep(EVERY).await;
-            let Some(inner) = inner.upgrade() else {
+            let Some((pool, clock)) = current() else {
                 return;
             };
-            let (pool, clock): (PgPool, Arc<StoreClock>) =
-                (inner.pool.clone(), inner.clock.clone());
-            drop(inner);
             if pool.is_closed() {
                 return;
             }

@@ -32,6 +32,7 @@ mod pins;
 
 pub use clock::AUTHORITY as CLOCK_AUTHORITY;
 mod read;
+mod util;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -44,6 +45,8 @@ use sqlx::{Connection, Row};
 
 use crate::StoreError;
 use crate::options::{OpenMode, StoreOptions};
+
+pub(crate) use util::{corrupt, db_error, from_micros, ts, unavailable};
 
 /// The PostgreSQL store. Cheap to clone (clones share the pool).
 #[derive(Clone)]
@@ -81,37 +84,6 @@ pub fn with_database(url: &str, name: &str) -> String {
         .find('/')
         .map_or(base.len(), |i| scheme_end + i);
     format!("{}/{name}{query}", &base[..path_start])
-}
-
-pub(crate) fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
-
-pub(crate) fn corrupt(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(e.to_string())
-}
-
-/// Maps a database error: a lost race is a conflict, everything else unavailable.
-pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
-    if let sqlx::Error::Database(db) = &e {
-        // 40001 serialization_failure, 40P01 deadlock_detected: the transaction lost a
-        // race and changed nothing. 23505: a concurrent insert of the same key won.
-        if matches!(db.code().as_deref(), Some("40001" | "40P01" | "23505")) {
-            return StoreError::Conflict;
-        }
-    }
-    unavailable(e)
-}
-
-/// A timestamp as a bind parameter (`$n::timestamptz`): RFC 3339 text, which PostgreSQL
-/// reads to the microsecond.
-pub(crate) fn ts(t: jiff::Timestamp) -> String {
-    t.to_string()
-}
-
-/// A timestamp read as `(extract(epoch from col) * 1000000)::int8`.
-pub(crate) fn from_micros(us: i64) -> Result<jiff::Timestamp, StoreError> {
-    jiff::Timestamp::from_microsecond(us).map_err(corrupt)
 }
 
 /// What is in the database's current schema before anything is created.
@@ -201,7 +173,8 @@ impl PgStore {
             audit_shards: options.audit_shards,
             clock,
         });
-        clock::keep_sampling(Arc::downgrade(&inner));
+        let weak = Arc::downgrade(&inner);
+        clock::keep_sampling(move || weak.upgrade().map(|i| (i.pool.clone(), i.clock.clone())));
         Ok(Self { inner })
     }
 

@@ -5,7 +5,7 @@
 use oncegate_core::audit::{LimitSeal, RowSeal};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::millis;
+use super::time::millis;
 use crate::ledger::{self, Active, Head, Sealing, StoredEntry, TableRow};
 use crate::rows;
 use crate::sqlite::read::{newest_control_seal, record_at, unavailable};

@@ -5,7 +5,7 @@
 use oncegate_core::key::IntentKey;
 use rusqlite::{Connection, params};
 
-use super::millis;
+use super::time::millis;
 use crate::sqlite::read::unavailable;
 use crate::{ClientKeyBinding, McpSession, StoreError};
 
