@@ -246,6 +246,21 @@ async fn verify_from<S: IntentsRead + AuditRead + LimitsRead>(
     from: Checkpoint,
 ) -> Result<AuditReport, StoreError> {
     let mut report = AuditReport::default();
+    let walked = walk_since(store, key, &from, &mut report).await?;
+    check_rows_written(store, &walked, &mut report).await?;
+    report.since = Some(from);
+    Ok(report)
+}
+
+/// Walks every shard on from the checkpoint's heads (a checkpointed record that is gone
+/// or changed is a broken link), recording each shard's new head; returns the records
+/// walked, whose rows `check_rows_written` then checks.
+async fn walk_since<S: AuditRead>(
+    store: &S,
+    key: Option<&ChainKey>,
+    from: &Checkpoint,
+    report: &mut AuditReport,
+) -> Result<Vec<AuditRecord>, StoreError> {
     let mut walked = Vec::new();
     let shards = store.audit_shards().await?;
     for shard in from.heads.keys().filter(|s| !shards.contains(s)) {
@@ -309,9 +324,19 @@ async fn verify_from<S: IntentsRead + AuditRead + LimitsRead>(
             },
         );
     }
+    Ok(walked)
+}
+
+/// The rows the walked records wrote: intents and approvals read the way a call reads
+/// them, kill switches, findings and ledgers checked against their newest seal.
+async fn check_rows_written<S: IntentsRead + LimitsRead>(
+    store: &S,
+    walked: &[AuditRecord],
+    report: &mut AuditReport,
+) -> Result<(), StoreError> {
     // The rows the new records wrote, each read the way a call reads it: checked against
     // the newest record that sealed it (which may be newer than this walk).
-    for (kind, id, generation) in sealed_rows(&walked) {
+    for (kind, id, generation) in sealed_rows(walked) {
         report.rows += 1;
         let found = match kind {
             RowKind::Intent => store
@@ -351,7 +376,7 @@ async fn verify_from<S: IntentsRead + AuditRead + LimitsRead>(
         .collect();
     report.rows += controls.len();
     report.row_problems.extend(
-        verify_rows_through(&walked, &controls, None)
+        verify_rows_through(walked, &controls, None)
             .into_iter()
             .filter(|p| matches!(p.kind, RowKind::Switch | RowKind::Finding)),
     );
@@ -365,9 +390,8 @@ async fn verify_from<S: IntentsRead + AuditRead + LimitsRead>(
     report.rows += ledgers.heads.len();
     report
         .row_problems
-        .extend(ledger_problems(&walked, &ledgers, |_| false));
-    report.since = Some(from);
-    Ok(report)
+        .extend(ledger_problems(walked, &ledgers, |_| false));
+    Ok(())
 }
 
 /// The ledgers' problems as row problems. `after_walk` says whether an audit record

@@ -188,6 +188,10 @@ fn id_key(key: &IntentKey, generation: u32) -> (String, u32) {
 }
 
 impl Data {
+    // Long on purpose: one commit's steps in the order every backend runs them (checks,
+    // then writes), read side by side with postgres/commit.rs `apply` and
+    // sqlite/writer/task.rs `apply_one`; the performance issue (35) rewrites this commit
+    // path, and cutting it now would move the same code twice.
     /// The whole commit, or nothing: every compare-and-set is checked before anything
     /// is written (SQLite gets the same from its transaction).
     ///

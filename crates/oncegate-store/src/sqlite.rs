@@ -196,36 +196,7 @@ impl SqliteStore {
         } else {
             None
         };
-        let create = match (mode, found) {
-            (_, Found::Foreign(what)) => {
-                return Err(StoreError::NotInitialised(format!(
-                    "{} is not an oncegate store ({what}); point `[store] url` at the gateway's own store, or at a new path and run `oncegate init`",
-                    path.display()
-                )));
-            }
-            (OpenMode::Existing, Found::Missing) => {
-                return Err(StoreError::NotInitialised(format!(
-                    "the store {} does not exist; {}",
-                    path.display(),
-                    guidance(path)
-                )));
-            }
-            (OpenMode::Existing, Found::Empty) => {
-                return Err(StoreError::NotInitialised(format!(
-                    "the store {} is empty (no oncegate schema); {}",
-                    path.display(),
-                    guidance(path)
-                )));
-            }
-            (OpenMode::Create, Found::Oncegate) => {
-                return Err(StoreError::AlreadyExists(format!(
-                    "an oncegate store already exists at {}; nothing was changed (`oncegate migrate` applies pending migrations to it)",
-                    path.display()
-                )));
-            }
-            (_, Found::Oncegate) => false,
-            (_, Found::Missing | Found::Empty) => true,
-        };
+        let create = creates(path, mode, found)?;
         let options_sql = SqliteConnectOptions::from_str("sqlite://")
             .map_err(unavailable)?
             .filename(path)
@@ -553,4 +524,39 @@ fn finding_row(r: &sqlx::sqlite::SqliteRow) -> Result<controls::FindingRead, Sto
 fn switch_read(r: &sqlx::sqlite::SqliteRow) -> controls::SwitchRead {
     let Ok(switch) = decode::switch(r);
     switch
+}
+
+/// Whether opening `path` as `mode` creates the database, given what is found there;
+/// an error when the mode and what is found do not go together.
+fn creates(path: &Path, mode: OpenMode, found: Found) -> Result<bool, StoreError> {
+    Ok(match (mode, found) {
+        (_, Found::Foreign(what)) => {
+            return Err(StoreError::NotInitialised(format!(
+                "{} is not an oncegate store ({what}); point `[store] url` at the gateway's own store, or at a new path and run `oncegate init`",
+                path.display()
+            )));
+        }
+        (OpenMode::Existing, Found::Missing) => {
+            return Err(StoreError::NotInitialised(format!(
+                "the store {} does not exist; {}",
+                path.display(),
+                guidance(path)
+            )));
+        }
+        (OpenMode::Existing, Found::Empty) => {
+            return Err(StoreError::NotInitialised(format!(
+                "the store {} is empty (no oncegate schema); {}",
+                path.display(),
+                guidance(path)
+            )));
+        }
+        (OpenMode::Create, Found::Oncegate) => {
+            return Err(StoreError::AlreadyExists(format!(
+                "an oncegate store already exists at {}; nothing was changed (`oncegate migrate` applies pending migrations to it)",
+                path.display()
+            )));
+        }
+        (_, Found::Oncegate) => false,
+        (_, Found::Missing | Found::Empty) => true,
+    })
 }

@@ -204,6 +204,9 @@ pub async fn listing_since<S: Backend>(store: &S) {
     assert!(other.items.is_empty());
 }
 
+// Long on purpose: one story over one set of rows: each page's assertions depend on the
+// rows and cursors of the pages before it, and a row is written between two pages on
+// purpose; cut up, the shared rows and cursors would be threaded through every piece.
 /// Cursor paging: every row exactly once, in order, across pages (ties in time broken
 /// by key and generation), both orders; a row written between two pages neither
 /// shifts nor repeats one; the last page has no next cursor; approvals and findings

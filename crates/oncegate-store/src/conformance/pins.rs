@@ -2,6 +2,9 @@
 
 use crate::Backend;
 
+// Long on purpose: one story: each step asserts on the state the step before left (pin,
+// pending, replaced, back, accepted once, per tool, another handle); cut into functions,
+// each would take the store and the same fixtures and read out of order.
 /// Pinned tool definitions: the first definition seen is pinned; a different one is
 /// pending (first seen kept while it stays), the pin seen again clears it; only the
 /// pending digest is accepted, once; another store handle (a replica) sees the same.

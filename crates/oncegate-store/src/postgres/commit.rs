@@ -192,6 +192,10 @@ impl PgStore {
         }
     }
 
+    // Long on purpose: one transaction's statements in the order every backend runs them,
+    // read side by side with memory.rs `Data::apply` and sqlite/writer/task.rs `apply_one`;
+    // issue 35 (one round trip per commit) rewrites this body, and cutting it now would
+    // move the same code twice.
     /// The body of one commit's transaction.
     async fn apply(&self, conn: &mut PgConnection, commit: &Commit) -> Result<(), StoreError> {
         let key = self.chain_key();

@@ -100,7 +100,7 @@ fn lock_file(lock_path: &Path, path: &Path, write_pid: bool) -> Result<std::fs::
                 pid => format!(" (pid {pid})"),
             };
             Err(StoreError::Locked(format!(
-                "another oncegate process{holder} already serves the SQLite store {}; the embedded store is single-process: to run several gateway replicas, point every replica at one PostgreSQL (`[store] url = \"postgres://...\"`, README \"Running several replicas\")",
+                "another oncegate process{holder} already serves the SQLite store {}; the embedded store is single-process: to run several gateway replicas, point every replica at one PostgreSQL (`[store] url = \"postgres://...\"`, docs/guide/replicas.md)",
                 path.display()
             )))
         }
