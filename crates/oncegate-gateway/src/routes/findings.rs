@@ -10,7 +10,7 @@ use oncegate_engine::Doubt;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{json_body, require};
+use super::{optional_json_body, require};
 use crate::error::ApiError;
 use crate::paging::{self, Listing};
 use crate::state::AppState;
@@ -80,11 +80,7 @@ pub(crate) async fn clear_hold(
 ) -> Result<Response, ApiError> {
     let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
-    let body: ClearBody = if body.is_empty() {
-        ClearBody::default()
-    } else {
-        json_body(&body)?
-    };
+    let body: ClearBody = optional_json_body(&body)?;
     let reason = body
         .reason
         .unwrap_or_else(|| format!("cleared by {}", p.name));
@@ -124,11 +120,7 @@ pub(crate) async fn clear_doubt(
             "`{doubt}` is not a doubt: `reconciliation_unproven` or `keys_ignored`"
         )));
     };
-    let body: ClearBody = if body.is_empty() {
-        ClearBody::default()
-    } else {
-        json_body(&body)?
-    };
+    let body: ClearBody = optional_json_body(&body)?;
     let reason = body
         .reason
         .unwrap_or_else(|| format!("cleared by {}", p.name));
@@ -169,11 +161,7 @@ pub(crate) async fn reconcile_limit(
 ) -> Result<Response, ApiError> {
     let p = state.authenticate(&headers).await?;
     require(&p, &[Role::Admin])?;
-    let body: ReconcileBody = if body.is_empty() {
-        ReconcileBody::default()
-    } else {
-        json_body(&body)?
-    };
+    let body: ReconcileBody = optional_json_body(&body)?;
     let reason = body
         .reason
         .unwrap_or_else(|| format!("reconciled by {}", p.name));

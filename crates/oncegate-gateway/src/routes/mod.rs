@@ -46,6 +46,18 @@ pub(crate) fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<
         .map_err(|e| ApiError::BadRequest(format!("malformed request body: {e}")))
 }
 
+/// Parses an optional JSON body: none at all is `T::default()` (400 when a body is
+/// there and is not one of `T`).
+pub(crate) fn optional_json_body<T: serde::de::DeserializeOwned + Default>(
+    bytes: &[u8],
+) -> Result<T, ApiError> {
+    if bytes.is_empty() {
+        Ok(T::default())
+    } else {
+        json_body(bytes)
+    }
+}
+
 /// Refuses a body holding a number serde_json would round (`12.5000000000000001`, a
 /// 25-digit integer): the key and the upstream would see another number than the one
 /// written. `bytes` must already have parsed as JSON.
