@@ -11,7 +11,10 @@
 //! connections    connection caps per address and overall, eviction under pressure,
 //!                first-byte and idle timeouts, the open-file limit
 //! router         app(state) -> Router: the routes, /mcp, /console, body limit, JSON
-//!                rejections, RFC 9728 metadata and the 401 challenge naming it
+//!                rejections, RFC 9728 metadata and the 401 challenge naming it;
+//!                null_app: the same with the null gateway's /v1/calls
+//! null           the null gateway's /v1/calls (bench only): authenticate, forward
+//!                through the executor, no decision, no store
 //! openapi        the OpenAPI document from the route handlers (refusals, header rules)
 //! routes/        JSON API handlers by resource: calls (and keys), claims, intents,
 //!                approvals, audit, admin, findings (detection and limits), tools,
@@ -68,6 +71,7 @@ pub mod identity;
 pub mod inflight;
 pub mod mcp;
 mod metric_catalog;
+mod null;
 mod openapi;
 mod ops;
 pub mod paging;

@@ -8,7 +8,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{MethodRouter, get, post, put};
 use oncegate_core::codes::Code;
 use serde_json::json;
 
@@ -19,11 +19,21 @@ use crate::state::{AppState, MAX_BODY_BYTES};
 
 /// The router.
 pub fn app(state: AppState) -> Router {
+    routes(state, post(calls::post_call))
+}
+
+/// The null gateway's router (`oncegate bench` only, see [`crate::null`]): every route
+/// and layer of [`app`], with `POST /v1/calls` forwarding without a decision.
+pub fn null_app(state: AppState) -> Router {
+    routes(state, post(crate::null::post_call))
+}
+
+fn routes(state: AppState, calls: MethodRouter<AppState>) -> Router {
     Router::new()
         .merge(crate::mcp::router(state.clone()))
         .merge(crate::console::router())
         .route("/v1/openapi.json", get(openapi_json))
-        .route("/v1/calls", post(calls::post_call))
+        .route("/v1/calls", calls)
         .route("/v1/intents", get(intents::list_intents))
         .route("/v1/intents/claim", post(claims::post_claim))
         .route("/v1/intents/{key}", get(intents::get_intent))

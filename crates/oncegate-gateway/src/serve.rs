@@ -31,6 +31,19 @@ pub async fn serve(
     sweep_every: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let router = app(state.clone());
+    serve_router(listener, state, router, sweep_every, shutdown).await
+}
+
+/// [`serve`] with another router on the same state (the bench's null gateway,
+/// [`crate::router::null_app`]).
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    router: axum::Router,
+    sweep_every: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let sweeper = tokio::spawn(sweep(state.clone(), sweep_every));
     let detector = tokio::spawn(crate::detection_scheduler::detect_loop(
         state.clone(),
@@ -50,7 +63,7 @@ pub async fn serve(
         files,
     ));
     let settings = connections.settings().clone();
-    let router = app(state);
+    drop(state);
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()

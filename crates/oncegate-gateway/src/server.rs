@@ -5,10 +5,10 @@
 pub use crate::error::ApiError;
 pub use crate::inflight::{InFlight, InFlightGuard};
 pub use crate::openapi::ApiDoc;
-pub use crate::router::app;
+pub use crate::router::{app, null_app};
 pub use crate::routes::admin::KillBody;
 pub use crate::routes::calls::{CallBody, DeriveBody};
-pub use crate::serve::{HEADER_READ_TIMEOUT, serve};
+pub use crate::serve::{HEADER_READ_TIMEOUT, serve, serve_router};
 pub use crate::state::{AppState, MAX_BODY_BYTES, Principal};
 pub use crate::sweep::sweep;
 pub use crate::upstream::client::{http_client, install_crypto, registry_secrets};

@@ -9,7 +9,7 @@ use oncegate_store::postgres::ScratchDatabase;
 use oncegate_store::{OpenMode, SqliteStore, StoreOptions};
 
 use super::load::Target;
-use super::plan::{Fact, Group, Plan, driven};
+use super::plan::{Fact, Group, Plan, driven, watched};
 use super::targets::{
     GateTarget, Mode, PgFloor, REPLAY_SET, SqliteBatchedFloor, SqliteFloor, gateway_calls,
     gateway_mcp, sandbox_charges, sandbox_mcp,
@@ -129,24 +129,31 @@ pub(super) async fn gate_group(world: &World, dir: &Path) -> anyhow::Result<Grou
     let gate = sqlite_gate(world, &dir.join("gate.db")).await?;
     let replays = GateTarget::new(gate.clone(), "GR", Mode::Replay);
     seed_gate(&gate, "GR").await?;
+    // This process's CPU: the Gate's, the load generator's (a loop of direct calls) and
+    // the floors' idle threads.
+    let me = Some(std::process::id());
     Ok(Group {
         name: "in-process Gate (SQLite)",
         targets: vec![
             (
                 "Gate, distinct intents",
-                driven(GateTarget::new(gate, "GD", Mode::Distinct)),
+                watched(GateTarget::new(gate, "GD", Mode::Distinct), me),
             ),
-            ("Gate, replays", driven(replays)),
+            ("Gate, replays", watched(replays, me)),
             (
                 "SQLite floor, 1 row/txn",
                 driven(SqliteFloor::open(&dir.join("floor1.db")).await?),
             ),
             (
                 "SQLite floor, group commit",
-                driven(SqliteBatchedFloor::open(&dir.join("floorb.db")).await?),
+                driven(SqliteBatchedFloor::open(&dir.join("floorb.db"), 1).await?),
+            ),
+            (
+                "group commit, 2 commits/intent",
+                driven(SqliteBatchedFloor::open(&dir.join("floor2.db"), 2).await?),
             ),
         ],
-        pairs: vec![(0, 2), (0, 3), (1, 3)],
+        pairs: vec![(0, 2), (0, 3), (0, 4), (1, 3)],
         services: Vec::new(),
         uncounted: Vec::new(),
         concurrencies: None,
@@ -229,33 +236,51 @@ async fn seed_http(twin: http::HttpTarget) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `POST /v1/calls` through `oncegate serve` vs the same charges straight at the sandbox.
+/// `POST /v1/calls` through `oncegate serve` vs the same charges straight at the sandbox,
+/// and vs a null gateway (the same server and router forwarding with no decision and
+/// no store: what a gateway costs before it decides anything).
 pub(super) async fn calls_group(world: &World) -> anyhow::Result<Group> {
     let (gw, sb) = (&world.gateway.url, &world.sandbox.url);
     seed_http(gateway_calls(gw, "charge_card", "CR", Mode::Distinct)?).await?;
     seed_http(sandbox_charges(sb, "SR", Mode::Distinct)?).await?;
+    let null_config = world.site.prepare("null").await?;
+    let null = world.site.serve_null(&null_config, "null-gateway").await?;
+    let (gw_pid, sb_pid) = (world.gateway.pid(), world.sandbox.pid());
     Ok(Group {
         name: "/v1/calls, HTTP upstream",
         targets: vec![
             (
                 "/v1/calls, distinct",
-                driven(gateway_calls(gw, "charge_card", "CD", Mode::Distinct)?),
+                watched(
+                    gateway_calls(gw, "charge_card", "CD", Mode::Distinct)?,
+                    gw_pid,
+                ),
             ),
             (
                 "sandbox direct, distinct",
-                driven(sandbox_charges(sb, "SD", Mode::Distinct)?),
+                watched(sandbox_charges(sb, "SD", Mode::Distinct)?, sb_pid),
             ),
             (
                 "/v1/calls, replays",
-                driven(gateway_calls(gw, "charge_card", "CR", Mode::Replay)?),
+                watched(
+                    gateway_calls(gw, "charge_card", "CR", Mode::Replay)?,
+                    gw_pid,
+                ),
             ),
             (
                 "sandbox direct, replays",
-                driven(sandbox_charges(sb, "SR", Mode::Replay)?),
+                watched(sandbox_charges(sb, "SR", Mode::Replay)?, sb_pid),
+            ),
+            (
+                "null gateway, distinct",
+                watched(
+                    gateway_calls(&null.url, "charge_card", "ND", Mode::Distinct)?,
+                    null.pid(),
+                ),
             ),
         ],
-        pairs: vec![(0, 1), (2, 3)],
-        services: Vec::new(),
+        pairs: vec![(0, 1), (2, 3), (4, 1), (0, 4), (2, 4)],
+        services: vec![null],
         uncounted: Vec::new(),
         concurrencies: None,
         peer: false,
@@ -265,21 +290,31 @@ pub(super) async fn calls_group(world: &World) -> anyhow::Result<Group> {
 /// MCP through the gateway vs the sandbox's MCP server; MCP upstream vs HTTP upstream.
 pub(super) fn mcp_group(world: &World) -> anyhow::Result<Group> {
     let (gw, sb) = (&world.gateway.url, &world.sandbox.url);
+    let (gw_pid, sb_pid) = (world.gateway.pid(), world.sandbox.pid());
     Ok(Group {
         name: "MCP",
         targets: vec![
-            ("/mcp tools/call, distinct", driven(gateway_mcp(gw, "MD")?)),
+            (
+                "/mcp tools/call, distinct",
+                watched(gateway_mcp(gw, "MD")?, gw_pid),
+            ),
             (
                 "sandbox MCP direct, distinct",
-                driven(sandbox_mcp(sb, "SM")?),
+                watched(sandbox_mcp(sb, "SM")?, sb_pid),
             ),
             (
                 "/v1/calls, MCP upstream",
-                driven(gateway_calls(gw, "charge_card_mcp", "UM", Mode::Distinct)?),
+                watched(
+                    gateway_calls(gw, "charge_card_mcp", "UM", Mode::Distinct)?,
+                    gw_pid,
+                ),
             ),
             (
                 "/v1/calls, HTTP upstream",
-                driven(gateway_calls(gw, "charge_card", "UH", Mode::Distinct)?),
+                watched(
+                    gateway_calls(gw, "charge_card", "UH", Mode::Distinct)?,
+                    gw_pid,
+                ),
             ),
         ],
         pairs: vec![(0, 1), (2, 3)],
@@ -329,7 +364,10 @@ pub(super) async fn pg_group(
         targets: vec![
             (
                 "Gate on PostgreSQL, distinct",
-                driven(GateTarget::new(gate, "PD", Mode::Distinct)),
+                watched(
+                    GateTarget::new(gate, "PD", Mode::Distinct),
+                    Some(std::process::id()),
+                ),
             ),
             (
                 "PostgreSQL floor, 1 row/txn",

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::world::cpu_time;
+
 /// Something the generator can drive.
 pub trait Target: Send + Sync + 'static {
     /// A worker's own state: a connection, usually.
@@ -49,6 +51,9 @@ pub struct Sample {
     pub elapsed: Duration,
     /// Latencies of the successful requests, in microseconds.
     pub latency: Histogram<u64>,
+    /// CPU time the target's process spent while the workers ran (user + system, from
+    /// /proc), when the target names a process to watch.
+    pub cpu: Option<Duration>,
 }
 
 impl Sample {
@@ -59,6 +64,7 @@ impl Sample {
             first_error: None,
             elapsed: Duration::ZERO,
             latency: histogram(),
+            cpu: None,
         }
     }
 
@@ -97,6 +103,10 @@ impl Sample {
             self.first_error = other.first_error;
         }
         self.elapsed += other.elapsed;
+        self.cpu = match (self.cpu, other.cpu) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
         self.latency
             .add(&other.latency)
             .expect("histograms of one shape add");
@@ -110,6 +120,12 @@ impl Sample {
         } else {
             self.ops as f64 / secs
         }
+    }
+
+    /// Microseconds of the watched process's CPU per successful unit.
+    pub fn cpu_us_per_op(&self) -> Option<f64> {
+        let cpu = self.cpu?;
+        (self.ops > 0).then(|| cpu.as_secs_f64() * 1e6 / self.ops as f64)
     }
 
     /// The latency at quantile `q` (0..1), in milliseconds.
@@ -131,11 +147,15 @@ fn histogram() -> Histogram<u64> {
 /// all have (connection setup is not the target's throughput), and a request that ends
 /// after the window closed (a straggler) counts as neither an operation nor time; its
 /// failure still counts, so no error is hidden.
+///
+/// With `watch`, the CPU time that process spent in the window (from its start to its
+/// deadline, stragglers' tails left out) goes into the sample.
 pub async fn closed_loop<T: Target>(
     target: Arc<T>,
     concurrency: usize,
     duration: Duration,
     numbers: Arc<AtomicU64>,
+    watch: Option<u32>,
 ) -> Sample {
     let ready = Arc::new(tokio::sync::Barrier::new(concurrency + 1));
     let window = Arc::new(std::sync::OnceLock::new());
@@ -147,7 +167,13 @@ pub async fn closed_loop<T: Target>(
         })
         .collect();
     ready.wait().await;
-    let _ = window.set(Instant::now() + duration);
+    let deadline = Instant::now() + duration;
+    let cpu_before = watch.and_then(cpu_time);
+    let _ = window.set(deadline);
+    let cpu_after = tokio::spawn(async move {
+        tokio::time::sleep_until(deadline.into()).await;
+        watch.and_then(cpu_time)
+    });
     let mut total = Sample::empty();
     for w in workers {
         match w.await {
@@ -163,6 +189,10 @@ pub async fn closed_loop<T: Target>(
     total.ops *= target.weight();
     // Each worker's `elapsed` was summed; the row's time is the window's.
     total.elapsed = duration;
+    total.cpu = match (cpu_before, cpu_after.await.ok().flatten()) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
     total
 }
 
@@ -257,6 +287,7 @@ mod tests {
             4,
             Duration::from_millis(300),
             numbers.clone(),
+            Some(std::process::id()),
         )
         .await;
         let issued = numbers.load(Ordering::Relaxed);
@@ -276,6 +307,8 @@ mod tests {
             sample.quantile_ms(0.0)
         );
         assert_eq!(sample.elapsed, Duration::from_millis(300));
+        // This process was watched: its CPU time in the window was read.
+        assert!(sample.cpu.is_some(), "{sample:?}");
     }
 
     /// Takes 200 ms to connect, then answers at once.
@@ -304,6 +337,7 @@ mod tests {
             2,
             Duration::from_millis(100),
             Arc::default(),
+            None,
         )
         .await;
         assert_eq!(sample.elapsed, Duration::from_millis(100));

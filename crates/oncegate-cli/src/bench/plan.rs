@@ -84,6 +84,10 @@ pub struct Stats {
     /// The first error, when there were any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// CPU of the process that serves it (the gateway's, or this process's for the
+    /// in-process rows) per successful request, in microseconds, from /proc.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_us: Option<f64>,
 }
 
 impl Stats {
@@ -97,6 +101,7 @@ impl Stats {
             ops: s.ops,
             errors: s.errors,
             first_error: s.first_error.clone(),
+            cpu_us: s.cpu_us_per_op(),
         }
     }
 }
@@ -140,6 +145,8 @@ pub(super) trait Drive: Send + Sync {
 struct Driven<T: Target> {
     target: Arc<T>,
     numbers: Arc<AtomicU64>,
+    /// The process whose CPU is read around each round.
+    watch: Option<u32>,
 }
 
 impl<T: Target> Drive for Driven<T> {
@@ -149,6 +156,7 @@ impl<T: Target> Drive for Driven<T> {
             concurrency,
             duration,
             self.numbers.clone(),
+            self.watch,
         ))
     }
 }
@@ -157,6 +165,17 @@ pub(super) fn driven<T: Target>(target: T) -> Box<dyn Drive> {
     Box::new(Driven {
         target: Arc::new(target),
         numbers: Arc::default(),
+        watch: None,
+    })
+}
+
+/// [`driven`], with the CPU time of process `pid` per request in its rows (a gateway
+/// child's, or this process's for an in-process target).
+pub(super) fn watched<T: Target>(target: T, pid: Option<u32>) -> Box<dyn Drive> {
+    Box::new(Driven {
+        target: Arc::new(target),
+        numbers: Arc::default(),
+        watch: pid,
     })
 }
 

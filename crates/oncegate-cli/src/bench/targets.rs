@@ -240,14 +240,30 @@ async fn floor_connection(db: &Path) -> anyhow::Result<SqliteConnection> {
     Ok(conn)
 }
 
-/// Inserts `keys` in one `BEGIN IMMEDIATE ... COMMIT`; a failed insert rolls back, so
+/// One floor write: a new row, or (an intent's second commit, as a record replaces its
+/// claim) a new body for a row written before.
+#[derive(Clone, Copy)]
+enum FloorWrite {
+    Insert(u64),
+    Update(u64),
+}
+
+/// Writes `writes` in one `BEGIN IMMEDIATE ... COMMIT`; a failed write rolls back, so
 /// the shared connection is not left inside a transaction (where every later `BEGIN`
 /// would fail, turning one error into all of them).
-async fn floor_insert(conn: &mut SqliteConnection, keys: &[u64], body: &str) -> sqlx::Result<()> {
+async fn floor_write(
+    conn: &mut SqliteConnection,
+    writes: &[FloorWrite],
+    body: &str,
+) -> sqlx::Result<()> {
     sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-    let inserted = async {
-        for k in keys {
-            sqlx::query("INSERT INTO floor (k, body) VALUES (?, ?)")
+    let written = async {
+        for write in writes {
+            let (sql, k) = match *write {
+                FloorWrite::Insert(k) => ("INSERT INTO floor (k, body) VALUES (?, ?)", k),
+                FloorWrite::Update(k) => ("UPDATE floor SET body = ?2 WHERE k = ?1", k),
+            };
+            sqlx::query(sql)
                 .bind(format!("{k:064x}"))
                 .bind(body)
                 .execute(&mut *conn)
@@ -256,10 +272,10 @@ async fn floor_insert(conn: &mut SqliteConnection, keys: &[u64], body: &str) -> 
         sqlx::query("COMMIT").execute(&mut *conn).await.map(|_| ())
     }
     .await;
-    if inserted.is_err() {
+    if written.is_err() {
         let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
     }
-    inserted
+    written
 }
 
 /// The raw SQLite floor, one row per transaction: callers take turns on one connection.
@@ -286,7 +302,7 @@ impl Target for SqliteFloor {
 
     async fn call(&self, _conn: &mut (), n: u64) -> Result<(), String> {
         let mut conn = self.conn.lock().await;
-        floor_insert(&mut conn, &[n], &self.body)
+        floor_write(&mut conn, &[FloorWrite::Insert(n)], &self.body)
             .await
             .map_err(|e| e.to_string())
     }
@@ -295,22 +311,26 @@ impl Target for SqliteFloor {
 type Ack = oneshot::Sender<Result<(), String>>;
 
 /// The raw SQLite floor with group commit: one writer owns the connection and puts
-/// every row that is waiting into its next transaction, each caller answered after the
-/// commit. The best a batching store writer could do with the same durability.
+/// every write that is waiting into its next transaction, each caller answered after
+/// the commit. The best a batching store writer could do with the same durability.
+/// With `commits` = 2, each request is an intent's two commits one after the other
+/// (its row inserted, then its body replaced, each waiting for its own commit), as a
+/// claim and its record: the floor under a decision's two durable commits.
 pub struct SqliteBatchedFloor {
-    queue: mpsc::Sender<(u64, Ack)>,
+    queue: mpsc::Sender<(FloorWrite, Ack)>,
+    commits: u8,
 }
 
 impl SqliteBatchedFloor {
-    pub async fn open(db: &Path) -> anyhow::Result<Self> {
+    pub async fn open(db: &Path, commits: u8) -> anyhow::Result<Self> {
         let mut conn = floor_connection(db).await?;
-        let (queue, mut rows) = mpsc::channel::<(u64, Ack)>(4096);
+        let (queue, mut writes) = mpsc::channel::<(FloorWrite, Ack)>(4096);
         let body = floor_body();
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(1024);
-            while rows.recv_many(&mut batch, 1024).await > 0 {
-                let keys: Vec<u64> = batch.iter().map(|(k, _)| *k).collect();
-                let result = floor_insert(&mut conn, &keys, &body)
+            while writes.recv_many(&mut batch, 1024).await > 0 {
+                let each: Vec<FloorWrite> = batch.iter().map(|(w, _)| *w).collect();
+                let result = floor_write(&mut conn, &each, &body)
                     .await
                     .map_err(|e| e.to_string());
                 for (_, ack) in batch.drain(..) {
@@ -318,7 +338,17 @@ impl SqliteBatchedFloor {
                 }
             }
         });
-        Ok(Self { queue })
+        Ok(Self { queue, commits })
+    }
+
+    async fn commit(&self, write: FloorWrite) -> Result<(), String> {
+        let (ack, done) = oneshot::channel();
+        self.queue
+            .send((write, ack))
+            .await
+            .map_err(|_| "the floor writer stopped".to_owned())?;
+        done.await
+            .map_err(|_| "the floor writer stopped".to_owned())?
     }
 }
 
@@ -330,13 +360,11 @@ impl Target for SqliteBatchedFloor {
     }
 
     async fn call(&self, _conn: &mut (), n: u64) -> Result<(), String> {
-        let (ack, done) = oneshot::channel();
-        self.queue
-            .send((n, ack))
-            .await
-            .map_err(|_| "the floor writer stopped".to_owned())?;
-        done.await
-            .map_err(|_| "the floor writer stopped".to_owned())?
+        self.commit(FloorWrite::Insert(n)).await?;
+        if self.commits >= 2 {
+            self.commit(FloorWrite::Update(n)).await?;
+        }
+        Ok(())
     }
 }
 

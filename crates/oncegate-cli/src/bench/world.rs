@@ -287,6 +287,26 @@ impl Site {
         .await
     }
 
+    /// Starts `oncegate serve --null-gateway` on a prepared registry: the same server
+    /// forwarding `POST /v1/calls` with no decision and no store.
+    pub async fn serve_null(&self, config: &Path, name: &str) -> anyhow::Result<Service> {
+        let config = config.to_string_lossy();
+        start(
+            &self.exe,
+            &[
+                "serve",
+                "--config",
+                &config,
+                "--listen",
+                "127.0.0.1:0",
+                "--null-gateway",
+            ],
+            &self.dir,
+            name,
+        )
+        .await
+    }
+
     /// Runs `oncegate ARGS...` to the end and answers its stdout; fails with its output.
     pub async fn oncegate(&self, args: &[&str]) -> anyhow::Result<String> {
         let out = Command::new(&self.exe)

@@ -119,13 +119,14 @@ fn table(report: &Report) -> String {
         if row.group != group {
             group = row.group;
             out.push_str(&format!(
-                "\n{group}\n{:<30} {:>5} {:>8} {:>8} {:>8} {:>8}   {:<30} {:>8} {:>8} {:>7}\n",
+                "\n{group}\n{:<30} {:>5} {:>8} {:>8} {:>8} {:>8} {:>7}   {:<30} {:>8} {:>8} {:>7}\n",
                 "subject",
                 "conc",
                 "per s",
                 "p50 ms",
                 "p99 ms",
                 "p99.9",
+                "cpu µs",
                 "baseline",
                 "per s",
                 "p50 ms",
@@ -134,13 +135,15 @@ fn table(report: &Report) -> String {
         }
         let (s, b) = (&row.subject, &row.baseline);
         out.push_str(&format!(
-            "{:<30} {:>5} {:>8} {:>8.2} {:>8.2} {:>8.2}   {:<30} {:>8} {:>8.2} {:>7.3}\n",
+            "{:<30} {:>5} {:>8} {:>8.2} {:>8.2} {:>8.2} {:>7}   {:<30} {:>8} {:>8.2} {:>7.3}\n",
             s.name,
             row.concurrency,
             rate(s.rate),
             s.p50_ms,
             s.p99_ms,
             s.p999_ms,
+            s.cpu_us
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.0}")),
             b.name,
             rate(b.rate),
             b.p50_ms,

@@ -103,6 +103,30 @@ fn print_summary(path: &Path, registry: &Registry) {
             executed_by(cap),
         );
     }
+    // Cedar runs only for a capability with a policy file, and only with the policies
+    // that can apply to it.
+    let unpoliced: Vec<&str> = registry
+        .capabilities()
+        .iter()
+        .filter(|c| c.policy.is_none())
+        .map(|c| c.name.as_str())
+        .collect();
+    if !unpoliced.is_empty() {
+        println!(
+            "no policy (Cedar is not evaluated; policy allows every call): {}",
+            unpoliced.join(", ")
+        );
+    }
+    for cap in registry.capabilities() {
+        if let (Some(engine), Some(file)) = (&cap.policy, &cap.policy_file)
+            && engine.applicable(&cap.name) == 0
+        {
+            println!(
+                "warning: capability {}: no policy in {file} can apply to it: every call is denied (Cedar is not evaluated)",
+                cap.name
+            );
+        }
+    }
     for server in &registry.mcp_servers {
         println!(
             "  mcp server {} at {} undeclared {} refresh {:#}",

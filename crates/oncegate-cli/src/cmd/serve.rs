@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use oncegate_core::Registry;
 use oncegate_engine::Gate;
-use oncegate_gateway::server::{AppState, http_client, serve};
+use oncegate_gateway::server::{AppState, app, http_client, null_app, serve_router};
 
 use crate::registry::ConfigArg;
 
@@ -33,6 +33,11 @@ pub struct ServeArgs {
     /// checks the anchor again.
     #[arg(long)]
     accept_rollback: bool,
+    /// `oncegate bench` only: serve `POST /v1/calls` as a null gateway (authenticate and
+    /// forward to the upstream, with no decision, no key and no store): the floor the
+    /// bench compares the gateway with. Never for real traffic.
+    #[arg(long, hide = true)]
+    null_gateway: bool,
 }
 
 impl ServeArgs {
@@ -103,9 +108,16 @@ pub async fn run(args: ServeArgs, registry: Registry) -> anyhow::Result<ExitCode
         .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
     crate::output::emit(&format!("oncegate listening on http://{addr}\n"));
-    serve(
+    let router = if args.null_gateway {
+        tracing::warn!("serving as a null gateway (bench only): calls are forwarded undecided");
+        null_app(state.clone())
+    } else {
+        app(state.clone())
+    };
+    serve_router(
         listener,
         state,
+        router,
         sweep_every.unsigned_abs().max(Duration::from_millis(100)),
         shutdown_signal(),
     )

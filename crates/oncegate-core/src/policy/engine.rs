@@ -24,6 +24,10 @@ pub struct PolicyEngine {
     /// Each policy's name and `@oncegate` annotation, read once: Cedar parses the
     /// annotation key on every `PolicySet::annotation` call.
     pub(super) notes: HashMap<PolicyId, Notes>,
+    /// Per capability (Cedar action), the policies whose action scope can match it:
+    /// Cedar checks every policy of the set it is given, and a policy scoped to other
+    /// actions can never apply. A capability with none is denied without evaluating.
+    pub(super) slices: HashMap<String, PolicySet>,
 }
 
 /// What evaluation reads of a policy besides its conditions.
@@ -41,6 +45,14 @@ impl PolicyEngine {
         self.notes
             .get(id)
             .map_or_else(|| id.to_string(), |n| n.name.clone())
+    }
+
+    /// How many policies can apply to `capability` (those whose action scope is any
+    /// action, or names it): 0 means every call of it is denied, without evaluating.
+    pub fn applicable(&self, capability: &str) -> usize {
+        self.slices
+            .get(capability)
+            .map_or(0, |slice| slice.policies().count())
     }
 
     /// SHA-256 of the policy text: approvals are bound to it.

@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use std::str::FromStr;
 
 use cedar_policy::{
-    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid,
-    PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
+    ActionConstraint, Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName,
+    EntityUid, PolicySet, Request, RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -126,15 +126,32 @@ impl PolicyEngine {
         let type_name = |name: &str| {
             EntityTypeName::from_str(name).map_err(|e| format!("entity type {name}: {e}"))
         };
+        let action_type = type_name("Action")?;
+        let slices = capabilities
+            .iter()
+            .map(|cap| {
+                let action =
+                    EntityUid::from_type_name_and_id(action_type.clone(), EntityId::new(&cap.name));
+                let slice = PolicySet::from_policies(
+                    policies
+                        .policies()
+                        .filter(|p| can_apply(&p.action_constraint(), &action))
+                        .cloned(),
+                )
+                .map_err(|e| format!("cannot slice the policies for {}: {e}", cap.name))?;
+                Ok((cap.name.clone(), slice))
+            })
+            .collect::<Result<_, String>>()?;
         Ok(Self {
             policies,
             schema,
             hash,
             agent_type: type_name("Agent")?,
-            action_type: type_name("Action")?,
+            action_type,
             tenant_type: type_name("Tenant")?,
             authorizer: Authorizer::new(),
             notes,
+            slices,
         })
     }
 
@@ -173,6 +190,18 @@ impl PolicyEngine {
         business_ref: Option<&str>,
         normalised: &Map<String, Value>,
     ) -> Result<PolicyVerdict, String> {
+        // No policy can apply: Cedar's own answer (deny, nothing determining), without
+        // building the request. A capability outside the slices (not in the registry
+        // the set was built for) is evaluated against the whole set.
+        let policies = match self.slices.get(&capability.name) {
+            Some(slice) if slice.is_empty() => {
+                return Ok(PolicyVerdict::Deny {
+                    reason: "no policy permits this call".to_owned(),
+                });
+            }
+            Some(slice) => slice,
+            None => &self.policies,
+        };
         let principal_uid =
             EntityUid::from_type_name_and_id(self.agent_type.clone(), EntityId::new(principal));
         let action = EntityUid::from_type_name_and_id(
@@ -204,9 +233,7 @@ impl PolicyEngine {
             Entity::new(principal_uid, attrs, Default::default()).map_err(|e| e.to_string())?;
         let entities =
             Entities::from_entities([agent], Some(&self.schema)).map_err(|e| e.to_string())?;
-        let response = self
-            .authorizer
-            .is_authorized(&request, &self.policies, &entities);
+        let response = self.authorizer.is_authorized(&request, policies, &entities);
         let determining: Vec<_> = response.diagnostics().reason().cloned().collect();
         if response.decision() == Decision::Deny {
             let reason = if determining.is_empty() {
@@ -232,6 +259,16 @@ impl PolicyEngine {
             return Ok(PolicyVerdict::RequireApproval { policies: approval });
         }
         Ok(PolicyVerdict::Allow)
+    }
+}
+
+/// Whether a policy scoped to `scope` can apply to `action`: the schema declares no
+/// action groups, so `action in [...]` matches only the actions it lists.
+fn can_apply(scope: &ActionConstraint, action: &EntityUid) -> bool {
+    match scope {
+        ActionConstraint::Any => true,
+        ActionConstraint::Eq(a) => a == action,
+        ActionConstraint::In(actions) => actions.contains(action),
     }
 }
 

@@ -265,3 +265,87 @@ fn untyped_context_values_are_refused_not_coerced() {
         "not a string",
     );
 }
+
+/// Cedar is given only the policies whose action scope can match the capability: one
+/// that no policy names is denied without evaluating (as Cedar itself would: nothing
+/// permits it), and the others keep their verdicts.
+#[test]
+fn policies_are_sliced_by_action() {
+    let dir = tempdir();
+    let capability = |name: &str| {
+        format!(
+            r#"
+[[capabilities]]
+name = "{name}"
+category = "keyed"
+policy = "policies.cedar"
+
+[capabilities.key]
+business_ref = "order_id"
+significant = [{{ arg = "boxes", type = "integer" }}]
+
+[capabilities.upstream]
+kind = "http"
+url = "http://127.0.0.1:9/{name}"
+effect_ref = "/id"
+"#
+        )
+    };
+    let config = format!(
+        r#"
+[gateway]
+tenant = "acme"
+time_zone = "UTC"
+
+[store]
+url = "sqlite://oncegate.db"
+
+[[principals]]
+name = "planner"
+role = "agent"
+token_env = "ONCEGATE_TOKEN_PLANNER"
+{}{}"#,
+        capability("ship"),
+        capability("recall")
+    );
+    let policy = r#"
+permit (principal, action == Action::"ship", resource);
+@id("too-many-boxes")
+forbid (principal, action in [Action::"ship"], resource) when { context.boxes > 3 };
+"#;
+    std::fs::write(dir.join("oncegate.toml"), &config).unwrap();
+    std::fs::write(dir.join("policies.cedar"), policy).unwrap();
+    let registry =
+        oncegate_core::Registry::parse(&dir.join("oncegate.toml"), &config, &crate::TestEnv)
+            .unwrap_or_else(|e| panic!("{e}"));
+    let engine = registry.capability("ship").unwrap().policy.clone().unwrap();
+    assert_eq!(engine.applicable("ship"), 2);
+    assert_eq!(engine.applicable("recall"), 0);
+    let verdict = |cap: &str, boxes: &str| {
+        let cap = registry.capability(cap).unwrap();
+        let Value::Object(normalised) = json!({"boxes": boxes}) else {
+            unreachable!()
+        };
+        engine.evaluate(
+            "planner",
+            Role::Agent,
+            "acme",
+            cap,
+            Some("A-1"),
+            &normalised,
+        )
+    };
+    assert_eq!(verdict("ship", "2"), PolicyVerdict::Allow);
+    assert_eq!(
+        verdict("ship", "4"),
+        PolicyVerdict::Deny {
+            reason: "forbidden by policy too-many-boxes".into()
+        }
+    );
+    assert_eq!(
+        verdict("recall", "2"),
+        PolicyVerdict::Deny {
+            reason: "no policy permits this call".into()
+        }
+    );
+}
