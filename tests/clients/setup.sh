@@ -5,7 +5,7 @@
 #     into node/node_modules (`npm ci` from the lock file);
 #   - python-client (clients/python/tests, run by the Rust driver): the oncegate Python
 #     client from clients/python with its pinned test requirements (pytest, mypy,
-#     langgraph, langchain-core, openai-agents, every transitive dependency:
+#     langgraph, langchain-core, openai-agents, stripe, every transitive dependency:
 #     clients/python/tests/requirements.txt) into target/python-client/venv. A virtualenv
 #     of its own, since openai-agents pulls a `mcp` of its own choosing.
 #   - conformance (tests/conformance/run.sh): the official MCP conformance suite, the
@@ -155,7 +155,7 @@ setup_python_client() {
   rm -rf "$pkg"
   "${pip[@]}" check >&2
   # Run from / so the import cannot pick up a stray source directory.
-  (cd / && "$client_venv/bin/python" -c 'import oncegate, httpx, pytest, mypy, langgraph, langchain_core, agents' >&2)
+  (cd / && "$client_venv/bin/python" -c 'import oncegate, httpx, pytest, mypy, langgraph, langchain_core, agents, stripe' >&2)
 
   echo "$want" >"$stamp"
   echo "python-client: ready" >&2
