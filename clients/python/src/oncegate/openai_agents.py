@@ -65,8 +65,8 @@ def function_tool(protected: Any, **options: Any) -> FunctionTool:
     success (held, denied, in flight, unknown) is the tool's output: the error's line,
     written for the model.
     """
-    from agents import ToolContext
     from agents import function_tool as make_tool
+    from agents.tool_context import ToolContext
 
     if "needs_approval" in options:
         raise TypeError("function_tool(): needs_approval is oncegate's (the gateway's policy decides)")
@@ -116,7 +116,7 @@ def pending_approval(item: ToolApprovalItem) -> dict[str, Any] | None:
         return _held.get(_call_id(item) or "")
 
 
-def defer_to_oncegate(state: RunState[Any], interruptions: Iterable[ToolApprovalItem]) -> int:
+def defer_to_oncegate(state: RunState[Any, Any], interruptions: Iterable[ToolApprovalItem]) -> int:
     """Lets oncegate's decision stand for every interruption it raised: approves them in
     the SDK's state, so that on resume each tool claims again and the gateway answers
     (execute once, the deny's line, or still pending). Answers how many it approved."""
