@@ -44,8 +44,10 @@ class ScriptedModel {
   }
 }
 
+/** What each tool call answered the model, as text. */
 function outputs(result) {
-  return result.newItems.filter((i) => i.type === "tool_call_output_item").map((i) => (typeof i.output === "string" ? i.output : JSON.stringify(i.output)));
+  const text = (o) => (typeof o === "string" ? o : typeof o?.text === "string" ? o.text : JSON.stringify(o));
+  return result.newItems.filter((i) => i.type === "tool_call_output_item").map((i) => text(i.output));
 }
 
 /** Runs until the hold, decides it in oncegate, resumes from the state; answers the resumed run. */
