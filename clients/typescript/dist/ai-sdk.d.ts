@@ -10,7 +10,7 @@
  * const first = await generateText({ model, tools, toolApproval: toolApproval(tools), prompt });
  * // a held call: first.content has a `tool-approval-request` (its reason names the oncegate
  * // approval, ap_…); an approver decides it in oncegate (console, CLI or API), then:
- * const messages = [...prompt, ...first.response.messages, deferToOncegate(first.content)];
+ * const messages = [...prompt, ...first.responseMessages, deferToOncegate(first.content)];
  * const next = await generateText({ model, tools, toolApproval: toolApproval(tools), messages });
  * ```
  *
@@ -76,7 +76,7 @@ export interface ApprovalRequestPart {
 /**
  * The tool message that resumes a run stopped on approval requests, answering each with
  * `approved: true`: oncegate's decision stands (the approval function asks the gateway
- * again when the run resumes). Append it after the stopped run's `response.messages`.
+ * again when the run resumes). Append it after the stopped run's `responseMessages`.
  */
 export declare function deferToOncegate(content: readonly ApprovalRequestPart[]): {
     role: "tool";

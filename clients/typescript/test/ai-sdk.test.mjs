@@ -82,7 +82,7 @@ async function heldRun(stack, order, script, runs, decide) {
   const decided = decide === "approve" ? await approver.approve(approvalId) : await approver.deny(approvalId);
   assert.equal(decided.status, decide === "approve" ? "approved" : "denied");
 
-  const messages = [...prompt, ...first.response.messages, deferToOncegate(first.content)];
+  const messages = [...prompt, ...first.responseMessages, deferToOncegate(first.content)];
   const next = await generateText({ ...settings, messages });
   return { first, next };
 }
@@ -101,8 +101,8 @@ test("ai-sdk: a held call is a tool-approval request; approved in oncegate it ex
     assert.equal(charges.length, 1, `${charges.length} charges`);
     assert.deepEqual(runs, ["a large charge"]);
     assert.equal(next.text, "The order is charged.");
-    const results = [...toolResults(next.response.messages)];
-    assert.equal(results.length, 2, JSON.stringify(next.response.messages));
+    const results = [...toolResults(next.responseMessages)];
+    assert.equal(results.length, 2, JSON.stringify(next.responseMessages));
     for (const r of results) assert.equal(r.output.value.id, charges[0].id, JSON.stringify(r));
   }));
 
@@ -112,8 +112,8 @@ test("ai-sdk: denied in oncegate, the resumed run records execution-denied with 
     const runs = [];
     const script = [{ call: { order_id: order, amount: HELD_AMOUNT, memo: "a large charge" } }, { text: "Not charged." }];
     const { next } = await heldRun(stack, order, script, runs, "deny");
-    const results = toolResults(next.response.messages);
-    assert.equal(results.length, 1, JSON.stringify(next.response.messages));
+    const results = toolResults(next.responseMessages);
+    assert.equal(results.length, 1, JSON.stringify(next.responseMessages));
     assert.equal(results[0].output.type, "execution-denied");
     assert.match(results[0].output.reason, /^DENIED/);
     assert.equal(next.text, "Not charged.");
