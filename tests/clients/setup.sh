@@ -5,7 +5,7 @@
 #     into node/node_modules (`npm ci` from the lock file);
 #   - python-client (clients/python/tests, run by the Rust driver): the oncegate Python
 #     client from clients/python with its pinned test requirements (pytest, mypy,
-#     langgraph, langchain-core, openai-agents, every transitive dependency:
+#     langgraph, langchain-core, openai-agents, stripe, every transitive dependency:
 #     clients/python/tests/requirements.txt) into target/python-client/venv. A virtualenv
 #     of its own, since openai-agents pulls a `mcp` of its own choosing.
 #   - conformance (tests/conformance/run.sh): the official MCP conformance suite, the
@@ -29,11 +29,15 @@
 #     (libfaketime.so.1, preloaded into a gateway to give it a wrong or stepping wall
 #     clock), with apt-get, as the browser. Needs root (or sudo) the first time.
 #   - typescript-client (crates/oncegate-cli/tests/it/typescript_client.rs): the dev
-#     dependencies of the TypeScript client (clients/typescript: `typescript` and
-#     `@types/node`, nothing at run time), `npm ci` from its package-lock.json into
+#     dependencies of the TypeScript client (clients/typescript: `typescript`,
+#     `@types/node`, and the agent frameworks its optional subpath modules adapt and
+#     its tests run: `ai`, `@openai/agents`, `@langchain/langgraph` with `@langchain/core`,
+#     `zod`; nothing at run time), `npm ci` from its package-lock.json into
 #     target/typescript-client/<sha256 of the lock>/node_modules, linked as
-#     target/typescript-client/current. Outside the work tree, so clients/typescript stays
-#     exactly what `npm install ./clients/typescript` installs.
+#     target/typescript-client/current, and clients/typescript/node_modules linked to
+#     that tree (git ignores it, and `npm pack` never packs it), so that tsc and the
+#     tests resolve the frameworks the way a user's install does. A real
+#     clients/typescript/node_modules (a developer's `npm install`) is left alone.
 # `setup.sh` does all nine; `setup.sh mcp-clients` (or another part's name) one of them.
 # Idempotent and cached: per part, a stamp holding a hash of what it was built from (for
 # the Python client, its sources too) skips the work when nothing changed. Safe to run
@@ -151,7 +155,7 @@ setup_python_client() {
   rm -rf "$pkg"
   "${pip[@]}" check >&2
   # Run from / so the import cannot pick up a stray source directory.
-  (cd / && "$client_venv/bin/python" -c 'import oncegate, httpx, pytest, mypy, langgraph, langchain_core, agents' >&2)
+  (cd / && "$client_venv/bin/python" -c 'import oncegate, httpx, pytest, mypy, langgraph, langchain_core, agents, stripe' >&2)
 
   echo "$want" >"$stamp"
   echo "python-client: ready" >&2
@@ -274,6 +278,15 @@ setup_pydantic_ai() {
   echo "pydantic-ai: ready" >&2
 }
 
+# clients/typescript/node_modules -> the installed tree (relative, so a moved checkout
+# keeps working), unless a developer's own install is there.
+link_typescript_node_modules() {
+  local link="$1/node_modules"
+  if [[ -L "$link" || ! -e "$link" ]]; then
+    ln -sfn ../../target/typescript-client/current/node_modules "$link"
+  fi
+}
+
 setup_typescript_client() {
   for tool in node npm sha256sum; do
     command -v "$tool" >/dev/null 2>&1 || { echo "typescript-client: FATAL: $tool is not on PATH" >&2; exit 1; }
@@ -284,8 +297,9 @@ setup_typescript_client() {
   # Keyed by the lock alone: the same lock installs the same tree, whatever else changed.
   want="$(sha256sum <"$lock" | cut -d' ' -f1)"
   dir="$out/$want"
-  if [[ -f "$dir/stamp" && -x "$dir/node_modules/.bin/tsc" && -d "$dir/node_modules/@types/node" ]]; then
+  if [[ -f "$dir/stamp" && -x "$dir/node_modules/.bin/tsc" && -d "$dir/node_modules/@types/node" && -d "$dir/node_modules/ai" ]]; then
     ln -sfn "$want" "$out/current"
+    link_typescript_node_modules "$src"
     return 0
   fi
   echo "typescript-client: npm ci into $dir" >&2
@@ -298,6 +312,7 @@ setup_typescript_client() {
   find "$out" -mindepth 1 -maxdepth 1 -type d ! -name "$want" -exec rm -rf {} +
   echo "$want" >"$dir/stamp"
   ln -sfn "$want" "$out/current"
+  link_typescript_node_modules "$src"
   echo "typescript-client: ready ($(node --version), $("$dir/node_modules/.bin/tsc" --version))" >&2
 }
 

@@ -3,7 +3,7 @@
  * key derivation, approvals, and `protect()` (in protect.ts), over `fetch` alone.
  */
 import { Execute, Outcome, type ClaimAnswer, type CompletionOutcome, type JsonObject, type KeyExplanation } from "./models.js";
-import { type Gate, type Logger, type ProtectContext, type ProtectOptions } from "./protect.js";
+import { type Gate, type Logger, type ProtectContext, type ProtectedFunction, type ProtectOptions } from "./protect.js";
 import { type CompletionRecord, type DecisionOptions } from "./wire.js";
 /** Milliseconds per request: a claim may wait for the gateway to reconcile an earlier attempt. */
 export declare const DEFAULT_TIMEOUT_MS = 30000;
@@ -82,7 +82,7 @@ export declare class Client implements Gate {
      * `ProtectContext` oncegate passes in, with the `idempotencyKey`) and resolves to what
      * `fn` returns, or, on a replay, to the stored result.
      */
-    protect<P extends unknown[], R>(capability: string, fn: (...args: [...P, ProtectContext]) => R, options?: ProtectOptions<P, Awaited<R>>): (...args: P) => Promise<Awaited<R>>;
+    protect<P extends unknown[], R>(capability: string, fn: (...args: [...P, ProtectContext]) => R, options?: ProtectOptions<P, Awaited<R>>): ProtectedFunction<P, Awaited<R>>;
     private send;
 }
 /** The request body; NaN and Infinity are not JSON, and the gateway is strict. */

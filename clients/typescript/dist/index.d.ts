@@ -12,5 +12,6 @@ export { CompletionNotRecorded, Denied, DryRun, errorForOutcome, Failed, Gateway
 export { Execute, Outcome, PassThrough, type ClaimAnswer, type CompletionOutcome, type JsonObject, type KeyExplanation, type Reason, } from "./models.js";
 export * as notSent from "./notSent.js";
 export type { ErrorClass, NotSentPredicate } from "./notSent.js";
-export type { Logger, ProtectContext, ProtectOptions } from "./protect.js";
+export { PROTECTED, protectedInternals } from "./protect.js";
+export type { Logger, ProtectContext, ProtectedFunction, ProtectedInternals, ProtectOptions } from "./protect.js";
 export type { DecisionOptions } from "./wire.js";

@@ -11,3 +11,4 @@ export { current, run, step } from "./context.js";
 export { CompletionNotRecorded, Denied, DryRun, errorForOutcome, Failed, GatewayError, GatewayUnavailable, InFlight, OncegateError, OutcomeError, OutcomeUnknown, PendingApproval, ProtocolError, Refused, Replayed, StaleClaim, } from "./errors.js";
 export { Execute, Outcome, PassThrough, } from "./models.js";
 export * as notSent from "./notSent.js";
+export { PROTECTED, protectedInternals } from "./protect.js";

@@ -56,8 +56,30 @@ export interface ProtectOptions<P extends unknown[], R> {
     /** Keep the lease alive with heartbeats while the function runs (default true). */
     heartbeat?: boolean;
 }
+/**
+ * Where a protected function keeps what the framework adapters (`oncegate/ai-sdk`,
+ * `oncegate/openai-agents`, `oncegate/langgraph`) need: they claim before the framework
+ * decides to run the tool, so that a held call pauses the run the framework's way, and
+ * hand that claim to the execution.
+ */
+export declare const PROTECTED: unique symbol;
+/** What the framework adapters read from a protected function. */
+export interface ProtectedInternals<P extends unknown[], R> {
+    readonly gate: Gate;
+    readonly capability: string;
+    /** The capability arguments of a call with `args`. */
+    capabilityArguments(...args: P): JsonObject;
+    /** One protected call; `first` is a claim answer already asked for these arguments. */
+    run(args: P, first?: ClaimAnswer): Promise<R>;
+}
+/** What `protect()` returns: `fn`'s parameters (without the context) and result, as a promise. */
+export type ProtectedFunction<P extends unknown[], R> = ((...args: P) => Promise<R>) & {
+    readonly [PROTECTED]: ProtectedInternals<P, R>;
+};
+/** The internals of a protected function; a TypeError for any other value. */
+export declare function protectedInternals<P extends unknown[], R>(fn: (...args: P) => Promise<R>): ProtectedInternals<P, R>;
 /** `Client.protect`, given the client. */
-export declare function protectFunction<P extends unknown[], R>(gate: Gate, capability: string, fn: (...args: [...P, ProtectContext]) => R, options: ProtectOptions<P, Awaited<R>>): (...args: P) => Promise<Awaited<R>>;
+export declare function protectFunction<P extends unknown[], R>(gate: Gate, capability: string, fn: (...args: [...P, ProtectContext]) => R, options: ProtectOptions<P, Awaited<R>>): ProtectedFunction<P, Awaited<R>>;
 /** `not_sent` only on proof that nothing left; `unknown` for anything else. */
 export declare function failureOutcome(rule: NotSentPredicate, error: unknown): CompletionOutcome;
 /** What the gateway stores as the attempt's error: the name and message (and fetch's cause code), bounded. */

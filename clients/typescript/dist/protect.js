@@ -11,6 +11,20 @@
 import { CompletionNotRecorded, GatewayError, OncegateError, OutcomeError, StaleClaim, errorForOutcome, } from "./errors.js";
 import { Outcome, PassThrough } from "./models.js";
 import { isNotSent } from "./notSent.js";
+/**
+ * Where a protected function keeps what the framework adapters (`oncegate/ai-sdk`,
+ * `oncegate/openai-agents`, `oncegate/langgraph`) need: they claim before the framework
+ * decides to run the tool, so that a held call pauses the run the framework's way, and
+ * hand that claim to the execution.
+ */
+export const PROTECTED = Symbol.for("oncegate.protected");
+/** The internals of a protected function; a TypeError for any other value. */
+export function protectedInternals(fn) {
+    const internals = fn[PROTECTED];
+    if (internals === undefined)
+        throw new TypeError(`${fn.name || "this function"} is not protected: wrap it with gate.protect(...) first`);
+    return internals;
+}
 const RESULT_REFUSED = [400, 413, 422];
 const MAX_ERROR_TEXT = 2000;
 /** The shortest heartbeat interval, so a lease that looks expired is not hammered. */
@@ -31,6 +45,13 @@ export function protectFunction(gate, capability, fn, options) {
     const spec = { gate, capability, fn: fn, options, isNotSent: notSentRule(options.notSent) };
     const protectedFn = (...args) => runProtected(spec, args);
     Object.defineProperty(protectedFn, "name", { value: fn.name || capability });
+    const internals = {
+        gate,
+        capability,
+        capabilityArguments: (...args) => capabilityArguments(spec, args),
+        run: (args, first) => runProtected(spec, args, first),
+    };
+    Object.defineProperty(protectedFn, PROTECTED, { value: internals });
     return protectedFn;
 }
 function notSentRule(rule) {
@@ -41,10 +62,10 @@ function notSentRule(rule) {
     const extra = [...rule];
     return (error) => extra.some((c) => error instanceof c) || isNotSent(error);
 }
-async function runProtected(spec, args) {
+async function runProtected(spec, args, first) {
     const { gate, capability } = spec;
     const claimArgs = capabilityArguments(spec, args);
-    let answer = await gate.claim(capability, claimArgs);
+    let answer = first ?? (await gate.claim(capability, claimArgs));
     if (answer instanceof Outcome && answer.status === "approved") {
         // An approval decided for a claim-only capability: the next claim executes.
         answer = await gate.claim(capability, claimArgs);

@@ -16,7 +16,7 @@ import {
   type JsonObject,
   type KeyExplanation,
 } from "./models.js";
-import { protectFunction, type Gate, type Logger, type ProtectContext, type ProtectOptions } from "./protect.js";
+import { protectFunction, type Gate, type Logger, type ProtectContext, type ProtectedFunction, type ProtectOptions } from "./protect.js";
 import { decode, retryDelays, segment, Wire, type CompletionRecord, type DecisionOptions, type Request } from "./wire.js";
 
 /** Milliseconds per request: a claim may wait for the gateway to reconcile an earlier attempt. */
@@ -178,7 +178,7 @@ export class Client implements Gate {
     capability: string,
     fn: (...args: [...P, ProtectContext]) => R,
     options: ProtectOptions<P, Awaited<R>> = {},
-  ): (...args: P) => Promise<Awaited<R>> {
+  ): ProtectedFunction<P, Awaited<R>> {
     return protectFunction(this, capability, fn, options);
   }
 

@@ -39,5 +39,6 @@ export {
 } from "./models.js";
 export * as notSent from "./notSent.js";
 export type { ErrorClass, NotSentPredicate } from "./notSent.js";
-export type { Logger, ProtectContext, ProtectOptions } from "./protect.js";
+export { PROTECTED, protectedInternals } from "./protect.js";
+export type { Logger, ProtectContext, ProtectedFunction, ProtectedInternals, ProtectOptions } from "./protect.js";
 export type { DecisionOptions } from "./wire.js";

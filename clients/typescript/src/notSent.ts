@@ -17,6 +17,11 @@
  *   `UNABLE_TO_VERIFY_LEAF_SIGNATURE`, `UNABLE_TO_GET_ISSUER_CERT_LOCALLY`,
  *   `ERR_TLS_CERT_ALTNAME_INVALID`): refused during the handshake.
  *
+ * And one known SDK's own refusal to build a request at all: `openai`'s `OpenAIError`
+ * itself (not a subclass such as `APIError`) whose message starts "Missing credentials.",
+ * thrown by `new OpenAI()` when no key is configured, as the client is constructed. It
+ * is matched by class name and message, since this package depends on no SDK.
+ *
  * NOT on the list, on purpose: a reset (`ECONNRESET`, undici's `UND_ERR_SOCKET` "other
  * side closed"), a broken pipe, a timeout after the connection was made (an aborted
  * `AbortSignal.timeout`, `UND_ERR_HEADERS_TIMEOUT`, `UND_ERR_BODY_TIMEOUT`), and any
@@ -88,6 +93,7 @@ export const never: NotSentPredicate = () => false;
 export function isNotSent(error: unknown): boolean {
   if (hasNotSentCode(error)) return true;
   if (isFetchFailure(error) && hasNotSentCode(error.cause)) return true;
+  if (isSdkConfigurationError(error)) return true;
   if (classes.some((c) => error instanceof c)) return true;
   return predicates.some((p) => p(error));
 }
@@ -101,4 +107,11 @@ function hasNotSentCode(error: unknown): boolean {
   if (typeof error !== "object" || error === null) return false;
   const code = (error as { code?: unknown }).code;
   return typeof code === "string" && codes.has(code);
+}
+
+/** `new OpenAI()` without credentials: the exact base class, before any client exists. */
+function isSdkConfigurationError(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const constructorName = (Object.getPrototypeOf(error) as { constructor?: { name?: unknown } } | null)?.constructor?.name;
+  return constructorName === "OpenAIError" && error.message.startsWith("Missing credentials.");
 }

@@ -68,6 +68,36 @@ export interface ProtectOptions<P extends unknown[], R> {
   heartbeat?: boolean;
 }
 
+/**
+ * Where a protected function keeps what the framework adapters (`oncegate/ai-sdk`,
+ * `oncegate/openai-agents`, `oncegate/langgraph`) need: they claim before the framework
+ * decides to run the tool, so that a held call pauses the run the framework's way, and
+ * hand that claim to the execution.
+ */
+export const PROTECTED: unique symbol = Symbol.for("oncegate.protected");
+
+/** What the framework adapters read from a protected function. */
+export interface ProtectedInternals<P extends unknown[], R> {
+  readonly gate: Gate;
+  readonly capability: string;
+  /** The capability arguments of a call with `args`. */
+  capabilityArguments(...args: P): JsonObject;
+  /** One protected call; `first` is a claim answer already asked for these arguments. */
+  run(args: P, first?: ClaimAnswer): Promise<R>;
+}
+
+/** What `protect()` returns: `fn`'s parameters (without the context) and result, as a promise. */
+export type ProtectedFunction<P extends unknown[], R> = ((...args: P) => Promise<R>) & {
+  readonly [PROTECTED]: ProtectedInternals<P, R>;
+};
+
+/** The internals of a protected function; a TypeError for any other value. */
+export function protectedInternals<P extends unknown[], R>(fn: (...args: P) => Promise<R>): ProtectedInternals<P, R> {
+  const internals = (fn as Partial<ProtectedFunction<P, R>>)[PROTECTED];
+  if (internals === undefined) throw new TypeError(`${fn.name || "this function"} is not protected: wrap it with gate.protect(...) first`);
+  return internals;
+}
+
 const RESULT_REFUSED = [400, 413, 422];
 const MAX_ERROR_TEXT = 2000;
 /** The shortest heartbeat interval, so a lease that looks expired is not hammered. */
@@ -79,7 +109,7 @@ export function protectFunction<P extends unknown[], R>(
   capability: string,
   fn: (...args: [...P, ProtectContext]) => R,
   options: ProtectOptions<P, Awaited<R>>,
-): (...args: P) => Promise<Awaited<R>> {
+): ProtectedFunction<P, Awaited<R>> {
   if (!capability) throw new TypeError("protect() needs the capability's name");
   if (typeof fn !== "function") throw new TypeError("protect() needs the function that performs the effect");
   if (typeof options.effectRef === "string" && options.effectRef && !options.effectRef.startsWith("/")) {
@@ -94,7 +124,14 @@ export function protectFunction<P extends unknown[], R>(
   const spec: Spec<P, Awaited<R>> = { gate, capability, fn: fn as Spec<P, Awaited<R>>["fn"], options, isNotSent: notSentRule(options.notSent) };
   const protectedFn = (...args: P): Promise<Awaited<R>> => runProtected(spec, args);
   Object.defineProperty(protectedFn, "name", { value: fn.name || capability });
-  return protectedFn;
+  const internals: ProtectedInternals<P, Awaited<R>> = {
+    gate,
+    capability,
+    capabilityArguments: (...args: P) => capabilityArguments(spec, args),
+    run: (args, first) => runProtected(spec, args, first),
+  };
+  Object.defineProperty(protectedFn, PROTECTED, { value: internals });
+  return protectedFn as ProtectedFunction<P, Awaited<R>>;
 }
 
 interface Spec<P extends unknown[], R> {
@@ -112,10 +149,10 @@ function notSentRule(rule: ProtectOptions<never[], unknown>["notSent"]): NotSent
   return (error) => extra.some((c) => error instanceof c) || isNotSent(error);
 }
 
-async function runProtected<P extends unknown[], R>(spec: Spec<P, R>, args: P): Promise<R> {
+async function runProtected<P extends unknown[], R>(spec: Spec<P, R>, args: P, first?: ClaimAnswer): Promise<R> {
   const { gate, capability } = spec;
   const claimArgs = capabilityArguments(spec, args);
-  let answer = await gate.claim(capability, claimArgs);
+  let answer = first ?? (await gate.claim(capability, claimArgs));
   if (answer instanceof Outcome && answer.status === "approved") {
     // An approval decided for a claim-only capability: the next claim executes.
     answer = await gate.claim(capability, claimArgs);

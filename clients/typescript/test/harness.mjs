@@ -69,6 +69,7 @@ attempt_ceiling = 100
 lease = "${LEASE_MS / 1000}s"
 settle_horizon = "1s"
 on_unknown = "reconcile"
+policy = "policies.cedar"
 
 [capabilities.key]
 business_ref = "order_id"
@@ -85,6 +86,18 @@ timeout = "2s"
 found = "/found"
 effect_ref = "/charge/id"
 result = "/charge"
+`;
+
+// Charges above 1,000.00 wait for an approver (the approval tests charge 2500.00); every
+// smaller one is allowed as before. The same policy as the Python client's tests.
+export const HELD_AMOUNT = "2500.00";
+const POLICIES = `
+permit (principal, action == Action::"charge_card", resource) when { principal.role == "agent" };
+
+@id("charge-over-1000")
+@oncegate("require_approval")
+permit (principal, action == Action::"charge_card", resource)
+when { principal.role == "agent" && context.amount > 100000 };
 `;
 
 /** The gateway binary under test; loudly absent rather than silently skipped. */
@@ -223,6 +236,7 @@ export async function startStack() {
   try {
     const config = join(dir, "oncegate.toml");
     writeFileSync(config, REGISTRY);
+    writeFileSync(join(dir, "policies.cedar"), POLICIES);
     const env = { ...base, ...TOKENS, SANDBOX_URL: sandbox.url, SANDBOX_API_KEY };
     const init = spawnSync(bin, ["init", "--config", config], { cwd: dir, env, encoding: "utf8", timeout: 60_000 });
     if (init.status !== 0) throw new Error(`oncegate init failed (${init.status}):\n${init.stdout}${init.stderr}`);

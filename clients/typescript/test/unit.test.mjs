@@ -78,6 +78,32 @@ test("the cause chain is not followed past fetch's own wrapper", () => {
   assert.equal(notSent.isNotSent(nested), false);
 });
 
+test("openai without credentials is not sent; its connection error is unknown", async () => {
+  // Real errors from the real SDK (a dev dependency): `new OpenAI()` refuses to be built
+  // without a key, nothing can have left; a request to a closed port is wrapped in
+  // openai's own APIConnectionError (and retried by default), and stays unknown.
+  const { default: OpenAI, APIConnectionError } = await import("openai");
+  const saved = { key: process.env.OPENAI_API_KEY, admin: process.env.OPENAI_ADMIN_KEY };
+  delete process.env.OPENAI_API_KEY;
+  delete process.env.OPENAI_ADMIN_KEY;
+  let missing;
+  try {
+    new OpenAI();
+  } catch (err) {
+    missing = err;
+  } finally {
+    if (saved.key !== undefined) process.env.OPENAI_API_KEY = saved.key;
+    if (saved.admin !== undefined) process.env.OPENAI_ADMIN_KEY = saved.admin;
+  }
+  assert.ok(missing instanceof Error && missing.message.startsWith("Missing credentials."), String(missing));
+  assert.equal(notSent.isNotSent(missing), true);
+
+  const client = new OpenAI({ apiKey: "sk-test", baseURL: `http://127.0.0.1:${await closedPort()}/v1`, maxRetries: 0 });
+  const refused = await client.models.list().then(() => null, (err) => err);
+  assert.ok(refused instanceof APIConnectionError, String(refused));
+  assert.equal(notSent.isNotSent(refused), false);
+});
+
 test("the classification is extendable by class, code and predicate", () => {
   class SdkConnectError extends Error {}
   assert.equal(notSent.isNotSent(new SdkConnectError("x")), false);

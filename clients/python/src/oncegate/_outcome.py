@@ -27,6 +27,7 @@ __all__ = [
     "DryRun",
     "Replayed",
     "error_for_outcome",
+    "approval_payload",
 ]
 
 
@@ -200,6 +201,25 @@ def error_for_outcome(outcome: Outcome) -> OutcomeError | None:
         return None
     # A status this client does not know: not a success it can vouch for.
     return OutcomeError(outcome)
+
+
+def approval_payload(err: PendingApproval, capability: str | None = None) -> dict[str, Any]:
+    """What a held call's pause carries (a LangGraph interrupt, an Agents SDK
+    interruption): the approval to decide and why the call is held.
+
+    ``approval_id`` is what an approver decides (``POST /v1/approvals/{id}/approve``,
+    ``oncegate approvals approve``, the console); ``message`` the line for a person or a
+    model; ``reason`` the held reason's stable code and text.
+    """
+    outcome = err.outcome
+    return {
+        "type": "oncegate.pending_approval",
+        "approval_id": err.approval_id,
+        "intent_key": err.intent_key,
+        "capability": capability,
+        "message": outcome.message,
+        "reason": None if outcome.reason is None else {"code": outcome.reason.code, "message": outcome.reason.message},
+    }
 
 
 # The public homes of these names: tracebacks, pickles and the error text a protected

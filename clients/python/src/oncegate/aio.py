@@ -235,15 +235,22 @@ class AsyncClient:
                 return cast(R, await self._run_protected(spec, args, kwargs))
 
             wrapper.__oncegate_capability__ = capability  # type: ignore[attr-defined]
+            # What the framework adapters (oncegate.langgraph, oncegate.openai_agents) read.
+            wrapper.__oncegate_protected__ = (self, spec)  # type: ignore[attr-defined]
             return wrapper
 
         # The overloads of AsyncProtector say what decorate does to each form's type.
         return cast(AsyncProtector, decorate)
 
-    async def _run_protected(self, spec: Spec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def _run_protected(
+        self, spec: Spec, args: tuple[Any, ...], kwargs: dict[str, Any], first: ClaimAnswer | None = None
+    ) -> Any:
+        """One protected call; ``first`` is a claim answer already asked for these
+        arguments (the framework adapters claim before the framework decides to run the
+        tool, so that a held call can pause the run the framework's way)."""
         claim_args = spec.claim_arguments(args, kwargs)
         spec.check_bindable(args, kwargs)
-        answer = await self.claim(spec.capability, claim_args)
+        answer = first if first is not None else await self.claim(spec.capability, claim_args)
         if isinstance(answer, Outcome) and answer.status == "approved":
             answer = await self.claim(spec.capability, claim_args)
             if isinstance(answer, Outcome) and answer.status == "approved":

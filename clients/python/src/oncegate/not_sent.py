@@ -10,6 +10,13 @@ that was sent can cause a second effect, so the list is short and strict:
   ``httpx.PoolTimeout`` (no connection was ever handed out);
 - ``ConnectionRefusedError``, ``socket.gaierror`` (DNS), ``ssl.SSLCertVerificationError``;
 - ``urllib.error.URLError`` whose ``reason`` is one of those;
+- a known SDK's own check that refuses to build a request at all, raised before any
+  connection is opened (looked up only when your code imported the SDK):
+  ``stripe.AuthenticationError`` "No API key provided" with no HTTP status (stripe
+  raises it in the request builder, before the HTTP client is called, when no API key
+  is set), and ``openai.OpenAIError`` itself (not a subclass such as ``APIError``)
+  "Missing credentials" (raised by ``openai.OpenAI()`` when no key is configured, as
+  the client is constructed);
 - when the library is imported by your code (never a dependency of this one):
   ``requests.exceptions.ConnectTimeout``, a ``requests.exceptions.ConnectionError`` whose
   cause is a urllib3 connect failure (``NewConnectionError``, ``NameResolutionError``,
@@ -105,9 +112,36 @@ def _is_not_sent_here(exc: BaseException) -> bool:
         return True
     if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
         return isinstance(exc.reason, (ConnectionRefusedError, socket.gaierror, ssl.SSLCertVerificationError))
-    if _third_party(exc):
+    if _third_party(exc) or _sdk_configuration(exc):
         return True
     return any(p(exc) for p in _predicates)
+
+
+def _sdk_configuration(exc: BaseException) -> bool:
+    """A known SDK's local refusal to build a request (no credentials configured).
+
+    Each is matched on the exact type and message the SDK raises before it sends, and
+    only while the SDK is imported: ``stripe.AuthenticationError`` is also what a 401
+    from Stripe raises, which is why the HTTP status must be absent; and every other
+    openai error derives from ``OpenAIError``, which is why the type must be exact.
+    """
+    stripe = sys.modules.get("stripe")
+    auth_error = getattr(stripe, "AuthenticationError", None) if stripe is not None else None
+    if (
+        isinstance(auth_error, type)
+        and isinstance(exc, auth_error)
+        and getattr(exc, "http_status", None) is None
+        and getattr(exc, "http_body", None) is None
+        and str(exc).startswith("No API key provided")
+    ):
+        return True
+    openai = sys.modules.get("openai")
+    base_error = getattr(openai, "OpenAIError", None) if openai is not None else None
+    return (
+        isinstance(base_error, type)
+        and type(exc) is base_error
+        and str(exc).startswith(("Missing credentials.", "The api_key client option must be set"))
+    )
 
 
 def _third_party(exc: BaseException) -> bool:

@@ -84,6 +84,7 @@ attempt_ceiling = 100
 lease = "{lease}"
 settle_horizon = "1s"
 on_unknown = "reconcile"
+policy = "policies.cedar"
 
 [capabilities.key]
 business_ref = "order_id"
@@ -102,6 +103,18 @@ effect_ref = "/charge/id"
 result = "/charge"
 """
 
+
+#: Charges above 1,000.00 wait for an approver (the approval tests charge 2500.00);
+#: every smaller one is allowed as before.
+APPROVAL_OVER = "1000.00"
+POLICIES = """\
+permit (principal, action == Action::"charge_card", resource) when { principal.role == "agent" };
+
+@id("charge-over-1000")
+@oncegate("require_approval")
+permit (principal, action == Action::"charge_card", resource)
+when { principal.role == "agent" && context.amount > 100000 };
+"""
 
 class HarnessError(RuntimeError):
     """The harness could not start or drive a process: a broken setup, not a test result."""
@@ -434,6 +447,7 @@ def start_stack(dir: Path) -> Stack:
     try:
         config = dir / "oncegate.toml"
         config.write_text(REGISTRY.format(lease=f"{LEASE_SECONDS:g}s"))
+        (dir / "policies.cedar").write_text(POLICIES)
         env = dict(base_env)
         env.update(TOKENS)
         env["SANDBOX_URL"] = sandbox.url

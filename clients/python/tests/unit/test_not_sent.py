@@ -241,3 +241,85 @@ def test_register_predicate() -> None:
 def test_never_rule() -> None:
     refused = raised(lambda: httpx.post(f"http://127.0.0.1:{closed_port()}/", json={}))
     assert not not_sent.never(refused)
+
+
+# -- a known SDK's own refusal to build a request (issue 36) ---------------------------
+
+
+@pytest.fixture
+def answers_401() -> Iterator[int]:
+    """A port that reads each request and answers 401 with a Stripe-shaped error body:
+    the request was sent (and refused by the provider)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    stop = threading.Event()
+    body = b'{"error": {"message": "Invalid API Key provided: sk_test_x", "type": "invalid_request_error"}}'
+
+    def serve() -> None:
+        s.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                continue
+            read_request(conn)
+            conn.sendall(
+                b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield int(s.getsockname()[1])
+    stop.set()
+    t.join()
+    s.close()
+
+
+def test_stripe_without_an_api_key_is_not_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    # stripe raises this in its request builder, before its HTTP client is called.
+    import stripe
+
+    monkeypatch.setattr(stripe, "api_key", None)
+    monkeypatch.setattr(stripe, "api_base", f"http://127.0.0.1:{closed_port()}")
+    exc = raised(lambda: stripe.PaymentIntent.create(amount=1250, currency="usd", idempotency_key="k1"))
+    assert isinstance(exc, stripe.AuthenticationError) and exc.http_status is None, repr(exc)
+    assert not_sent.is_not_sent(exc)
+
+
+def test_a_stripe_authentication_error_from_the_provider_was_sent(
+    monkeypatch: pytest.MonkeyPatch, answers_401: int
+) -> None:
+    # The same class for a 401 the provider answered: the request reached it.
+    import stripe
+
+    monkeypatch.setattr(stripe, "api_base", f"http://127.0.0.1:{answers_401}")
+    monkeypatch.setattr(stripe, "max_network_retries", 0)
+    exc = raised(lambda: stripe.PaymentIntent.create(amount=1250, currency="usd", api_key="sk_test_x"))
+    assert isinstance(exc, stripe.AuthenticationError) and exc.http_status == 401, repr(exc)
+    assert not not_sent.is_not_sent(exc)
+
+
+def test_openai_without_credentials_is_not_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    # openai.OpenAI() refuses to be built without credentials: nothing can have left.
+    import openai
+
+    for name in ("OPENAI_API_KEY", "OPENAI_ADMIN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    exc = raised(lambda: openai.OpenAI())
+    assert type(exc) is openai.OpenAIError, repr(exc)
+    assert not_sent.is_not_sent(exc)
+
+
+def test_an_openai_connection_error_is_unknown() -> None:
+    # Even a refused connection: openai wraps it in its own error (and retries by
+    # default), and the cause chain is not followed.
+    import openai
+
+    client = openai.OpenAI(api_key="sk-test", base_url=f"http://127.0.0.1:{closed_port()}/v1", max_retries=0)
+    exc = raised(lambda: client.models.list())
+    assert isinstance(exc, openai.APIConnectionError), repr(exc)
+    assert not not_sent.is_not_sent(exc)
