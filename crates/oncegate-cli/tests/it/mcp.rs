@@ -459,7 +459,7 @@ fn client_args(gw: &Proc, sandbox: &Proc, order: &str) -> Vec<String> {
 /// Where `tests/clients/setup.sh` put the clients.
 pub(crate) struct Clients {
     pub(crate) root: PathBuf,
-    python: PathBuf,
+    pub(crate) python: PathBuf,
     node_dir: PathBuf,
 }
 

@@ -15,7 +15,8 @@ use rmcp::ServerHandler;
 #[allow(deprecated)]
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CompleteRequestParams, CompleteResult, GetTaskParams, GetTaskResult, TASKS_EXTENSION_ID,
     ContentBlock, ErrorData as McpError, GetPromptRequestParams, GetPromptResponse, Implementation,
     JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, MetaObject, PaginatedRequestParams, PromptsCapability,
@@ -25,7 +26,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
-use super::passthrough;
+use super::{in_band, passthrough, tasks};
 use super::schema::{annotations, derived_schema, output_schema, strip_property};
 use crate::door::Door;
 use crate::error::ApiError;
@@ -245,15 +246,43 @@ impl McpSurface {
     }
 
     /// One `tools/call`, through the front door. Every error goes through the one
-    /// table's MCP form ([`ApiError::into_mcp`]).
+    /// table's MCP form ([`ApiError::into_mcp`]). A call held for approval is answered
+    /// in-band where the client can take it ([`in_band`]); a retry carrying a
+    /// `requestState` has it checked and used up first.
     async fn call(
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
+        let base = in_band::console_base(&ctx);
+        let wants_task = tasks::declared(&ctx);
+        let caller = principal(&ctx).ok();
+        let now = self.state.gate().clock().now();
+        let mut declined = false;
+        if let Some(sealed) = &request.request_state {
+            let Some(caller) = &caller else {
+                return ApiError::Unauthenticated.into_mcp().map(Into::into);
+            };
+            if let Err(e) = in_band::resume(&self.state, caller, &request, sealed, now).await {
+                return e.into_mcp().map(Into::into);
+            }
+            declined = in_band::declined(&request);
+        }
+        let asked = (base.is_some() && !declined).then(|| request.clone());
         match self.decided(request, ctx).await {
-            Ok((outcome, cap)) => Ok(tool_result(&outcome, &cap)),
-            Err(e) => e.into_mcp(),
+            Ok((outcome, cap)) => {
+                if outcome.status == Status::PendingApproval
+                    && let (Some(base), Some(asked), Some(caller)) = (&base, &asked, &caller)
+                    && let Some(input) = in_band::held(&self.state, base, caller, asked, &outcome, now)
+                {
+                    return Ok(input.into());
+                }
+                if wants_task && let Some(task) = tasks::task_for(&outcome, now) {
+                    return Ok(task.into());
+                }
+                Ok(tool_result(&outcome, &cap).into())
+            }
+            Err(e) => e.into_mcp().map(Into::into),
         }
     }
 
@@ -406,6 +435,12 @@ impl ServerHandler for McpSurface {
             capabilities.prompts = Some(PromptsCapability::default());
             capabilities.completions = Some(JsonObject::new());
         }
+        // Long outcomes (in flight, unknown) become tasks for clients that declare the
+        // extension too.
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("oncegate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -436,7 +471,31 @@ impl ServerHandler for McpSurface {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.call(request, ctx).await.map(CallToolResponse::from)
+        self.call(request, ctx).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let principal = principal(&ctx)
+            .map_err(|_| McpError::internal_error("the request was not authenticated", None))?;
+        tasks::get(&self.state, &principal, &request.task_id).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Err(McpError::invalid_request(
+            format!(
+                "task `{}`: an effect that may already have reached the provider cannot be cancelled; poll tasks/get for its outcome",
+                request.task_id
+            ),
+            None,
+        ))
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
