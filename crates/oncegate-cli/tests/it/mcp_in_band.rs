@@ -140,8 +140,13 @@ fn a_request_state_answers_one_retry_of_its_own_call_by_its_own_principal() {
         .unwrap()
         .to_owned();
     assert_eq!(url, format!("{}/console/approvals/{approval}", gw.url));
+    // The link is the console's (a browser not signed in is sent to sign in first).
     let page = client().get(&url).send().unwrap();
-    assert!(page.status().is_success(), "the link opens the console");
+    assert!(
+        page.status().is_success() || page.status().is_redirection(),
+        "the link opens the console: {}",
+        page.status()
+    );
 
     // Retried while still pending: held again, with a fresh state.
     let again = answer(&gw, "tok-planner", call("refund", refund.clone(), url_mode(), Some(&first)));
@@ -291,6 +296,50 @@ fn a_call_that_finds_its_intent_in_flight_is_a_task_polled_to_the_same_outcome()
     assert_eq!(repeat["result"]["content"][0], polled["content"][0], "the poll and the repeat agree");
     assert_eq!(
         effects_where(&setup.sandbox, "kind=charge&order_id=TASK-1").len(),
+        1
+    );
+}
+
+#[test]
+fn a_long_running_capabilitys_call_is_a_task_at_once_and_runs_to_one_effect() {
+    let setup = Setup::with_registry(&[], |text| {
+        text.replacen(
+            "name = \"charge_card\"\n",
+            "name = \"charge_card\"\nlong_running = true\n",
+            1,
+        )
+    });
+    let gw = setup.gateway();
+    fault(&setup.sandbox, "/v1/charges", "slow", 3000);
+    let charge = json!({"order_id": "TASK-2", "amount": "9.00", "currency": "USD", "memo": "t"});
+    let asked = Instant::now();
+    let answered = answer(&gw, "tok-planner", call("charge_card", charge.clone(), tasks_capability(), None));
+    assert!(asked.elapsed() < Duration::from_millis(2900), "answered before the provider did");
+    let task = &answered["result"];
+    assert_eq!(task["resultType"], "task", "{answered}");
+    assert_eq!(task["status"], "working", "{answered}");
+    let id = task["taskId"].as_str().unwrap().to_owned();
+    // Polled to its end: the one charge, as a repeat of the call reads it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let completed = loop {
+        let polled = tasks_get(&gw, "tok-planner", &id);
+        if polled["result"]["status"] == "completed" {
+            break polled;
+        }
+        assert_eq!(polled["result"]["status"], "working", "{polled}");
+        assert!(Instant::now() < deadline, "the task never completed: {polled}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let outcome = &completed["result"]["result"]["_meta"][OUTCOME];
+    assert_eq!(outcome["intentKey"], id.as_str(), "{completed}");
+    assert!(outcome["effectRef"].as_str().is_some_and(|r| r.starts_with("ch_")), "{completed}");
+    let repeat = answer(&gw, "tok-planner", call("charge_card", charge.clone(), json!({}), None));
+    assert_eq!(repeat["result"]["_meta"][OUTCOME]["effectRef"], outcome["effectRef"], "{repeat}");
+    // A client without the extension waits for the answer, as before.
+    let plain = answer(&gw, "tok-planner", call("charge_card", charge, json!({}), None));
+    assert_eq!(plain["result"]["_meta"][OUTCOME]["status"], "replayed", "{plain}");
+    assert_eq!(
+        effects_where(&setup.sandbox, "kind=charge&order_id=TASK-2").len(),
         1
     );
 }

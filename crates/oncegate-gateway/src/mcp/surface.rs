@@ -269,7 +269,20 @@ impl McpSurface {
             declined = in_band::declined(&request);
         }
         let asked = (base.is_some() && !declined).then(|| request.clone());
-        match self.decided(request, ctx).await {
+        let long = wants_task
+            .then(|| self.long_running_key(&request, &ctx))
+            .flatten();
+        let decided = self.decided(request, ctx);
+        let decided = match long {
+            // The decision and the effect run in a task of their own (the door's), so
+            // answering a task here leaves them running.
+            Some(key) => match tasks::or_task(decided, &key, now).await {
+                Ok(decided) => decided,
+                Err(task) => return Ok(task.into()),
+            },
+            None => decided.await,
+        };
+        match decided {
             Ok((outcome, cap)) => {
                 if outcome.status == Status::PendingApproval
                     && let (Some(base), Some(asked), Some(caller)) = (&base, &asked, &caller)
@@ -284,6 +297,29 @@ impl McpSurface {
             }
             Err(e) => e.into_mcp().map(Into::into),
         }
+    }
+
+    /// The intent key of a call to a `long_running` capability (which a client that
+    /// declared tasks is answered a task for, if it runs a while).
+    fn long_running_key(
+        &self,
+        request: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Option<String> {
+        let gate = self.state.gate();
+        gate.registry()
+            .capability(&request.name)
+            .filter(|c| c.long_running)?;
+        let principal = principal(ctx).ok()?;
+        let call = Call {
+            capability: request.name.to_string(),
+            arguments: Value::Object(request.arguments.clone().unwrap_or_default()),
+            run_id: structural_id(request, ctx, RUN_ID_META_KEY, "oncegate-run-id").ok()?,
+            step_id: structural_id(request, ctx, STEP_ID_META_KEY, "oncegate-step-id").ok()?,
+            client_key: None,
+        };
+        let derived = gate.derive_key(&principal.name, &call).ok()?;
+        Some(derived.key.as_str().to_owned())
     }
 
     async fn decided(
@@ -481,7 +517,7 @@ impl ServerHandler for McpSurface {
     ) -> Result<GetTaskResult, McpError> {
         let principal = principal(&ctx)
             .map_err(|_| McpError::internal_error("the request was not authenticated", None))?;
-        tasks::get(&self.state, &principal, &request.task_id).await
+        tasks::get(&self.state, &principal, &request.task_id, tool_result).await
     }
 
     async fn cancel_task(

@@ -1,40 +1,43 @@
 //! Long outcomes as tasks: the `io.modelcontextprotocol/tasks` extension (SEP-2663).
 //!
-//! A client that declares the extension (in its request `_meta` capabilities at
-//! 2026-07-28, or at `initialize` in a session) and whose `tools/call` ends `in_flight`
+//! A 2026-07-28 client that declares the extension (in its request `_meta`
+//! capabilities) and whose `tools/call` ends `in_flight`
 //! (another attempt holds the intent) or `unknown` (oncegate reconciles it) is answered
 //! `resultType: "task"` instead of an `isError` result to repeat later. The task id is
 //! the intent key, so `tasks/get` and a repeat of the call read the same record:
 //! `working` while it is in flight or unknown, then `completed` with exactly the tool
-//! result a repeat of the call answers (the decided outcome's [`tool_result`]). Polling
+//! result a repeat of the call answers (the surface's `tool_result`). Polling
 //! executes nothing: it reads the record, which the call's own task, or the
 //! reconciliation sweep, settles. Only the principal that called (or an admin) reads
 //! its task; any other id is "no such task".
+//!
+//! A capability declared `long_running` does not wait for the outcome at all: a call
+//! that has not ended after [`TASK_AFTER`] is answered its task while it goes on.
 
 use jiff::Timestamp;
-use oncegate_core::config::Role;
+use oncegate_core::config::{Capability, Role};
 use oncegate_core::decide::standing_outcome;
 use oncegate_core::intent::{IntentRecord, IntentState, Outcome, Status};
 use oncegate_core::key::IntentKey;
 use oncegate_store::IntentsRead;
 use rmcp::model::{
-    CreateTaskResult, DetailedTask, ErrorData as McpError, GetTaskResult, JsonObject, Task,
+    CallToolResult, CreateTaskResult, DetailedTask, ErrorData as McpError, GetTaskResult, JsonObject, Task,
     TaskPayload, TaskStatus,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::Value;
 
-use super::surface::tool_result;
 use crate::state::{AppState, Principal};
 use crate::wire::model_line;
 
 /// How often a client is asked to poll, in milliseconds.
 pub const POLL_INTERVAL_MS: u64 = 1_000;
 
-/// Whether the request's client declared the Tasks extension.
+/// Whether the request is a 2026-07-28 (or later) one whose client declared the Tasks
+/// extension: 2025-11-25 sessions keep the answers they always had.
 pub fn declared(ctx: &RequestContext<RoleServer>) -> bool {
-    ctx.client_capabilities()
-        .is_some_and(|c| c.supports_tasks())
+    let modern = ctx.protocol_version().is_some_and(|v| !v.has_initialize());
+    modern && ctx.client_capabilities().is_some_and(|c| c.supports_tasks())
 }
 
 /// The task a call's outcome becomes, for a client that declared the extension: one for
@@ -51,11 +54,42 @@ pub fn task_for(outcome: &Outcome, now: Timestamp) -> Option<CreateTaskResult> {
     Some(CreateTaskResult::new(task))
 }
 
-/// `tasks/get`: the intent's task as it stands.
+/// How long a call to a `long_running` capability is waited for before its client (one
+/// that declared the extension) is answered a task instead.
+pub const TASK_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A `long_running` capability's call: its answer if it comes within [`TASK_AFTER`],
+/// else the task of its intent (`key`), still working. Dropping `decided` abandons only
+/// the wait: the door runs the decision and the effect in a task of their own.
+pub async fn or_task<T>(
+    decided: impl Future<Output = T>,
+    key: &str,
+    now: Timestamp,
+) -> Result<T, CreateTaskResult> {
+    match tokio::time::timeout(TASK_AFTER, decided).await {
+        Ok(answer) => Ok(answer),
+        Err(_) => {
+            let now = now.to_string();
+            let task = Task::new(key, TaskStatus::Working, now.clone(), now)
+                .with_status_message(
+                    "IN PROGRESS: this call is running - poll this task, do not call again.",
+                )
+                .with_poll_interval_ms(POLL_INTERVAL_MS);
+            Err(CreateTaskResult::new(task))
+        }
+    }
+}
+
+/// How an outcome is answered as a tool result (the surface's `tool_result`).
+pub type Render = fn(&Outcome, &Capability) -> CallToolResult;
+
+/// `tasks/get`: the intent's task as it stands, a settled one's outcome answered as
+/// `render` answers a call.
 pub async fn get(
     state: &AppState,
     principal: &Principal,
     task_id: &str,
+    render: Render,
 ) -> Result<GetTaskResult, McpError> {
     let unknown = || McpError::invalid_params(format!("no task `{task_id}`"), None);
     // An intent key is lowercase hex; anything else names no task.
@@ -72,12 +106,12 @@ pub async fn get(
     if record.principal != principal.name && principal.role != Role::Admin {
         return Err(unknown());
     }
-    Ok(GetTaskResult::new(detailed(state, &record)))
+    Ok(GetTaskResult::new(detailed(state, &record, render)))
 }
 
 /// The record as a task: working while in flight or unknown, else completed with the
 /// tool result a repeat of the call answers.
-fn detailed(state: &AppState, record: &IntentRecord) -> DetailedTask {
+fn detailed(state: &AppState, record: &IntentRecord, render: Render) -> DetailedTask {
     let outcome = standing_outcome(record);
     let task = Task::new(
         record.key.as_str(),
@@ -90,7 +124,7 @@ fn detailed(state: &AppState, record: &IntentRecord) -> DetailedTask {
     let settled = !matches!(record.state, IntentState::InFlight | IntentState::Unknown);
     let capability = state.gate().registry().capability(&record.capability).cloned();
     let payload = match (settled, capability) {
-        (true, Some(cap)) => match serde_json::to_value(tool_result(&outcome, &cap)) {
+        (true, Some(cap)) => match serde_json::to_value(render(&outcome, &cap)) {
             Ok(Value::Object(result)) => TaskPayload::Completed { result },
             _ => TaskPayload::Working,
         },
