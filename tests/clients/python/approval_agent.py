@@ -22,6 +22,7 @@ import argparse
 import json
 import re
 import sys
+import urllib.error
 import urllib.request
 from typing import Any
 
