@@ -114,12 +114,14 @@ impl ApiError {
                 format!("unknown tool `{name}`"),
                 None,
             )),
-            ApiError::Coded(_, code @ (Code::InvalidHeader | Code::RequestStateInvalid | Code::RequestStateUsed), m) => {
-                Err(McpError::invalid_params(
-                    format!("invalid params: {m}"),
-                    Some(json!({"code": code})),
-                ))
-            }
+            ApiError::Coded(
+                _,
+                code @ (Code::InvalidHeader | Code::RequestStateInvalid | Code::RequestStateUsed),
+                m,
+            ) => Err(McpError::invalid_params(
+                format!("invalid params: {m}"),
+                Some(json!({"code": code})),
+            )),
             // Only reachable if the middleware did not run: a server fault.
             ApiError::Unauthenticated | ApiError::InvalidToken(_) => Err(McpError::internal_error(
                 "the request was not authenticated",

@@ -129,8 +129,14 @@ fn input_required(answer: &Value) -> (String, String) {
     let url = page["params"]["url"].as_str().unwrap();
     let approval = url.rsplit_once("/console/approvals/").unwrap().1.to_owned();
     assert!(approval.starts_with("ap_"), "{url}");
-    assert_eq!(result["_meta"][OUTCOME]["status"], "pending_approval", "{answer}");
-    (result["requestState"].as_str().unwrap().to_owned(), approval)
+    assert_eq!(
+        result["_meta"][OUTCOME]["status"], "pending_approval",
+        "{answer}"
+    );
+    (
+        result["requestState"].as_str().unwrap().to_owned(),
+        approval,
+    )
 }
 
 fn refused_with(answer: &Value, code: &str) {
@@ -146,7 +152,11 @@ fn a_request_state_answers_one_retry_of_its_own_call_by_its_own_principal() {
     let refunds = || effects_where(&setup.sandbox, "kind=refund&order_id=IB-RAW-1").len();
 
     // Held: the console's page of the approval, on this gateway, and a state.
-    let held = answer(&gw, "tok-planner", call("refund", refund.clone(), url_mode(), None));
+    let held = answer(
+        &gw,
+        "tok-planner",
+        call("refund", refund.clone(), url_mode(), None),
+    );
     let (first, approval) = input_required(&held);
     let url = held["result"]["inputRequests"]["oncegate_approval"]["params"]["url"]
         .as_str()
@@ -162,27 +172,51 @@ fn a_request_state_answers_one_retry_of_its_own_call_by_its_own_principal() {
     );
 
     // Retried while still pending: held again, with a fresh state.
-    let again = answer(&gw, "tok-planner", call("refund", refund.clone(), url_mode(), Some(&first)));
+    let again = answer(
+        &gw,
+        "tok-planner",
+        call("refund", refund.clone(), url_mode(), Some(&first)),
+    );
     let (second, same) = input_required(&again);
     assert_eq!(same, approval);
     assert_ne!(second, first);
 
     // The first state was used; an altered one, another principal's use, another
     // call's: refused before anything is decided (and none of them uses the state up).
-    let reused = answer(&gw, "tok-planner", call("refund", refund.clone(), url_mode(), Some(&first)));
+    let reused = answer(
+        &gw,
+        "tok-planner",
+        call("refund", refund.clone(), url_mode(), Some(&first)),
+    );
     refused_with(&reused, "OG-0061");
     let mut altered = second.clone().into_bytes();
     let at = altered.len() / 2;
     altered[at] = if altered[at] == b'A' { b'B' } else { b'A' };
     let altered = String::from_utf8(altered).unwrap();
-    let tampered = answer(&gw, "tok-planner", call("refund", refund.clone(), url_mode(), Some(&altered)));
+    let tampered = answer(
+        &gw,
+        "tok-planner",
+        call("refund", refund.clone(), url_mode(), Some(&altered)),
+    );
     refused_with(&tampered, "OG-0060");
-    let stolen = answer(&gw, "tok-subagent", call("refund", refund.clone(), url_mode(), Some(&second)));
+    let stolen = answer(
+        &gw,
+        "tok-subagent",
+        call("refund", refund.clone(), url_mode(), Some(&second)),
+    );
     refused_with(&stolen, "OG-0060");
     let drifted = json!({"order_id": "IB-RAW-1", "amount": "260.00"});
-    let other = answer(&gw, "tok-planner", call("refund", drifted, url_mode(), Some(&second)));
+    let other = answer(
+        &gw,
+        "tok-planner",
+        call("refund", drifted, url_mode(), Some(&second)),
+    );
     refused_with(&other, "OG-0060");
-    let garbage = answer(&gw, "tok-planner", call("refund", refund.clone(), url_mode(), Some("og1.e30.AAAA")));
+    let garbage = answer(
+        &gw,
+        "tok-planner",
+        call("refund", refund.clone(), url_mode(), Some("og1.e30.AAAA")),
+    );
     refused_with(&garbage, "OG-0060");
     assert_eq!(refunds(), 0, "nothing ran while pending");
 
@@ -193,14 +227,22 @@ fn a_request_state_answers_one_retry_of_its_own_call_by_its_own_principal() {
         .send()
         .unwrap();
     assert_eq!(approved.status().as_u16(), 200);
-    let done = answer(&gw, "tok-planner", call("refund", refund.clone(), url_mode(), Some(&second)));
+    let done = answer(
+        &gw,
+        "tok-planner",
+        call("refund", refund.clone(), url_mode(), Some(&second)),
+    );
     let result = &done["result"];
     assert_ne!(result["resultType"], "input_required", "{done}");
     assert_ne!(result["isError"], true, "{done}");
     let status = result["_meta"][OUTCOME]["status"].as_str().unwrap();
     assert!(["applied", "replayed"].contains(&status), "{done}");
     assert_eq!(refunds(), 1);
-    let twice = answer(&gw, "tok-planner", call("refund", refund, url_mode(), Some(&second)));
+    let twice = answer(
+        &gw,
+        "tok-planner",
+        call("refund", refund, url_mode(), Some(&second)),
+    );
     refused_with(&twice, "OG-0061");
     assert_eq!(refunds(), 1);
 }
@@ -212,10 +254,17 @@ fn clients_without_url_mode_keep_the_held_answer() {
     let refund = json!({"order_id": "IB-RAW-2", "amount": "250.00"});
     // A 2026-07-28 client that declared no URL-mode elicitation (only forms).
     for capabilities in [json!({}), json!({"elicitation": {"form": {}}})] {
-        let held = answer(&gw, "tok-planner", call("refund", refund.clone(), capabilities, None));
+        let held = answer(
+            &gw,
+            "tok-planner",
+            call("refund", refund.clone(), capabilities, None),
+        );
         let result = &held["result"];
         assert_eq!(result["isError"], true, "{held}");
-        assert_eq!(result["_meta"][OUTCOME]["status"], "pending_approval", "{held}");
+        assert_eq!(
+            result["_meta"][OUTCOME]["status"], "pending_approval",
+            "{held}"
+        );
         let line = result["content"][0]["text"].as_str().unwrap();
         assert!(line.starts_with("HELD FOR HUMAN APPROVAL ap_"), "{line}");
         assert!(result.get("requestState").is_none(), "{held}");
@@ -255,13 +304,20 @@ fn a_call_that_finds_its_intent_in_flight_is_a_task_polled_to_the_same_outcome()
     fault(&setup.sandbox, "/v1/charges", "slow", 3000);
     let charge = json!({"order_id": "TASK-1", "amount": "7.00", "currency": "USD", "memo": "t"});
     let first = {
-        let (gw_url, body) = (gw.url.clone(), call("charge_card", charge.clone(), json!({}), None));
+        let (gw_url, body) = (
+            gw.url.clone(),
+            call("charge_card", charge.clone(), json!({}), None),
+        );
         std::thread::spawn(move || answer_at(&gw_url, "tok-planner", body))
     };
     std::thread::sleep(Duration::from_millis(700));
 
     // The same call, from a client that declares the Tasks extension: a task.
-    let second = answer(&gw, "tok-planner", call("charge_card", charge.clone(), tasks_capability(), None));
+    let second = answer(
+        &gw,
+        "tok-planner",
+        call("charge_card", charge.clone(), tasks_capability(), None),
+    );
     let task = &second["result"];
     assert_eq!(task["resultType"], "task", "{second}");
     assert_eq!(task["status"], "working", "{second}");
@@ -294,20 +350,49 @@ fn a_call_that_finds_its_intent_in_flight_is_a_task_polled_to_the_same_outcome()
             Some("working") => {}
             other => panic!("unexpected task status {other:?}: {polled}"),
         }
-        assert!(Instant::now() < deadline, "the task never completed: {polled}");
+        assert!(
+            Instant::now() < deadline,
+            "the task never completed: {polled}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     let first = first.join().unwrap();
     let first_ref = first["result"]["_meta"][OUTCOME]["effectRef"].clone();
-    assert_eq!(first["result"]["_meta"][OUTCOME]["status"], "applied", "{first}");
-    assert_eq!(first["result"]["_meta"][OUTCOME]["intentKey"], id.as_str(), "{first}");
+    assert_eq!(
+        first["result"]["_meta"][OUTCOME]["status"], "applied",
+        "{first}"
+    );
+    assert_eq!(
+        first["result"]["_meta"][OUTCOME]["intentKey"],
+        id.as_str(),
+        "{first}"
+    );
     let polled = &completed["result"]["result"];
-    assert_eq!(polled["_meta"][OUTCOME]["status"], "replayed", "{completed}");
-    assert_eq!(polled["_meta"][OUTCOME]["effectRef"], first_ref, "{completed}");
-    let repeat = answer(&gw, "tok-planner", call("charge_card", charge, tasks_capability(), None));
-    assert_eq!(repeat["result"]["_meta"][OUTCOME]["status"], "replayed", "{repeat}");
-    assert_eq!(repeat["result"]["_meta"][OUTCOME]["effectRef"], first_ref, "{repeat}");
-    assert_eq!(repeat["result"]["content"][0], polled["content"][0], "the poll and the repeat agree");
+    assert_eq!(
+        polled["_meta"][OUTCOME]["status"], "replayed",
+        "{completed}"
+    );
+    assert_eq!(
+        polled["_meta"][OUTCOME]["effectRef"], first_ref,
+        "{completed}"
+    );
+    let repeat = answer(
+        &gw,
+        "tok-planner",
+        call("charge_card", charge, tasks_capability(), None),
+    );
+    assert_eq!(
+        repeat["result"]["_meta"][OUTCOME]["status"], "replayed",
+        "{repeat}"
+    );
+    assert_eq!(
+        repeat["result"]["_meta"][OUTCOME]["effectRef"], first_ref,
+        "{repeat}"
+    );
+    assert_eq!(
+        repeat["result"]["content"][0], polled["content"][0],
+        "the poll and the repeat agree"
+    );
     assert_eq!(
         effects_where(&setup.sandbox, "kind=charge&order_id=TASK-1").len(),
         1
@@ -327,8 +412,15 @@ fn a_long_running_capabilitys_call_is_a_task_at_once_and_runs_to_one_effect() {
     fault(&setup.sandbox, "/v1/charges", "slow", 3000);
     let charge = json!({"order_id": "TASK-2", "amount": "9.00", "currency": "USD", "memo": "t"});
     let asked = Instant::now();
-    let answered = answer(&gw, "tok-planner", call("charge_card", charge.clone(), tasks_capability(), None));
-    assert!(asked.elapsed() < Duration::from_millis(2900), "answered before the provider did");
+    let answered = answer(
+        &gw,
+        "tok-planner",
+        call("charge_card", charge.clone(), tasks_capability(), None),
+    );
+    assert!(
+        asked.elapsed() < Duration::from_millis(2900),
+        "answered before the provider did"
+    );
     let task = &answered["result"];
     assert_eq!(task["resultType"], "task", "{answered}");
     assert_eq!(task["status"], "working", "{answered}");
@@ -341,17 +433,39 @@ fn a_long_running_capabilitys_call_is_a_task_at_once_and_runs_to_one_effect() {
             break polled;
         }
         assert_eq!(polled["result"]["status"], "working", "{polled}");
-        assert!(Instant::now() < deadline, "the task never completed: {polled}");
+        assert!(
+            Instant::now() < deadline,
+            "the task never completed: {polled}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     let outcome = &completed["result"]["result"]["_meta"][OUTCOME];
     assert_eq!(outcome["intentKey"], id.as_str(), "{completed}");
-    assert!(outcome["effectRef"].as_str().is_some_and(|r| r.starts_with("ch_")), "{completed}");
-    let repeat = answer(&gw, "tok-planner", call("charge_card", charge.clone(), json!({}), None));
-    assert_eq!(repeat["result"]["_meta"][OUTCOME]["effectRef"], outcome["effectRef"], "{repeat}");
+    assert!(
+        outcome["effectRef"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("ch_")),
+        "{completed}"
+    );
+    let repeat = answer(
+        &gw,
+        "tok-planner",
+        call("charge_card", charge.clone(), json!({}), None),
+    );
+    assert_eq!(
+        repeat["result"]["_meta"][OUTCOME]["effectRef"], outcome["effectRef"],
+        "{repeat}"
+    );
     // A client without the extension waits for the answer, as before.
-    let plain = answer(&gw, "tok-planner", call("charge_card", charge, json!({}), None));
-    assert_eq!(plain["result"]["_meta"][OUTCOME]["status"], "replayed", "{plain}");
+    let plain = answer(
+        &gw,
+        "tok-planner",
+        call("charge_card", charge, json!({}), None),
+    );
+    assert_eq!(
+        plain["result"]["_meta"][OUTCOME]["status"], "replayed",
+        "{plain}"
+    );
     assert_eq!(
         effects_where(&setup.sandbox, "kind=charge&order_id=TASK-2").len(),
         1

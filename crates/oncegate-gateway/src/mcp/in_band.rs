@@ -153,11 +153,17 @@ pub async fn resume(
         .ok_or_else(|| invalid("it is not one this gateway sealed"))?;
     bound_to(&claims, principal, request, now).map_err(invalid)?;
     // Used once: the nonce's claim outlives the state itself on any replica's clock.
-    let ttl = SignedDuration::from_secs(claims.expires - now.as_second()) + SignedDuration::from_hours(1);
+    let ttl =
+        SignedDuration::from_secs(claims.expires - now.as_second()) + SignedDuration::from_hours(1);
     let first = state
         .gate()
         .store()
-        .claim_work(&format!("request-state:{}", claims.nonce), &secret(), now, ttl)
+        .claim_work(
+            &format!("request-state:{}", claims.nonce),
+            &secret(),
+            now,
+            ttl,
+        )
         .await
         .map_err(ApiError::from)?;
     if !first {
@@ -238,12 +244,27 @@ mod tests {
         };
         assert_eq!(bound_to(&claims, &planner(), &request, now), Ok(()));
         let later = now + STATE_TTL;
-        assert_eq!(bound_to(&claims, &planner(), &request, later), Err("it has expired"));
-        let other = Principal { name: "subagent".into(), ..planner() };
-        assert_eq!(bound_to(&claims, &other, &request, now), Err("it was issued to another principal"));
+        assert_eq!(
+            bound_to(&claims, &planner(), &request, later),
+            Err("it has expired")
+        );
+        let other = Principal {
+            name: "subagent".into(),
+            ..planner()
+        };
+        assert_eq!(
+            bound_to(&claims, &other, &request, now),
+            Err("it was issued to another principal")
+        );
         // The same name proved by an issuer's JWT is another principal.
-        let jwt = Principal { issuer: Some("https://idp".into()), ..planner() };
-        assert_eq!(bound_to(&claims, &jwt, &request, now), Err("it was issued to another principal"));
+        let jwt = Principal {
+            issuer: Some("https://idp".into()),
+            ..planner()
+        };
+        assert_eq!(
+            bound_to(&claims, &jwt, &request, now),
+            Err("it was issued to another principal")
+        );
         let drifted = refund("260.00");
         assert_eq!(
             bound_to(&claims, &planner(), &drifted, now),

@@ -16,18 +16,18 @@ use rmcp::ServerHandler;
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
-    CompleteRequestParams, CompleteResult, GetTaskParams, GetTaskResult, TASKS_EXTENSION_ID,
-    ContentBlock, ErrorData as McpError, GetPromptRequestParams, GetPromptResponse, Implementation,
+    CompleteRequestParams, CompleteResult, ContentBlock, ErrorData as McpError,
+    GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
     JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, MetaObject, PaginatedRequestParams, PromptsCapability,
     ReadResourceRequestParams, ReadResourceResponse, ResourcesCapability, ResultType,
-    ServerCapabilities, ServerConfig, Tool,
+    ServerCapabilities, ServerConfig, TASKS_EXTENSION_ID, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
-use super::{in_band, passthrough, tasks};
 use super::schema::{annotations, derived_schema, output_schema, strip_property};
+use super::{in_band, passthrough, tasks};
 use crate::door::Door;
 use crate::error::ApiError;
 use crate::headers::{header_string, invalid_header};
@@ -286,7 +286,8 @@ impl McpSurface {
             Ok((outcome, cap)) => {
                 if outcome.status == Status::PendingApproval
                     && let (Some(base), Some(asked), Some(caller)) = (&base, &asked, &caller)
-                    && let Some(input) = in_band::held(&self.state, base, caller, asked, &outcome, now)
+                    && let Some(input) =
+                        in_band::held(&self.state, base, caller, asked, &outcome, now)
                 {
                     return Ok(input.into());
                 }

@@ -21,8 +21,8 @@ use oncegate_core::intent::{IntentRecord, IntentState, Outcome, Status};
 use oncegate_core::key::IntentKey;
 use oncegate_store::IntentsRead;
 use rmcp::model::{
-    CallToolResult, CreateTaskResult, DetailedTask, ErrorData as McpError, GetTaskResult, JsonObject, Task,
-    TaskPayload, TaskStatus,
+    CallToolResult, CreateTaskResult, DetailedTask, ErrorData as McpError, GetTaskResult,
+    JsonObject, Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::Value;
@@ -37,7 +37,10 @@ pub const POLL_INTERVAL_MS: u64 = 1_000;
 /// extension: 2025-11-25 sessions keep the answers they always had.
 pub fn declared(ctx: &RequestContext<RoleServer>) -> bool {
     let modern = ctx.protocol_version().is_some_and(|v| !v.has_initialize());
-    modern && ctx.client_capabilities().is_some_and(|c| c.supports_tasks())
+    modern
+        && ctx
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
 }
 
 /// The task a call's outcome becomes, for a client that declared the extension: one for
@@ -122,7 +125,11 @@ fn detailed(state: &AppState, record: &IntentRecord, render: Render) -> Detailed
     .with_status_message(model_line(&outcome))
     .with_poll_interval_ms(POLL_INTERVAL_MS);
     let settled = !matches!(record.state, IntentState::InFlight | IntentState::Unknown);
-    let capability = state.gate().registry().capability(&record.capability).cloned();
+    let capability = state
+        .gate()
+        .registry()
+        .capability(&record.capability)
+        .cloned();
     let payload = match (settled, capability) {
         (true, Some(cap)) => match serde_json::to_value(render(&outcome, &cap)) {
             Ok(Value::Object(result)) => TaskPayload::Completed { result },
@@ -131,7 +138,10 @@ fn detailed(state: &AppState, record: &IntentRecord, render: Render) -> Detailed
         (true, None) => {
             // A fronted tool this process has not read: the outcome alone.
             let mut result = JsonObject::new();
-            result.insert("content".into(), serde_json::json!([{"type": "text", "text": model_line(&outcome)}]));
+            result.insert(
+                "content".into(),
+                serde_json::json!([{"type": "text", "text": model_line(&outcome)}]),
+            );
             TaskPayload::Completed { result }
         }
         (false, _) => TaskPayload::Working,

@@ -54,7 +54,8 @@ impl RequestSeal {
         match chain_key {
             Some(chain) => {
                 // A key of its own, derived: a requestState tag is never an audit seal.
-                let derived = chain.mac(&serde_json::json!({"purpose": "oncegate mcp requestState v1"}));
+                let derived =
+                    chain.mac(&serde_json::json!({"purpose": "oncegate mcp requestState v1"}));
                 hex::decode_to_slice(derived, &mut key).expect("an HMAC-SHA256 is 32 bytes");
             }
             None => rand::rng().fill_bytes(&mut key),
@@ -63,7 +64,8 @@ impl RequestSeal {
     }
 
     fn mac(&self) -> hmac::Hmac<Sha256> {
-        hmac::Hmac::<Sha256>::new_from_slice(self.key.as_slice()).expect("HMAC takes any key length")
+        hmac::Hmac::<Sha256>::new_from_slice(self.key.as_slice())
+            .expect("HMAC takes any key length")
     }
 
     /// The sealed value of `claims`: `og1.<claims, base64url JSON>.<tag, base64url>`.
@@ -74,7 +76,10 @@ impl RequestSeal {
         );
         let mut mac = self.mac();
         mac.update(body.as_bytes());
-        format!("{body}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
+        format!(
+            "{body}.{}",
+            URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+        )
     }
 
     /// The claims of a value this key sealed; `None` for anything else (altered, another
@@ -120,7 +125,11 @@ mod tests {
         let mut other = claims();
         other.principal = "subagent".into();
         let (_, tag) = sealed.rsplit_once('.').unwrap();
-        let (body, _) = seal.seal(&other).rsplit_once('.').map(|(b, t)| (b.to_owned(), t.to_owned())).unwrap();
+        let (body, _) = seal
+            .seal(&other)
+            .rsplit_once('.')
+            .map(|(b, t)| (b.to_owned(), t.to_owned()))
+            .unwrap();
         assert_eq!(seal.open(&format!("{body}.{tag}")), None);
         assert_eq!(seal.open("not a state"), None);
         assert_eq!(seal.open(""), None);
