@@ -6,7 +6,8 @@
 //!   same call retried with it answers the decision's outcome. Driven by the PyPI `mcp`
 //!   client's own multi round-trip support (approve and deny), and with raw JSON-RPC for
 //!   what no client sends on purpose (a state used twice, altered, another principal's,
-//!   for other arguments; a client without URL mode).
+//!   for other arguments; a client without URL mode; a 2025-11-25 session, which keeps
+//!   the held answer whatever it declares).
 //! - long outcomes as tasks (`io.modelcontextprotocol/tasks`), with raw JSON-RPC as the
 //!   extension's spec describes it (no released client here drives it yet): a call that
 //!   finds the intent in flight is a task whose id is the intent key, and `tasks/get`
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::mcp::{MODERN, clients, jsonrpc, post_mcp, run_client};
+use crate::mcp::{MODERN, clients, jsonrpc, post_legacy, post_mcp, run_client};
 use crate::support::{Proc, Setup, client, effects_where, fault};
 
 const OUTCOME: &str = "dev.oncegate/outcome";
@@ -270,6 +271,44 @@ fn clients_without_url_mode_keep_the_held_answer() {
         assert!(result.get("requestState").is_none(), "{held}");
     }
     assert!(effects_where(&setup.sandbox, "kind=refund&order_id=IB-RAW-2").is_empty());
+}
+
+#[test]
+fn a_2025_session_keeps_the_held_answer_whatever_it_declares() {
+    let setup = Setup::example();
+    let gw = setup.gateway();
+    // Declared at `initialize`: URL-mode elicitation and the Tasks extension.
+    let (status, session, body) = post_legacy(
+        &gw,
+        "tok-planner",
+        None,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"url": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}},
+            "clientInfo": {"name": "raw-test", "version": "0"}}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let session = session.unwrap();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(
+        post_legacy(&gw, "tok-planner", Some(&session), &initialized).0,
+        202
+    );
+    let refund = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "refund", "arguments": {"order_id": "IB-LEG-1", "amount": "250.00"}}});
+    let (status, _, body) = post_legacy(&gw, "tok-planner", Some(&session), &refund);
+    assert_eq!(status, 200, "{body}");
+    let held = jsonrpc(&body);
+    let result = &held["result"];
+    assert_eq!(result["isError"], true, "{held}");
+    assert!(
+        result.get("resultType").is_none_or(|t| t == "complete"),
+        "{held}"
+    );
+    let line = result["content"][0]["text"].as_str().unwrap();
+    assert!(line.starts_with("HELD FOR HUMAN APPROVAL ap_"), "{line}");
+    assert!(line.ends_with("- do not call again."), "{line}");
+    assert!(effects_where(&setup.sandbox, "kind=refund&order_id=IB-LEG-1").is_empty());
 }
 
 /// `tasks/get` of `task`, from a client declaring the Tasks extension (its `Mcp-Name`
