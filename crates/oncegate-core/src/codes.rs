@@ -143,11 +143,21 @@ pub enum Code {
     /// listed, calls refused, HTTP 409) until an admin accepts the new definition.
     #[serde(rename = "OG-0059")]
     ToolChanged,
+    /// An MCP `tools/call` retried with a `requestState` this gateway did not issue for
+    /// this call: altered, expired, another principal's, for other arguments or another
+    /// tool, or sealed by another key (another gateway, or before a restart without a
+    /// chain key). JSON-RPC invalid params; nothing was decided.
+    #[serde(rename = "OG-0060")]
+    RequestStateInvalid,
+    /// An MCP `tools/call` retried with a `requestState` that was already used once:
+    /// each one answers a single retry. JSON-RPC invalid params; nothing was decided.
+    #[serde(rename = "OG-0061")]
+    RequestStateUsed,
 }
 
 impl Code {
     /// Every code, in numeric order (used by the docs test).
-    pub const ALL: [Code; 39] = [
+    pub const ALL: [Code; 41] = [
         Code::PolicyDenied,
         Code::ApprovalDenied,
         Code::ApprovalExpired,
@@ -187,6 +197,8 @@ impl Code {
         Code::AuthThrottled,
         Code::ApprovalQueueFull,
         Code::ToolChanged,
+        Code::RequestStateInvalid,
+        Code::RequestStateUsed,
     ];
 
     /// The wire spelling, e.g. `OG-0004`.
@@ -231,6 +243,8 @@ impl Code {
             Code::AuthThrottled => "OG-0057",
             Code::ApprovalQueueFull => "OG-0058",
             Code::ToolChanged => "OG-0059",
+            Code::RequestStateInvalid => "OG-0060",
+            Code::RequestStateUsed => "OG-0061",
         }
     }
 }

@@ -114,9 +114,13 @@ impl ApiError {
                 format!("unknown tool `{name}`"),
                 None,
             )),
-            ApiError::Coded(_, Code::InvalidHeader, m) => Err(McpError::invalid_params(
+            ApiError::Coded(
+                _,
+                code @ (Code::InvalidHeader | Code::RequestStateInvalid | Code::RequestStateUsed),
+                m,
+            ) => Err(McpError::invalid_params(
                 format!("invalid params: {m}"),
-                Some(json!({"code": Code::InvalidHeader})),
+                Some(json!({"code": code})),
             )),
             // Only reachable if the middleware did not run: a server fault.
             ApiError::Unauthenticated | ApiError::InvalidToken(_) => Err(McpError::internal_error(

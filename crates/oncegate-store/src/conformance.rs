@@ -26,7 +26,7 @@ pub use listing::{
     listing_since,
 };
 pub use pins::tool_pins;
-pub use shared_state::{kill_switches, mcp_sessions, work_claims};
+pub use shared_state::{kill_switches, mcp_sessions, single_use_claims, work_claims};
 
 use crate::Backend;
 
@@ -51,6 +51,7 @@ where
     kill_switches(&fresh().await).await;
     mcp_sessions(&fresh().await).await;
     work_claims(&fresh().await).await;
+    single_use_claims(&fresh().await).await;
     limits(&fresh().await).await;
     findings(&fresh().await).await;
     listing_since(&fresh().await).await;

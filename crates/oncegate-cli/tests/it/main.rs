@@ -17,6 +17,7 @@ mod gateway;
 mod late;
 mod mcp;
 mod mcp_headers;
+mod mcp_in_band;
 mod metrics;
 mod openapi;
 mod pins;

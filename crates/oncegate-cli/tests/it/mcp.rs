@@ -385,7 +385,7 @@ fn a_2025_session_survives_a_gateway_restart_and_stays_its_owners() {
 }
 
 /// A raw `POST /mcp` as a 2025-11-25 client sends it: (status, new session id, body).
-fn post_legacy(
+pub(crate) fn post_legacy(
     gw: &Proc,
     token: &str,
     session: Option<&str>,
@@ -459,7 +459,7 @@ fn client_args(gw: &Proc, sandbox: &Proc, order: &str) -> Vec<String> {
 /// Where `tests/clients/setup.sh` put the clients.
 pub(crate) struct Clients {
     pub(crate) root: PathBuf,
-    python: PathBuf,
+    pub(crate) python: PathBuf,
     node_dir: PathBuf,
 }
 

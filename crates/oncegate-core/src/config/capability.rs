@@ -196,6 +196,10 @@ pub struct Capability {
     pub dry_run: bool,
     /// Coded orchestrators must send their own `Idempotency-Key` (400 without one).
     pub require_client_key: bool,
+    /// The effect may take longer than an agent should wait on one request: an MCP
+    /// client that declares the Tasks extension is answered a task once the call has
+    /// run a moment, and polls it.
+    pub long_running: bool,
     /// The upstream, if the gateway executes it.
     pub upstream: Option<Upstream>,
     /// The reconciliation read.

@@ -158,6 +158,7 @@ pub(super) struct RawCapability {
     pub(super) after_window: Option<AfterWindow>,
     pub(super) dry_run: Option<bool>,
     pub(super) require_client_key: Option<bool>,
+    pub(super) long_running: Option<bool>,
     pub(super) policy: Option<String>,
     pub(super) key: Option<RawKey>,
     pub(super) upstream: Option<RawUpstream>,

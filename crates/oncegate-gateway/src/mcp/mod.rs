@@ -21,13 +21,18 @@
 //! Modules: [`auth`] (the middleware: bearer token, session binding, body checks before
 //! rmcp reads anything), [`surface`] (the rmcp handler: tools/list, tools/call through
 //! the front door, the outcome as a tool result), [`schema`] (tool input schemas and
-//! annotations from the registry), [`sessions`] (who opened each session, and rmcp's session state, in the store).
+//! annotations from the registry), [`sessions`] (who opened each session, and rmcp's session state, in the store),
+//! [`in_band`] (a held call answered `input_required` with the approval page, and its
+//! retry's `requestState` checked and used once), [`tasks`] (in-flight and unknown
+//! outcomes as tasks of the Tasks extension, polled with `tasks/get`).
 
 pub mod auth;
+pub mod in_band;
 pub mod passthrough;
 pub mod schema;
 pub mod sessions;
 pub mod surface;
+pub mod tasks;
 
 use std::sync::Arc;
 

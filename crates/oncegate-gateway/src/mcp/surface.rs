@@ -15,18 +15,19 @@ use rmcp::ServerHandler;
 #[allow(deprecated)]
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    ContentBlock, ErrorData as McpError, GetPromptRequestParams, GetPromptResponse, Implementation,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CompleteRequestParams, CompleteResult, ContentBlock, ErrorData as McpError,
+    GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
     JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, MetaObject, PaginatedRequestParams, PromptsCapability,
     ReadResourceRequestParams, ReadResourceResponse, ResourcesCapability, ResultType,
-    ServerCapabilities, ServerConfig, Tool,
+    ServerCapabilities, ServerConfig, TASKS_EXTENSION_ID, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 
-use super::passthrough;
 use super::schema::{annotations, derived_schema, output_schema, strip_property};
+use super::{in_band, passthrough, tasks};
 use crate::door::Door;
 use crate::error::ApiError;
 use crate::headers::{header_string, invalid_header};
@@ -245,16 +246,81 @@ impl McpSurface {
     }
 
     /// One `tools/call`, through the front door. Every error goes through the one
-    /// table's MCP form ([`ApiError::into_mcp`]).
+    /// table's MCP form ([`ApiError::into_mcp`]). A call held for approval is answered
+    /// in-band where the client can take it ([`in_band`]); a retry carrying a
+    /// `requestState` has it checked and used up first.
     async fn call(
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
-        match self.decided(request, ctx).await {
-            Ok((outcome, cap)) => Ok(tool_result(&outcome, &cap)),
-            Err(e) => e.into_mcp(),
+    ) -> Result<CallToolResponse, McpError> {
+        let base = in_band::console_base(&ctx);
+        let wants_task = tasks::declared(&ctx);
+        let caller = principal(&ctx).ok();
+        let now = self.state.gate().clock().now();
+        let mut declined = false;
+        if let Some(sealed) = &request.request_state {
+            let Some(caller) = &caller else {
+                return ApiError::Unauthenticated.into_mcp().map(Into::into);
+            };
+            if let Err(e) = in_band::resume(&self.state, caller, &request, sealed, now).await {
+                return e.into_mcp().map(Into::into);
+            }
+            declined = in_band::declined(&request);
         }
+        let asked = (base.is_some() && !declined).then(|| request.clone());
+        let long = wants_task
+            .then(|| self.long_running_key(&request, &ctx))
+            .flatten();
+        let decided = self.decided(request, ctx);
+        let decided = match long {
+            // The decision and the effect run in a task of their own (the door's), so
+            // answering a task here leaves them running.
+            Some(key) => match tasks::or_task(decided, &key, now).await {
+                Ok(decided) => decided,
+                Err(task) => return Ok(task.into()),
+            },
+            None => decided.await,
+        };
+        match decided {
+            Ok((outcome, cap)) => {
+                if outcome.status == Status::PendingApproval
+                    && let (Some(base), Some(asked), Some(caller)) = (&base, &asked, &caller)
+                    && let Some(input) =
+                        in_band::held(&self.state, base, caller, asked, &outcome, now)
+                {
+                    return Ok(input.into());
+                }
+                if wants_task && let Some(task) = tasks::task_for(&outcome, now) {
+                    return Ok(task.into());
+                }
+                Ok(tool_result(&outcome, &cap).into())
+            }
+            Err(e) => e.into_mcp().map(Into::into),
+        }
+    }
+
+    /// The intent key of a call to a `long_running` capability (which a client that
+    /// declared tasks is answered a task for, if it runs a while).
+    fn long_running_key(
+        &self,
+        request: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Option<String> {
+        let gate = self.state.gate();
+        gate.registry()
+            .capability(&request.name)
+            .filter(|c| c.long_running)?;
+        let principal = principal(ctx).ok()?;
+        let call = Call {
+            capability: request.name.to_string(),
+            arguments: Value::Object(request.arguments.clone().unwrap_or_default()),
+            run_id: structural_id(request, ctx, RUN_ID_META_KEY, "oncegate-run-id").ok()?,
+            step_id: structural_id(request, ctx, STEP_ID_META_KEY, "oncegate-step-id").ok()?,
+            client_key: None,
+        };
+        let derived = gate.derive_key(&principal.name, &call).ok()?;
+        Some(derived.key.as_str().to_owned())
     }
 
     async fn decided(
@@ -406,6 +472,12 @@ impl ServerHandler for McpSurface {
             capabilities.prompts = Some(PromptsCapability::default());
             capabilities.completions = Some(JsonObject::new());
         }
+        // Long outcomes (in flight, unknown) become tasks for clients that declare the
+        // extension too.
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("oncegate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -436,7 +508,31 @@ impl ServerHandler for McpSurface {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.call(request, ctx).await.map(CallToolResponse::from)
+        self.call(request, ctx).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let principal = principal(&ctx)
+            .map_err(|_| McpError::internal_error("the request was not authenticated", None))?;
+        tasks::get(&self.state, &principal, &request.task_id, tool_result).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Err(McpError::invalid_request(
+            format!(
+                "task `{}`: an effect that may already have reached the provider cannot be cancelled; poll tasks/get for its outcome",
+                request.task_id
+            ),
+            None,
+        ))
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {

@@ -20,10 +20,13 @@ use crate::upstream::mcp::{RunningCalls, Sessions};
 mod console_sessions;
 mod principal;
 mod recent_alerts;
+mod request_seal;
 
 pub(crate) use console_sessions::{ConsoleSessions, SESSION_COOKIE, SESSION_TTL, Session, secret};
 pub use principal::Principal;
 pub(crate) use recent_alerts::{Raised, RecentAlerts};
+pub use request_seal::RequestSeal;
+pub(crate) use request_seal::StateClaims;
 
 /// The largest request body accepted (both surfaces).
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -54,6 +57,8 @@ pub struct AppState {
     console_alerts: RecentAlerts,
     /// Failed authentications per address and principal.
     auth_throttle: Arc<crate::throttle::AuthThrottle>,
+    /// Seals the `requestState` of MCP calls held for approval.
+    request_seal: RequestSeal,
 }
 
 impl AppState {
@@ -110,6 +115,7 @@ impl AppState {
         let auth_throttle = Arc::new(crate::throttle::AuthThrottle::new(
             gate.registry().gateway.auth_failures_per_minute,
         ));
+        let request_seal = RequestSeal::new(gate.store().chain_key());
         Self {
             gate,
             tokens: Arc::new(tokens),
@@ -124,6 +130,7 @@ impl AppState {
             console: ConsoleSessions::default(),
             console_alerts: RecentAlerts::default(),
             auth_throttle,
+            request_seal,
         }
     }
 
@@ -180,6 +187,11 @@ impl AppState {
     /// The alerts this process raised lately.
     pub(crate) fn console_alerts(&self) -> &RecentAlerts {
         &self.console_alerts
+    }
+
+    /// The seal on MCP `requestState` values.
+    pub(crate) fn request_seal(&self) -> &RequestSeal {
+        &self.request_seal
     }
 
     /// The JWT verifier, when `[identity]` is configured.

@@ -251,3 +251,28 @@ pub async fn work_claims<S: Backend>(store: &S) {
         "b holds it now"
     );
 }
+
+/// Work claimed as a single use (an MCP `requestState`'s nonce: each claimer is a new
+/// owner): of many claims racing for the same work, exactly one wins, and no later
+/// claimer wins while it lasts.
+pub async fn single_use_claims<S: Backend>(store: &S) {
+    let ttl = SignedDuration::from_secs(60);
+    let work = "request-state:n0nce";
+    let owners: Vec<String> = (0..16).map(|i| format!("use-{i}")).collect();
+    let won = futures::future::join_all(
+        owners
+            .iter()
+            .map(|o| store.claim_work(work, o, Timestamp::now(), ttl)),
+    )
+    .await;
+    let wins = won.iter().filter(|w| matches!(w, Ok(true))).count();
+    assert!(won.iter().all(Result::is_ok), "{won:?}");
+    assert_eq!(wins, 1, "exactly one use of {work}: {won:?}");
+    assert!(
+        !store
+            .claim_work(work, "use-late", Timestamp::now(), ttl)
+            .await
+            .unwrap(),
+        "a later use is refused too"
+    );
+}

@@ -176,6 +176,7 @@ impl Builder<'_> {
             after_window: rc.after_window.unwrap_or(d.after_window),
             dry_run: rc.dry_run.unwrap_or(false),
             require_client_key: rc.require_client_key.unwrap_or(false),
+            long_running: rc.long_running.unwrap_or(false),
             upstream,
             reconcile,
             duplicates,

@@ -163,6 +163,7 @@ impl McpServer {
             after_window: d.after_window,
             dry_run: false,
             require_client_key: false,
+            long_running: false,
             upstream: Some(upstream),
             reconcile: None,
             policy: None,
