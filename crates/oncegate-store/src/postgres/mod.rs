@@ -27,6 +27,7 @@
 mod clock;
 mod commit;
 mod controls;
+mod fused;
 mod limits;
 mod pins;
 

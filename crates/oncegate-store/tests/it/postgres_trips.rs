@@ -1,0 +1,170 @@
+//! How many round trips a PostgreSQL commit makes, counted on the wire: the store talks
+//! to the real server through a byte-for-byte relay that counts the client's
+//! synchronisation points (extended-protocol `Sync` and simple `Query` messages: each
+//! is one wait for the server's answer).
+//!
+//! Before issue 35 a plain commit (an intent row and its audit record) made about nine:
+//! BEGIN, `now()`, the shard head's upsert and its lock, the replaced row and its seal,
+//! the row write, the audit insert, the head update, COMMIT. It makes two now.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use jiff::Timestamp;
+use oncegate_core::audit::{AuditEvent, AuditKind};
+use oncegate_core::intent::IntentState;
+use oncegate_store::conformance::sample_record;
+use oncegate_store::{Commit, IntentsWrite, OpenMode, PgStore, StoreOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::postgres::TestDb;
+
+/// Waits for the server's answer: what the relay counts.
+#[derive(Clone, Default)]
+struct Trips(Arc<AtomicUsize>);
+
+impl Trips {
+    fn take(&self) -> usize {
+        self.0.swap(0, Ordering::SeqCst)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_postgres_commit_makes_two_round_trips() {
+    let db = TestDb::create().await;
+    let (server_host, rest) = host_of(&db.url);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_at = listener.local_addr().unwrap();
+    let trips = Trips::default();
+    tokio::spawn(relay(listener, server_host, trips.clone()));
+    let (before, after) = rest;
+    let sep = if after.contains('?') { '&' } else { '?' };
+    let url = format!("{before}{relay_at}{after}{sep}sslmode=disable");
+    let options = StoreOptions {
+        // One connection: every statement is prepared once on it, by the warm-up.
+        pool_size: 1,
+        ..StoreOptions::default()
+    };
+    let store = PgStore::open(&url, OpenMode::CreateIfMissing, options)
+        .await
+        .unwrap();
+
+    let intent = async |n: u64| {
+        let key = format!("{n:04x}");
+        let rec = sample_record(&key, 1);
+        store
+            .commit(Commit::new(Some(rec.clone()), None, event(&key, n)))
+            .await
+            .unwrap();
+        let mut settled = rec;
+        settled.version = 1;
+        settled.state = IntentState::Applied;
+        store
+            .commit(Commit::new(Some(settled), None, event(&key, n)))
+            .await
+            .unwrap();
+    };
+    intent(0).await;
+    trips.take();
+    let started = std::time::Instant::now();
+    let intents = 20;
+    for n in 1..=intents {
+        intent(n).await;
+    }
+    let counted = trips.take();
+    // The store samples the database's clock once a second on its connection too.
+    let samples = started.elapsed().as_secs() as usize + 1;
+    let commits = 2 * intents as usize;
+    eprintln!(
+        "{commits} commits: {counted} round trips ({:.2} a commit)",
+        counted as f64 / commits as f64
+    );
+    assert!(
+        counted >= 2 * commits && counted <= 2 * commits + samples,
+        "{counted} round trips for {commits} commits: two each expected"
+    );
+    store.close().await;
+    db.drop().await;
+}
+
+fn event(key: &str, n: u64) -> AuditEvent {
+    AuditEvent {
+        at: Timestamp::now(),
+        kind: AuditKind::Call,
+        key: Some(oncegate_core::key::IntentKey::from_hex(key)),
+        generation: 1,
+        capability: Some("charge_card".into()),
+        actor: "planner".into(),
+        run_id: None,
+        from: None,
+        to: Some(IntentState::InFlight),
+        status: None,
+        code: None,
+        detail: serde_json::json!({"n": n}),
+    }
+}
+
+/// The URL's `host:port`, and what comes before and after it.
+fn host_of(url: &str) -> (String, (String, String)) {
+    let start = url.find("://").unwrap() + 3;
+    let start = url[start..].find('@').map_or(start, |at| start + at + 1);
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    let mut host = url[start..end].to_owned();
+    if !host.contains(':') {
+        host.push_str(":5432");
+    }
+    (host, (url[..start].to_owned(), url[end..].to_owned()))
+}
+
+/// Relays every connection to `server`, counting the client's Sync and Query messages.
+async fn relay(listener: TcpListener, server: String, trips: Trips) {
+    while let Ok((client, _)) = listener.accept().await {
+        let server = TcpStream::connect(&server).await.unwrap();
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut server_read, mut server_write) = server.into_split();
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        });
+        let trips = trips.clone();
+        tokio::spawn(async move {
+            let mut pending = Vec::new();
+            let mut started = false;
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match client_read.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if server_write.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+                pending.extend_from_slice(&buf[..n]);
+                count(&mut pending, &mut started, &trips);
+            }
+        });
+    }
+}
+
+/// Consumes the whole messages at the front of `pending`: first the untyped startup
+/// message, then typed ones (a type byte, then a length that counts itself).
+fn count(pending: &mut Vec<u8>, started: &mut bool, trips: &Trips) {
+    loop {
+        let header = usize::from(*started);
+        if pending.len() < header + 4 {
+            return;
+        }
+        let len = u32::from_be_bytes(pending[header..header + 4].try_into().unwrap()) as usize;
+        if pending.len() < header + len {
+            return;
+        }
+        if *started {
+            if matches!(pending[0], b'S' | b'Q') {
+                trips.0.fetch_add(1, Ordering::SeqCst);
+            }
+        } else {
+            *started = true;
+        }
+        pending.drain(..header + len);
+    }
+}
