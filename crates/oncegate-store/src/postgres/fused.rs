@@ -27,15 +27,12 @@
 //! reconciliations) keep the transaction of `commit.rs`: their ledgers are read and
 //! extended statement by statement under the locks they take.
 
-use oncegate_core::audit::{
-    AuditRecord, ChainHead, EncodedEvent, RowKind, add_row_seals, row_seal,
-};
+use oncegate_core::audit::{ChainHead, EncodedEvent, RowKind, add_row_seals, row_seal};
 use oncegate_core::intent::IntentRecord;
-use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
+use super::util::{row_at, seal_at};
 use super::{PgStore, db_error, from_micros, ts};
-use crate::decode::AuditColumns;
 use crate::rows::{self, PreparedApproval, PreparedIntent, RowData};
 use crate::storage::{AuditRowV1, IntentRowV1, LeaseV1};
 use crate::{Commit, StoreError};
@@ -316,39 +313,6 @@ pub(super) fn prepare_at_db_time(
             stored.attempt_ended_at = Some(db_now);
         }
     })
-}
-
-/// The row at `base` (`key`/`id`, `generation`, `version`, `body`, `audit_shard`,
-/// `audit_seq`, `row_hash`), if there was one.
-fn row_at(read: &PgRow, base: usize) -> Option<RowData> {
-    let id: Option<String> = read.get(base);
-    Some(RowData {
-        id: id?,
-        generation: read.get::<i64, _>(base + 1) as u32,
-        version: read.get(base + 2),
-        body: read.get(base + 3),
-        link: read
-            .get::<Option<i64>, _>(base + 4)
-            .zip(read.get::<Option<i64>, _>(base + 5))
-            .map(|(shard, seq)| (shard as u32, seq as u64)),
-        row_hash: read.get(base + 6),
-    })
-}
-
-/// The audit record at `base` (`shard`, `seq`, `prev_hash`, `hash`, `body`), if any.
-fn seal_at(read: &PgRow, base: usize) -> Result<Option<AuditRecord>, StoreError> {
-    let Some(shard) = read.get::<Option<i64>, _>(base) else {
-        return Ok(None);
-    };
-    AuditColumns {
-        shard,
-        seq: read.get(base + 1),
-        prev_hash: read.get(base + 2),
-        hash: read.get(base + 3),
-        body: read.get(base + 4),
-    }
-    .parse()
-    .map(Some)
 }
 
 /// The row a commit at `version` replaces: there, and at that version, else the commit

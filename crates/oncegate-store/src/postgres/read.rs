@@ -12,6 +12,7 @@ use oncegate_core::key::IntentKey;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
+use super::util::{row_at, seal_at};
 use super::{PgStore, corrupt, from_micros, ts, unavailable};
 use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
@@ -178,36 +179,39 @@ impl PgStore {
 
 impl IntentsRead for PgStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
-        self.snapshot(async |conn: &mut PgConnection| {
-            let row = sqlx::query(
-                "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = $1 ORDER BY generation DESC LIMIT 1",
-            )
-            .bind(key.as_str())
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            .map(|r| row_data(&r, RowKind::Intent));
-            // The chain's newest generation of this key: on a miss it tells "never
-            // written" from "deleted"; on a hit, a newer sealed generation means the
-            // newest row is gone.
-            let sealed: Option<i64> =
-                sqlx::query("SELECT MAX(row_intent_generation) FROM audit WHERE row_intent_key = $1")
-                    .bind(key.as_str())
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(unavailable)?
-                    .get(0);
-            match (row, sealed.map(|g| g as u32)) {
-                (None, None) => Ok(None),
-                (None, Some(g)) => Err(rows::deleted(&format!("intent {key} generation {g}"))),
-                (Some(row), Some(g)) if g > row.generation => Err(rows::integrity(
-                    &format!("intent {key} generation {g}"),
-                    "the audit chain wrote this generation and it is gone (deleted row)",
-                )),
-                (Some(row), _) => self.checked_intent(conn, row).await.map(Some),
-            }
-        })
+        // One statement, so one snapshot (one round trip, no transaction): the newest
+        // row, the chain's newest generation of this key (on a miss it tells "never
+        // written" from "deleted"; on a hit, a newer sealed generation means the newest
+        // row is gone) and the newest audit record that sealed the row.
+        let read = sqlx::query(
+            "SELECT i.key, i.generation, i.version, i.body, i.audit_shard, i.audit_seq, i.row_hash,
+                    (SELECT MAX(row_intent_generation) FROM audit WHERE row_intent_key = $1),
+                    s.shard, s.seq, s.prev_hash, s.hash, s.body
+               FROM (SELECT 1) AS one
+               LEFT JOIN LATERAL (SELECT key, generation, version, body, audit_shard, audit_seq, row_hash
+                                    FROM intents WHERE key = $1 ORDER BY generation DESC LIMIT 1) i ON true
+               LEFT JOIN LATERAL (SELECT shard, seq, prev_hash, hash, body FROM audit
+                                   WHERE row_intent_key = i.key AND row_intent_generation = i.generation
+                                   ORDER BY id DESC LIMIT 1) s ON true",
+        )
+        .bind(key.as_str())
+        .fetch_one(&mut *self.conn().await?)
         .await
+        .map_err(unavailable)?;
+        let sealed: Option<i64> = read.get(7);
+        match (row_at(&read, 0), sealed.map(|g| g as u32)) {
+            (None, None) => Ok(None),
+            (None, Some(g)) => Err(rows::deleted(&format!("intent {key} generation {g}"))),
+            (Some(row), Some(g)) if g > row.generation => Err(rows::integrity(
+                &format!("intent {key} generation {g}"),
+                "the audit chain wrote this generation and it is gone (deleted row)",
+            )),
+            (Some(row), _) => {
+                let newest = seal_at(&read, 8)?;
+                let value = rows::check_sealed(RowKind::Intent, &row, newest, self.chain_key())?;
+                rows::intent_from(&row, value).map(Some)
+            }
+        }
     }
 
     async fn load_generation(

@@ -5,7 +5,8 @@
 //!
 //! Before issue 35 a plain commit (an intent row and its audit record) made about nine:
 //! BEGIN, `now()`, the shard head's upsert and its lock, the replaced row and its seal,
-//! the row write, the audit insert, the head update, COMMIT. It makes two now.
+//! the row write, the audit insert, the head update, COMMIT. It makes two now, and a
+//! load one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +15,7 @@ use jiff::Timestamp;
 use oncegate_core::audit::{AuditEvent, AuditKind};
 use oncegate_core::intent::IntentState;
 use oncegate_store::conformance::sample_record;
-use oncegate_store::{Commit, IntentsWrite, OpenMode, PgStore, StoreOptions};
+use oncegate_store::{Commit, IntentsRead, IntentsWrite, OpenMode, PgStore, StoreOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -31,7 +32,7 @@ impl Trips {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plain_postgres_commit_makes_two_round_trips() {
+async fn a_plain_postgres_commit_makes_two_round_trips_and_a_load_one() {
     let db = TestDb::create().await;
     let (server_host, rest) = host_of(&db.url);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -83,6 +84,22 @@ async fn a_plain_postgres_commit_makes_two_round_trips() {
     assert!(
         counted >= 2 * commits && counted <= 2 * commits + samples,
         "{counted} round trips for {commits} commits: two each expected"
+    );
+
+    // A load is one statement too (it was BEGIN, the row, the newest sealed generation,
+    // the row's seal, ROLLBACK).
+    let started = std::time::Instant::now();
+    for n in 1..=intents {
+        let key = oncegate_core::key::IntentKey::from_hex(format!("{n:04x}"));
+        let loaded = store.load(&key).await.unwrap().expect("committed above");
+        assert_eq!(loaded.state, IntentState::Applied);
+    }
+    let counted = trips.take();
+    let samples = started.elapsed().as_secs() as usize + 1;
+    eprintln!("{intents} loads: {counted} round trips");
+    assert!(
+        counted >= intents as usize && counted <= intents as usize + samples,
+        "{counted} round trips for {intents} loads: one each expected"
     );
     store.close().await;
     db.drop().await;
