@@ -167,13 +167,15 @@ impl PgStore {
         result
     }
 
-    async fn checked_intent(
+    /// An intent row checked against `newest`, the newest record that sealed it (both
+    /// read in one statement), and decoded.
+    fn checked_at(
         &self,
-        conn: &mut PgConnection,
-        row: RowData,
+        row: &RowData,
+        newest: Option<AuditRecord>,
     ) -> Result<IntentRecord, StoreError> {
-        let value = check_row(conn, RowKind::Intent, &row, self.chain_key()).await?;
-        rows::intent_from(&row, value)
+        let value = rows::check_sealed(RowKind::Intent, row, newest, self.chain_key())?;
+        rows::intent_from(row, value)
     }
 }
 
@@ -206,11 +208,7 @@ impl IntentsRead for PgStore {
                 &format!("intent {key} generation {g}"),
                 "the audit chain wrote this generation and it is gone (deleted row)",
             )),
-            (Some(row), _) => {
-                let newest = seal_at(&read, 8)?;
-                let value = rows::check_sealed(RowKind::Intent, &row, newest, self.chain_key())?;
-                rows::intent_from(&row, value).map(Some)
-            }
+            (Some(row), _) => self.checked_at(&row, seal_at(&read, 8)?).map(Some),
         }
     }
 
@@ -219,18 +217,29 @@ impl IntentsRead for PgStore {
         key: &IntentKey,
         generation: u32,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        self.snapshot(async |conn: &mut PgConnection| {
-            match fetch_intent(conn, key.as_str(), generation, false).await? {
-                Some(row) => self.checked_intent(conn, row).await.map(Some),
-                None => match newest_intent_seal(conn, key.as_str(), generation).await? {
-                    None => Ok(None),
-                    Some(_) => Err(rows::deleted(&format!(
-                        "intent {key} generation {generation}"
-                    ))),
-                },
-            }
-        })
+        // One statement (one snapshot): the row and the newest record that sealed it.
+        let read = sqlx::query(
+            "SELECT i.key, i.generation, i.version, i.body, i.audit_shard, i.audit_seq, i.row_hash,
+                    s.shard, s.seq, s.prev_hash, s.hash, s.body
+               FROM (SELECT 1) AS one
+               LEFT JOIN intents i ON i.key = $1 AND i.generation = $2
+               LEFT JOIN LATERAL (SELECT shard, seq, prev_hash, hash, body FROM audit
+                                   WHERE row_intent_key = $1 AND row_intent_generation = $2
+                                   ORDER BY id DESC LIMIT 1) s ON true",
+        )
+        .bind(key.as_str())
+        .bind(i64::from(generation))
+        .fetch_one(&mut *self.conn().await?)
         .await
+        .map_err(unavailable)?;
+        let newest = seal_at(&read, 7)?;
+        match row_at(&read, 0) {
+            Some(row) => self.checked_at(&row, newest).map(Some),
+            None if newest.is_some() => Err(rows::deleted(&format!(
+                "intent {key} generation {generation}"
+            ))),
+            None => Ok(None),
+        }
     }
 
     async fn find_other_run(
@@ -238,25 +247,30 @@ impl IntentsRead for PgStore {
         cross_key: &IntentKey,
         run_id: Option<&str>,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        self.snapshot(async |conn: &mut PgConnection| {
-            let row = sqlx::query(
-                "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents
-                 WHERE cross_key = $1 AND run_id IS DISTINCT FROM $2
-                   AND state NOT IN ('denied', 'failed', 'not_applied')
-                 ORDER BY updated_at DESC LIMIT 1",
-            )
-            .bind(cross_key.as_str())
-            .bind(run_id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            .map(|r| row_data(&r, RowKind::Intent));
-            match row {
-                Some(row) => self.checked_intent(conn, row).await.map(Some),
-                None => Ok(None),
-            }
-        })
+        // One statement (one snapshot): the row and the newest record that sealed it.
+        let read = sqlx::query(
+            "SELECT i.key, i.generation, i.version, i.body, i.audit_shard, i.audit_seq, i.row_hash,
+                    s.shard, s.seq, s.prev_hash, s.hash, s.body
+               FROM (SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents
+                      WHERE cross_key = $1 AND run_id IS DISTINCT FROM $2
+                        AND state NOT IN ('denied', 'failed', 'not_applied')
+                      ORDER BY updated_at DESC LIMIT 1) AS i
+               LEFT JOIN LATERAL (SELECT shard, seq, prev_hash, hash, body FROM audit
+                                   WHERE row_intent_key = i.key AND row_intent_generation = i.generation
+                                   ORDER BY id DESC LIMIT 1) s ON true",
+        )
+        .bind(cross_key.as_str())
+        .bind(run_id)
+        .fetch_optional(&mut *self.conn().await?)
         .await
+        .map_err(unavailable)?;
+        let Some(read) = read else {
+            return Ok(None);
+        };
+        match row_at(&read, 0) {
+            Some(row) => self.checked_at(&row, seal_at(&read, 7)?).map(Some),
+            None => Ok(None),
+        }
     }
 
     async fn list_intents(

@@ -67,6 +67,8 @@ async fn a_plain_postgres_commit_makes_two_round_trips_and_a_load_one() {
             .unwrap();
     };
     intent(0).await;
+    let first = oncegate_core::key::IntentKey::from_hex("0000");
+    store.load(&first).await.unwrap().expect("committed above");
     trips.take();
     let started = std::time::Instant::now();
     let intents = 20;
