@@ -118,6 +118,12 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.pool_size.max(1))
             .acquire_timeout(std::time::Duration::from_secs(5))
+            // No ping before each use: it was one more round trip in front of every
+            // commit and load (sqlx still pings a connection as it goes back to the pool,
+            // after the caller has its answer). A connection that died meanwhile fails
+            // its statement as Unavailable and is closed; the engine retries a result's
+            // record, and a claim that failed is retried by its caller.
+            .test_before_acquire(false)
             .connect_with(connect)
             .await
             .map_err(|e| {

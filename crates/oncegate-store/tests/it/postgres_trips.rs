@@ -1,7 +1,9 @@
 //! How many round trips a PostgreSQL commit makes, counted on the wire: the store talks
-//! to the real server through a byte-for-byte relay that counts the client's
-//! synchronisation points (extended-protocol `Sync` and simple `Query` messages: each
-//! is one wait for the server's answer).
+//! to the real server through a byte-for-byte relay that counts the statements the
+//! client sends (an extended-protocol batch that executes something, up to its `Sync`,
+//! or a simple `Query`: each is one wait for the server's answer). A bare `Sync` is
+//! sqlx's ping, which it sends as a connection goes back to the pool, after the caller
+//! has its answer: counted apart.
 //!
 //! Before issue 35 a plain commit (an intent row and its audit record) made about nine:
 //! BEGIN, `now()`, the shard head's upsert and its lock, the replaced row and its seal,
@@ -21,13 +23,20 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::postgres::TestDb;
 
-/// Waits for the server's answer: what the relay counts.
+/// What the relay counts: statements (round trips on the caller's path) and pings.
 #[derive(Clone, Default)]
-struct Trips(Arc<AtomicUsize>);
+struct Trips {
+    statements: Arc<AtomicUsize>,
+    pings: Arc<AtomicUsize>,
+}
 
 impl Trips {
-    fn take(&self) -> usize {
-        self.0.swap(0, Ordering::SeqCst)
+    /// The statements and pings since the last take.
+    fn take(&self) -> (usize, usize) {
+        (
+            self.statements.swap(0, Ordering::SeqCst),
+            self.pings.swap(0, Ordering::SeqCst),
+        )
     }
 }
 
@@ -75,17 +84,21 @@ async fn a_plain_postgres_commit_makes_two_round_trips_and_a_load_one() {
     for n in 1..=intents {
         intent(n).await;
     }
-    let counted = trips.take();
+    let (counted, pings) = trips.take();
     // The store samples the database's clock once a second on its connection too.
     let samples = started.elapsed().as_secs() as usize + 1;
     let commits = 2 * intents as usize;
     eprintln!(
-        "{commits} commits: {counted} round trips ({:.2} a commit)",
+        "{commits} commits: {counted} round trips ({:.2} a commit), {pings} pings on release",
         counted as f64 / commits as f64
     );
     assert!(
         counted >= 2 * commits && counted <= 2 * commits + samples,
         "{counted} round trips for {commits} commits: two each expected"
+    );
+    assert!(
+        pings <= commits + samples,
+        "{pings} pings for {commits} commits: at most one each, as the connection goes back"
     );
 
     // A load is one statement too (it was BEGIN, the row, the newest sealed generation,
@@ -96,7 +109,7 @@ async fn a_plain_postgres_commit_makes_two_round_trips_and_a_load_one() {
         let loaded = store.load(&key).await.unwrap().expect("committed above");
         assert_eq!(loaded.state, IntentState::Applied);
     }
-    let counted = trips.take();
+    let (counted, _) = trips.take();
     let samples = started.elapsed().as_secs() as usize + 1;
     eprintln!("{intents} loads: {counted} round trips");
     assert!(
@@ -136,7 +149,7 @@ fn host_of(url: &str) -> (String, (String, String)) {
     (host, (url[..start].to_owned(), url[end..].to_owned()))
 }
 
-/// Relays every connection to `server`, counting the client's Sync and Query messages.
+/// Relays every connection to `server`, counting what the client sends ([`count`]).
 async fn relay(listener: TcpListener, server: String, trips: Trips) {
     while let Ok((client, _)) = listener.accept().await {
         let server = TcpStream::connect(&server).await.unwrap();
@@ -149,6 +162,7 @@ async fn relay(listener: TcpListener, server: String, trips: Trips) {
         tokio::spawn(async move {
             let mut pending = Vec::new();
             let mut started = false;
+            let mut executes = false;
             let mut buf = vec![0u8; 64 * 1024];
             loop {
                 let n = match client_read.read(&mut buf).await {
@@ -159,15 +173,16 @@ async fn relay(listener: TcpListener, server: String, trips: Trips) {
                     return;
                 }
                 pending.extend_from_slice(&buf[..n]);
-                count(&mut pending, &mut started, &trips);
+                count(&mut pending, &mut started, &mut executes, &trips);
             }
         });
     }
 }
 
 /// Consumes the whole messages at the front of `pending`: first the untyped startup
-/// message, then typed ones (a type byte, then a length that counts itself).
-fn count(pending: &mut Vec<u8>, started: &mut bool, trips: &Trips) {
+/// message, then typed ones (a type byte, then a length that counts itself). `executes`
+/// says whether the batch since the last `Sync` executed a statement.
+fn count(pending: &mut Vec<u8>, started: &mut bool, executes: &mut bool, trips: &Trips) {
     loop {
         let header = usize::from(*started);
         if pending.len() < header + 4 {
@@ -177,12 +192,22 @@ fn count(pending: &mut Vec<u8>, started: &mut bool, trips: &Trips) {
         if pending.len() < header + len {
             return;
         }
-        if *started {
-            if matches!(pending[0], b'S' | b'Q') {
-                trips.0.fetch_add(1, Ordering::SeqCst);
-            }
-        } else {
+        if !*started {
             *started = true;
+        } else {
+            match pending[0] {
+                b'Q' => {
+                    trips.statements.fetch_add(1, Ordering::SeqCst);
+                }
+                b'E' | b'P' => *executes = true,
+                b'S' if std::mem::take(executes) => {
+                    trips.statements.fetch_add(1, Ordering::SeqCst);
+                }
+                b'S' => {
+                    trips.pings.fetch_add(1, Ordering::SeqCst);
+                }
+                _ => {}
+            }
         }
         pending.drain(..header + len);
     }
