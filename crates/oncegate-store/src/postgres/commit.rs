@@ -5,8 +5,8 @@ use oncegate_core::audit::{AuditRecord, ChainHead, RowKind, add_row_seals, seal_
 use oncegate_core::key::IntentKey;
 use sqlx::{PgConnection, Row};
 
-use super::fused::{fusable, prepare_at_db_time};
 use super::controls::{insert_finding, reconcile, release, reserve, write_kill_switch};
+use super::fused::{fusable, prepare_at_db_time};
 use super::read::{
     check_row, fetch_approval, fetch_intent, newest_approval_seal, newest_intent_seal,
 };
@@ -254,8 +254,7 @@ impl PgStore {
                     current_ended = row.attempt_ended_at;
                 }
             }
-            let prepared =
-                prepare_at_db_time(commit, record, db_now, current_lease, current_ended);
+            let prepared = prepare_at_db_time(commit, record, db_now, current_lease, current_ended);
             intent_row = Some(prepared);
         }
         let mut approval_row = None;

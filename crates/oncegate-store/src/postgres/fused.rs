@@ -93,7 +93,12 @@ impl PgStore {
         let before = clock.ticks();
         let read = sqlx::query(READ)
             .bind(commit.record.as_ref().map(|r| r.key.as_str()))
-            .bind(commit.record.as_ref().map_or(0, |r| i64::from(r.generation)))
+            .bind(
+                commit
+                    .record
+                    .as_ref()
+                    .map_or(0, |r| i64::from(r.generation)),
+            )
             .bind(approval.as_ref().map(|a| a.stored.id.as_str()))
             .bind(i64::from(shard))
             .fetch_one(&mut *conn)
@@ -112,7 +117,11 @@ impl PgStore {
         let mut intent = None;
         if let Some(record) = &commit.record {
             let (current, newest) = (row_at(&read, 2), seal_at(&read, 9)?);
-            let what = format!("intent {} generation {}", record.key.as_str(), record.generation);
+            let what = format!(
+                "intent {} generation {}",
+                record.key.as_str(),
+                record.generation
+            );
             let (mut lease, mut ended, mut seen) = (None, None, None);
             if record.version == 0 {
                 if newest.is_some() && current.is_none() {
@@ -177,8 +186,7 @@ impl PgStore {
                     Refusal::HeadMoved(now) if key.is_some() => head = now,
                     Refusal::HeadMoved(_) => {
                         return Err(StoreError::Corrupt(
-                            "the commit function answered a moved head to an unkeyed commit"
-                                .into(),
+                            "the commit function answered a moved head to an unkeyed commit".into(),
                         ));
                     }
                     Refusal::Error(e) => return Err(e),
