@@ -332,9 +332,28 @@ pub(super) async fn pg_scratch(url: &str) -> anyhow::Result<ScratchDatabase> {
         std::process::id(),
         rand::random::<u32>()
     );
-    ScratchDatabase::create(url, &name)
+    ScratchDatabase::create(&plain_on_loopback(url), &name)
         .await
         .context("cannot make the bench's scratch database")
+}
+
+/// `url`, with `sslmode=disable` added when it names a server on this machine and
+/// chooses no `sslmode`: sqlx's default (`prefer`) would put every round trip of the
+/// store and of its floor through TLS on loopback, which measures rustls rather than
+/// the store (BENCHMARKS.md, "PostgreSQL, profiled"). A chosen `sslmode` is kept.
+fn plain_on_loopback(url: &str) -> String {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[after_scheme..];
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let loopback = ["127.0.0.1", "localhost", "[::1]"]
+        .iter()
+        .any(|l| host == *l || host.starts_with(&format!("{l}:")));
+    if !loopback || url.contains("sslmode=") {
+        return url.to_owned();
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}sslmode=disable")
 }
 
 /// In-process `Gate` on a PostgreSQL store vs the raw statement floor on the same server.
@@ -380,4 +399,29 @@ pub(super) async fn pg_group(
         concurrencies: None,
         peer: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_on_loopback;
+
+    #[test]
+    fn the_bench_talks_to_a_loopback_postgres_without_tls_unless_told() {
+        assert_eq!(
+            plain_on_loopback("postgres://postgres@127.0.0.1:5432/test"),
+            "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+        );
+        assert_eq!(
+            plain_on_loopback("postgres://u:p@localhost/test?application_name=b"),
+            "postgres://u:p@localhost/test?application_name=b&sslmode=disable"
+        );
+        assert_eq!(
+            plain_on_loopback("postgres://postgres@127.0.0.1:5432/test?sslmode=require"),
+            "postgres://postgres@127.0.0.1:5432/test?sslmode=require"
+        );
+        assert_eq!(
+            plain_on_loopback("postgres://db.example:5432/test"),
+            "postgres://db.example:5432/test"
+        );
+    }
 }

@@ -201,6 +201,13 @@ impl EncodedEvent {
         &self.event
     }
 
+    /// The event's canonical JSON: what a record's hashed bytes hold between
+    /// `{"event":` and `,"prev":` (a store that hashes on its server, PostgreSQL's
+    /// commit function, spells the rest around it exactly as [`EncodedEvent::hash_at`]).
+    pub fn canonical(&self) -> &str {
+        &self.canonical
+    }
+
     /// The hash [`seal_with`] gives this event at `head`'s next position in `shard`.
     pub fn hash_at(&self, shard: u32, head: &ChainHead, key: Option<&ChainKey>) -> String {
         hash_at(&self.canonical, shard, head.seq + 1, &head.hash, key)

@@ -6,6 +6,7 @@ use oncegate_core::key::IntentKey;
 use sqlx::{PgConnection, Row};
 
 use super::controls::{insert_finding, reconcile, release, reserve, write_kill_switch};
+use super::fused::{fusable, prepare_at_db_time};
 use super::read::{
     check_row, fetch_approval, fetch_intent, newest_approval_seal, newest_intent_seal,
 };
@@ -181,6 +182,11 @@ impl LimitsWrite for PgStore {
 
 impl PgStore {
     async fn commit_inner(&self, commit: &Commit) -> Result<(), StoreError> {
+        // Most commits write no control: two statements and no transaction held open
+        // between them (fused.rs). The others keep one transaction of many statements.
+        if fusable(commit) {
+            return self.fused_commit(commit).await;
+        }
         let mut tx = self.begin("BEGIN").await?;
         match self.apply(tx.conn(), commit).await {
             Ok(()) => tx.end("COMMIT").await,
@@ -248,37 +254,7 @@ impl PgStore {
                     current_ended = row.attempt_ended_at;
                 }
             }
-            let prepared = rows::prepare_intent(record, |stored| {
-                // A new or renewed lease runs for the length the engine meant, from the
-                // database's now. A lease the commit carries unchanged keeps its stored
-                // expiry: re-timing it by this gate's clock would move another holder's.
-                // A heartbeat is always re-timed, even when it left the expiry as it was:
-                // a holder whose clock lags the database's keeps the stored (database
-                // clock) expiry as its `max`, and would never extend its lease. A heartbeat
-                // by the same holder never moves the lease backwards.
-                let heartbeat = commit.event.detail.get("heartbeat").is_some();
-                if let Some(lease) = &mut stored.lease
-                    && (heartbeat || current_lease.as_ref() != Some(&*lease))
-                {
-                    let mut expires_at = retime(lease.expires_at);
-                    if heartbeat
-                        && let Some(current) = &current_lease
-                        && current.owner == lease.owner
-                    {
-                        expires_at = expires_at.max(current.expires_at);
-                    }
-                    lease.expires_at = expires_at;
-                }
-                // An attempt that ended with this decision (its execution came back
-                // unknown) ended by the database's clock: the settle horizon counts from
-                // there on every replica. An end taken from a lease's expiry is already
-                // the database's.
-                if stored.attempt_ended_at == Some(commit.event.at)
-                    && stored.attempt_ended_at != current_ended
-                {
-                    stored.attempt_ended_at = Some(db_now);
-                }
-            });
+            let prepared = prepare_at_db_time(commit, record, db_now, current_lease, current_ended);
             intent_row = Some(prepared);
         }
         let mut approval_row = None;

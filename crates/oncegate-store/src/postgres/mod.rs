@@ -1,14 +1,17 @@
 //! The PostgreSQL backend: one store shared by several gateway replicas.
 //!
-//! Every commit is one transaction on a pooled connection (READ COMMITTED): it takes
-//! the database's `now()`, locks the row it replaces (`SELECT ... FOR UPDATE`) and checks
-//! it against the audit record that wrote it, inserts a first version with `ON CONFLICT
-//! DO NOTHING` or replaces with `UPDATE ... WHERE version = $n`, reads its audit
-//! shard's head under a row lock, appends the sealed record and moves the head. Two
-//! replicas appending to one shard queue on that head row; different shards never wait
-//! on each other. A lost race (0 rows, a serialization failure or deadlock, a unique
-//! violation of a concurrent insert) is [`StoreError::Conflict`]; the engine re-reads
-//! and re-decides.
+//! A plain commit (rows and their audit record, no control) is two statements
+//! (`fused.rs`): one snapshot read of the database's `now()`, the row it replaces and the
+//! audit record that sealed it (checked here), then one call of `oncegate_commit_v1`
+//! (migration 0008), its own READ COMMITTED transaction, which locks the row and
+//! requires the version and seal that were checked, locks its audit shard's head,
+//! inserts a first version (`ON CONFLICT DO NOTHING`) or replaces the row, appends the
+//! sealed record and moves the head. A commit with controls (kill switch, finding,
+//! reservations, a release, a reconciliation) is one transaction of statements in the
+//! same order (`commit.rs`). Two replicas appending to one shard queue on that head row;
+//! different shards never wait on each other. A lost race (0 rows, a serialization
+//! failure or deadlock, a unique violation of a concurrent insert) is
+//! [`StoreError::Conflict`]; the engine re-reads and re-decides.
 //!
 //! Leases are judged by the database's clock, never a replica's: a commit re-times the
 //! lease it writes to `now() + (lease.expires_at - event.at)` (the lease's length as
@@ -16,8 +19,9 @@
 //! (`Commit::takes_over`) also requires `lease_expires_at <= now()`, else
 //! [`StoreError::LeaseLive`]. A replica whose clock runs fast cannot steal a live lease.
 //!
-//! Loads read the row and its seals in one REPEATABLE READ, READ ONLY transaction (one
-//! snapshot), so a commit landing in between never looks like a rolled-back row.
+//! Loads read the row and its seals in one snapshot (`load` in one statement, the others
+//! in one REPEATABLE READ, READ ONLY transaction), so a commit landing in between never
+//! looks like a rolled-back row.
 //!
 //! Plain SQL only: no advisory locks of ours, no LISTEN/NOTIFY, so the same statements
 //! suit Postgres-compatible distributed databases (sqlx's migrator takes its own lock
@@ -27,6 +31,7 @@
 mod clock;
 mod commit;
 mod controls;
+mod fused;
 mod limits;
 mod pins;
 
@@ -113,6 +118,12 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.pool_size.max(1))
             .acquire_timeout(std::time::Duration::from_secs(5))
+            // No ping before each use: it was one more round trip in front of every
+            // commit and load (sqlx still pings a connection as it goes back to the pool,
+            // after the caller has its answer). A connection that died meanwhile fails
+            // its statement as Unavailable and is closed; the engine retries a result's
+            // record, and a claim that failed is retried by its caller.
+            .test_before_acquire(false)
             .connect_with(connect)
             .await
             .map_err(|e| {

@@ -12,6 +12,7 @@ use oncegate_core::key::IntentKey;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
+use super::util::{row_at, seal_at};
 use super::{PgStore, corrupt, from_micros, ts, unavailable};
 use crate::listing::{self, Dialect};
 use crate::rows::{self, RowData, body_hash, listed};
@@ -166,48 +167,49 @@ impl PgStore {
         result
     }
 
-    async fn checked_intent(
+    /// An intent row checked against `newest`, the newest record that sealed it (both
+    /// read in one statement), and decoded.
+    fn checked_at(
         &self,
-        conn: &mut PgConnection,
-        row: RowData,
+        row: &RowData,
+        newest: Option<AuditRecord>,
     ) -> Result<IntentRecord, StoreError> {
-        let value = check_row(conn, RowKind::Intent, &row, self.chain_key()).await?;
-        rows::intent_from(&row, value)
+        let value = rows::check_sealed(RowKind::Intent, row, newest, self.chain_key())?;
+        rows::intent_from(row, value)
     }
 }
 
 impl IntentsRead for PgStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
-        self.snapshot(async |conn: &mut PgConnection| {
-            let row = sqlx::query(
-                "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents WHERE key = $1 ORDER BY generation DESC LIMIT 1",
-            )
-            .bind(key.as_str())
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            .map(|r| row_data(&r, RowKind::Intent));
-            // The chain's newest generation of this key: on a miss it tells "never
-            // written" from "deleted"; on a hit, a newer sealed generation means the
-            // newest row is gone.
-            let sealed: Option<i64> =
-                sqlx::query("SELECT MAX(row_intent_generation) FROM audit WHERE row_intent_key = $1")
-                    .bind(key.as_str())
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(unavailable)?
-                    .get(0);
-            match (row, sealed.map(|g| g as u32)) {
-                (None, None) => Ok(None),
-                (None, Some(g)) => Err(rows::deleted(&format!("intent {key} generation {g}"))),
-                (Some(row), Some(g)) if g > row.generation => Err(rows::integrity(
-                    &format!("intent {key} generation {g}"),
-                    "the audit chain wrote this generation and it is gone (deleted row)",
-                )),
-                (Some(row), _) => self.checked_intent(conn, row).await.map(Some),
-            }
-        })
+        // One statement, so one snapshot (one round trip, no transaction): the newest
+        // row, the chain's newest generation of this key (on a miss it tells "never
+        // written" from "deleted"; on a hit, a newer sealed generation means the newest
+        // row is gone) and the newest audit record that sealed the row.
+        let read = sqlx::query(
+            "SELECT i.key, i.generation, i.version, i.body, i.audit_shard, i.audit_seq, i.row_hash,
+                    (SELECT MAX(row_intent_generation) FROM audit WHERE row_intent_key = $1),
+                    s.shard, s.seq, s.prev_hash, s.hash, s.body
+               FROM (SELECT 1) AS one
+               LEFT JOIN LATERAL (SELECT key, generation, version, body, audit_shard, audit_seq, row_hash
+                                    FROM intents WHERE key = $1 ORDER BY generation DESC LIMIT 1) i ON true
+               LEFT JOIN LATERAL (SELECT shard, seq, prev_hash, hash, body FROM audit
+                                   WHERE row_intent_key = i.key AND row_intent_generation = i.generation
+                                   ORDER BY id DESC LIMIT 1) s ON true",
+        )
+        .bind(key.as_str())
+        .fetch_one(&mut *self.conn().await?)
         .await
+        .map_err(unavailable)?;
+        let sealed: Option<i64> = read.get(7);
+        match (row_at(&read, 0), sealed.map(|g| g as u32)) {
+            (None, None) => Ok(None),
+            (None, Some(g)) => Err(rows::deleted(&format!("intent {key} generation {g}"))),
+            (Some(row), Some(g)) if g > row.generation => Err(rows::integrity(
+                &format!("intent {key} generation {g}"),
+                "the audit chain wrote this generation and it is gone (deleted row)",
+            )),
+            (Some(row), _) => self.checked_at(&row, seal_at(&read, 8)?).map(Some),
+        }
     }
 
     async fn load_generation(
@@ -215,18 +217,29 @@ impl IntentsRead for PgStore {
         key: &IntentKey,
         generation: u32,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        self.snapshot(async |conn: &mut PgConnection| {
-            match fetch_intent(conn, key.as_str(), generation, false).await? {
-                Some(row) => self.checked_intent(conn, row).await.map(Some),
-                None => match newest_intent_seal(conn, key.as_str(), generation).await? {
-                    None => Ok(None),
-                    Some(_) => Err(rows::deleted(&format!(
-                        "intent {key} generation {generation}"
-                    ))),
-                },
-            }
-        })
+        // One statement (one snapshot): the row and the newest record that sealed it.
+        let read = sqlx::query(
+            "SELECT i.key, i.generation, i.version, i.body, i.audit_shard, i.audit_seq, i.row_hash,
+                    s.shard, s.seq, s.prev_hash, s.hash, s.body
+               FROM (SELECT 1) AS one
+               LEFT JOIN intents i ON i.key = $1 AND i.generation = $2
+               LEFT JOIN LATERAL (SELECT shard, seq, prev_hash, hash, body FROM audit
+                                   WHERE row_intent_key = $1 AND row_intent_generation = $2
+                                   ORDER BY id DESC LIMIT 1) s ON true",
+        )
+        .bind(key.as_str())
+        .bind(i64::from(generation))
+        .fetch_one(&mut *self.conn().await?)
         .await
+        .map_err(unavailable)?;
+        let newest = seal_at(&read, 7)?;
+        match row_at(&read, 0) {
+            Some(row) => self.checked_at(&row, newest).map(Some),
+            None if newest.is_some() => Err(rows::deleted(&format!(
+                "intent {key} generation {generation}"
+            ))),
+            None => Ok(None),
+        }
     }
 
     async fn find_other_run(
@@ -234,25 +247,30 @@ impl IntentsRead for PgStore {
         cross_key: &IntentKey,
         run_id: Option<&str>,
     ) -> Result<Option<IntentRecord>, StoreError> {
-        self.snapshot(async |conn: &mut PgConnection| {
-            let row = sqlx::query(
-                "SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents
-                 WHERE cross_key = $1 AND run_id IS DISTINCT FROM $2
-                   AND state NOT IN ('denied', 'failed', 'not_applied')
-                 ORDER BY updated_at DESC LIMIT 1",
-            )
-            .bind(cross_key.as_str())
-            .bind(run_id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            .map(|r| row_data(&r, RowKind::Intent));
-            match row {
-                Some(row) => self.checked_intent(conn, row).await.map(Some),
-                None => Ok(None),
-            }
-        })
+        // One statement (one snapshot): the row and the newest record that sealed it.
+        let read = sqlx::query(
+            "SELECT i.key, i.generation, i.version, i.body, i.audit_shard, i.audit_seq, i.row_hash,
+                    s.shard, s.seq, s.prev_hash, s.hash, s.body
+               FROM (SELECT key, generation, version, body, audit_shard, audit_seq, row_hash FROM intents
+                      WHERE cross_key = $1 AND run_id IS DISTINCT FROM $2
+                        AND state NOT IN ('denied', 'failed', 'not_applied')
+                      ORDER BY updated_at DESC LIMIT 1) AS i
+               LEFT JOIN LATERAL (SELECT shard, seq, prev_hash, hash, body FROM audit
+                                   WHERE row_intent_key = i.key AND row_intent_generation = i.generation
+                                   ORDER BY id DESC LIMIT 1) s ON true",
+        )
+        .bind(cross_key.as_str())
+        .bind(run_id)
+        .fetch_optional(&mut *self.conn().await?)
         .await
+        .map_err(unavailable)?;
+        let Some(read) = read else {
+            return Ok(None);
+        };
+        match row_at(&read, 0) {
+            Some(row) => self.checked_at(&row, seal_at(&read, 7)?).map(Some),
+            None => Ok(None),
+        }
     }
 
     async fn list_intents(

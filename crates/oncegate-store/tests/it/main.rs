@@ -5,4 +5,5 @@ mod controls;
 mod integrity;
 mod open;
 mod postgres;
+mod postgres_trips;
 mod storage;

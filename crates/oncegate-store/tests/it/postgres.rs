@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use jiff::{SignedDuration, Timestamp};
-use oncegate_core::audit::{AuditEvent, AuditKind, verify_shard};
+use oncegate_core::audit::{AuditEvent, AuditKind, ChainKey, verify_shard_with};
 use oncegate_core::intent::{IntentState, Lease};
 use oncegate_store::conformance::{run_all, sample_record};
 use oncegate_store::{
@@ -123,10 +123,24 @@ async fn postgres_listing_pages() {
 /// fork, and every row matches the record that wrote it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_commit_concurrently_and_no_shard_forks() {
+    replicas_race(None).await;
+}
+
+/// The same race with a chain key: the records are sealed in the gateway (the key never
+/// goes to the database), at a head that another replica may move first; such a commit
+/// is sealed again at the new head, and no shard forks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_keyed_replicas_commit_concurrently_and_no_shard_forks() {
+    let key = ChainKey::new(b"the replicas' chain key").unwrap();
+    replicas_race(Some(key)).await;
+}
+
+async fn replicas_race(chain_key: Option<ChainKey>) {
     let db = TestDb::create().await;
     let options = StoreOptions {
         audit_shards: 4,
         pool_size: 4,
+        chain_key: chain_key.clone(),
         ..StoreOptions::default()
     };
     let first = db
@@ -189,12 +203,13 @@ async fn three_replicas_commit_concurrently_and_no_shard_forks() {
     for shard in shards {
         let chain = check.audit_shard(shard).await.unwrap();
         records += chain.len();
-        verify_shard(shard, &chain).unwrap_or_else(|b| panic!("shard {shard} forked: {b:?}"));
+        verify_shard_with(shard, &chain, chain_key.as_ref(), 0)
+            .unwrap_or_else(|b| panic!("shard {shard} forked: {b:?}"));
     }
     assert_eq!(records, written, "one audit record per successful commit");
     let report = oncegate_store::audit_check::verify_audit(
         check,
-        None,
+        chain_key.as_ref(),
         check.store_id(),
         &[],
         oncegate_store::audit_check::Walk::Full,
