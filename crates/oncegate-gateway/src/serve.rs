@@ -93,6 +93,9 @@ pub async fn serve_router(
                         continue;
                     }
                 };
+                // Answers streamed in several writes (MCP, SSE) must not wait on
+                // Nagle for the client's delayed ACK (40 ms).
+                let _ = stream.set_nodelay(true);
                 let Some(admitted) = connections.admit(addr) else {
                     // Every connection in the way is busy: refuse this one (closed here).
                     continue;

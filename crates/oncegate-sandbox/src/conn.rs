@@ -45,6 +45,9 @@ impl Listener for SeverableListener {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         // axum's own TcpListener impl logs and retries accept errors; reuse it.
         let (stream, addr) = Listener::accept(&mut self.0).await;
+        // A streamed answer (MCP's) goes out in several writes: with Nagle on, the
+        // second waits for the client's delayed ACK, 40 ms a call.
+        let _ = stream.set_nodelay(true);
         let stream = SeverableStream {
             stream,
             severed: Arc::new(AtomicBool::new(false)),
