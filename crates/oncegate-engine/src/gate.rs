@@ -50,8 +50,22 @@ pub(crate) const MAX_RACES: usize = 256;
 /// beside the gate that holds it, so that queue.rs (which takes the turns) sits above.
 pub(crate) type QueueTurns = Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
 
-/// The engine.
+/// The engine. Cloning it is one reference count (its shared parts sit behind one
+/// `Arc`): the gateway clones it for every call's task.
+#[derive(Clone)]
 pub struct Gate {
+    shared: Arc<Shared>,
+    /// Treat every policy as allow (only `oncegate verify`'s simulations, which test
+    /// key recipes and controls, not policies).
+    pub(crate) skip_policies: bool,
+    /// The simulated process whose kill aborts this gate's effect tasks (`None`:
+    /// plain `tokio::spawn`, the production case). See [`Process`].
+    pub(crate) process: Option<Process>,
+}
+
+/// What every clone of a [`Gate`] shares (read through `Deref`).
+#[doc(hidden)]
+pub struct Shared {
     pub(crate) registry: Arc<Registry>,
     pub(crate) store: Store,
     pub(crate) clock: Arc<dyn Clock>,
@@ -59,16 +73,10 @@ pub struct Gate {
     pub(crate) owner: String,
     /// The store's kill switches, cached (see kill_switches.rs).
     pub(crate) kill_switches: Arc<KillSwitchCache>,
-    /// Treat every policy as allow (only `oncegate verify`'s simulations, which test
-    /// key recipes and controls, not policies).
-    pub(crate) skip_policies: bool,
     /// Recent replays per intent, for the replay-storm alert.
     pub(crate) replays: Arc<std::sync::Mutex<ReplayStorms>>,
     /// Read rate cap: a token bucket per principal, (tokens, last refill).
     pub(crate) read_buckets: Arc<std::sync::Mutex<HashMap<String, (f64, jiff::Timestamp)>>>,
-    /// The simulated process whose kill aborts this gate's effect tasks (`None`:
-    /// plain `tokio::spawn`, the production case). See [`Process`].
-    pub(crate) process: Option<Process>,
     /// The capabilities of fronted MCP servers' undeclared tools, by name, with the
     /// alias of their server: they come from the servers' tool lists, not the config.
     pub(crate) fronted: Arc<std::sync::RwLock<FrontedCapabilities>>,
@@ -80,6 +88,14 @@ pub struct Gate {
     pub(crate) queue_turns: QueueTurns,
 }
 
+impl std::ops::Deref for Gate {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
 /// The fronted servers' undeclared tools: those offered now, and those a server stopped
 /// listing, kept so that what was started under them settles (sweeps, denials,
 /// completions) though no new call reaches them.
@@ -88,26 +104,6 @@ pub(crate) struct FrontedCapabilities {
     /// A tool's name -> (its server's alias, the capability it is called through).
     current: HashMap<String, (String, Arc<Capability>)>,
     retired: HashMap<String, (String, Arc<Capability>)>,
-}
-
-impl Clone for Gate {
-    fn clone(&self) -> Self {
-        Self {
-            registry: self.registry.clone(),
-            store: self.store.clone(),
-            clock: self.clock.clone(),
-            owner: self.owner.clone(),
-            kill_switches: self.kill_switches.clone(),
-            skip_policies: self.skip_policies,
-            replays: self.replays.clone(),
-            read_buckets: self.read_buckets.clone(),
-            process: self.process.clone(),
-            fronted: self.fronted.clone(),
-            read_backs: self.read_backs.clone(),
-            queue_alerts: self.queue_alerts.clone(),
-            queue_turns: self.queue_turns.clone(),
-        }
-    }
 }
 
 impl Gate {
@@ -151,19 +147,21 @@ impl Gate {
     pub fn with_store(registry: Registry, store: impl Into<Store>, clock: Arc<dyn Clock>) -> Self {
         let owner = format!("pid{}-{}", std::process::id(), random_hex(4));
         Self {
-            registry: Arc::new(registry),
-            store: store.into(),
-            clock,
-            owner,
-            kill_switches: Arc::default(),
+            shared: Arc::new(Shared {
+                registry: Arc::new(registry),
+                store: store.into(),
+                clock,
+                owner,
+                kill_switches: Arc::default(),
+                replays: Arc::default(),
+                read_buckets: Arc::default(),
+                fronted: Arc::default(),
+                read_backs: Arc::default(),
+                queue_alerts: Arc::default(),
+                queue_turns: Arc::default(),
+            }),
             skip_policies: false,
-            replays: Arc::default(),
-            read_buckets: Arc::default(),
             process: None,
-            fronted: Arc::default(),
-            read_backs: Arc::default(),
-            queue_alerts: Arc::default(),
-            queue_turns: Arc::default(),
         }
     }
 
