@@ -222,6 +222,38 @@ pub(crate) fn listed<R: serde::de::DeserializeOwned + Into<T>, T>(
         .map_err(|e| format!("the stored body does not decode: {e}"))
 }
 
+/// A listing page of rows of `kind` (intents or approvals), each decoded as [`listed`];
+/// a row that cannot be is reported as unreadable (and logged), never dropped.
+pub(crate) fn listing_of<R: serde::de::DeserializeOwned + Into<T>, T>(
+    kind: RowKind,
+    rows: impl IntoIterator<Item = RowData>,
+    next: Option<crate::PageAfter>,
+) -> crate::Listing<T> {
+    let mut listing = crate::Listing {
+        next,
+        ..crate::Listing::default()
+    };
+    for row in rows {
+        match listed::<R, T>(&row) {
+            Ok(item) => listing.items.push(item),
+            Err(problem) => {
+                let generation = (kind == RowKind::Intent).then_some(row.generation);
+                if generation.is_some() {
+                    tracing::warn!(key = %row.id, generation = row.generation, %problem, "an intent row cannot be listed");
+                } else {
+                    tracing::warn!(approval = %row.id, %problem, "an approval row cannot be listed");
+                }
+                listing.unreadable.push(crate::UnreadableRow {
+                    key: row.id,
+                    generation,
+                    problem,
+                });
+            }
+        }
+    }
+    listing
+}
+
 /// An instant the engine measured from its decision's `now` (`event_at`: a lease's
 /// expiry, a window's start), re-timed to a store's own clock: the same distance from
 /// `store_now`. A store with a clock of its own (PostgreSQL) writes and judges by it.

@@ -10,11 +10,11 @@ use tokio::sync::oneshot;
 use super::writer::Job;
 use super::{SqliteStore, finding_row, read, row_data, switch_read, unavailable};
 use crate::listing::{self, Dialect, live_count};
-use crate::rows::{body_hash, listed};
+use crate::rows::body_hash;
 use crate::storage::{ApprovalRowV1, IntentRowV1};
 use crate::{
     ApprovalFilter, ClientKeyBinding, Commit, IntentFilter, IntentsRead, IntentsWrite, Listing,
-    StoreError, UnreadableRow,
+    StoreError,
 };
 
 impl IntentsRead for SqliteStore {
@@ -73,25 +73,11 @@ impl IntentsRead for SqliteStore {
             let row = row_data(r, RowKind::Intent);
             (r.get("sort_at"), row.id, row.generation)
         });
-        let mut listing = Listing {
+        Ok(crate::rows::listing_of::<IntentRowV1, _>(
+            RowKind::Intent,
+            rows.iter().map(|r| row_data(r, RowKind::Intent)),
             next,
-            ..Listing::default()
-        };
-        for r in &rows {
-            let row = row_data(r, RowKind::Intent);
-            match listed::<IntentRowV1, _>(&row) {
-                Ok(record) => listing.items.push(record),
-                Err(problem) => {
-                    tracing::warn!(key = %row.id, generation = row.generation, %problem, "an intent row cannot be listed");
-                    listing.unreadable.push(UnreadableRow {
-                        key: row.id,
-                        generation: Some(row.generation),
-                        problem,
-                    });
-                }
-            }
-        }
-        Ok(listing)
+        ))
     }
 
     async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
@@ -114,25 +100,11 @@ impl IntentsRead for SqliteStore {
         let (rows, next) = listing::page_of(Dialect::Sqlite, rows, limit, |r| {
             (r.get("sort_at"), r.get("id"), 0)
         });
-        let mut listing = Listing {
+        Ok(crate::rows::listing_of::<ApprovalRowV1, _>(
+            RowKind::Approval,
+            rows.iter().map(|r| row_data(r, RowKind::Approval)),
             next,
-            ..Listing::default()
-        };
-        for r in &rows {
-            let row = row_data(r, RowKind::Approval);
-            match listed::<ApprovalRowV1, _>(&row) {
-                Ok(a) => listing.items.push(a),
-                Err(problem) => {
-                    tracing::warn!(approval = %row.id, %problem, "an approval row cannot be listed");
-                    listing.unreadable.push(UnreadableRow {
-                        key: row.id,
-                        generation: None,
-                        problem,
-                    });
-                }
-            }
-        }
-        Ok(listing)
+        ))
     }
 
     async fn pending_approvals_of(
