@@ -52,6 +52,7 @@ mod limits;
 mod lock;
 mod pins;
 mod read;
+mod settled;
 mod shared;
 mod writer;
 
@@ -101,6 +102,9 @@ struct Inner {
     blocking: read::Readers,
     /// Rows whose stored bytes were already checked against the chain.
     verified: Arc<read::Verified>,
+    /// Applied rows for replays, kept only by a serving process (the file's only
+    /// writer, so every intent write but a CLI command's passes through it).
+    settled: Option<settled::Settled>,
     writer: mpsc::Sender<Job>,
 }
 
@@ -287,6 +291,7 @@ impl SqliteStore {
                 readers,
                 blocking,
                 verified,
+                settled: options.single_writer.then(settled::Settled::default),
                 writer: tx,
             }),
         })

@@ -161,10 +161,15 @@ pub(super) async fn gate_group(world: &World, dir: &Path) -> anyhow::Result<Grou
     })
 }
 
-/// A `Gate` in this process, on the bench registry and a new SQLite store at `db`.
+/// A `Gate` in this process, on the bench registry and a new SQLite store at `db`,
+/// opened as `oncegate serve` opens its store (the file's only writer).
 async fn sqlite_gate(world: &World, db: &Path) -> anyhow::Result<Gate> {
     let registry = crate::registry::load(&world.config)?;
-    let store = SqliteStore::scratch(db).await?;
+    let options = StoreOptions {
+        single_writer: true,
+        ..StoreOptions::default()
+    };
+    let store = SqliteStore::open_with(db, OpenMode::CreateIfMissing, options).await?;
     Ok(Gate::on_store(registry, store))
 }
 

@@ -19,11 +19,23 @@ use crate::{
 
 impl IntentsRead for SqliteStore {
     async fn load(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
+        let settled = self.inner.settled.as_ref();
+        let now = || crate::clock::Clock::now(self.inner.clock.as_ref());
+        if let Some(record) = settled.and_then(|s| s.get(key, now())) {
+            return Ok(Some(record));
+        }
+        // Taken before the read: an entry's age counts from before the row was read.
+        let ticket = settled.map(|s| (s.ticket(), now()));
         let (key, keys) = (key.clone(), self.checks());
-        self.inner
+        let found = self
+            .inner
             .blocking
             .run(move |conn| read::load(conn, &key, keys.0.as_ref(), &keys.1))
-            .await
+            .await?;
+        if let (Some(settled), Some(ticket), Some(record)) = (settled, ticket, found.as_ref()) {
+            settled.offer(ticket.0, record, ticket.1);
+        }
+        Ok(found)
     }
 
     async fn load_generation(
@@ -216,6 +228,14 @@ impl IntentsWrite for SqliteStore {
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
+        // Once the commit is visible, failed, or was given up on: its row's cached copy
+        // may be stale.
+        let _forget = self
+            .inner
+            .settled
+            .as_ref()
+            .zip(commit.record.as_ref())
+            .map(|(settled, r)| settled.forget_on_drop(r.key.clone()));
         let result = self.commit_inner(commit).await;
         metrics::histogram!("oncegate_store_commit_seconds")
             .record(started.elapsed().as_secs_f64());

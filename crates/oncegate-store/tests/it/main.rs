@@ -6,4 +6,5 @@ mod integrity;
 mod open;
 mod postgres;
 mod postgres_trips;
+mod settled;
 mod storage;
