@@ -12,7 +12,8 @@ use oncegate_store::{
 };
 use sqlx::{Connection, Row};
 
-fn event(rec: &oncegate_core::intent::IntentRecord) -> oncegate_core::audit::AuditEvent {
+/// The audit event of a commit that writes `rec`.
+pub(crate) fn event(rec: &oncegate_core::intent::IntentRecord) -> oncegate_core::audit::AuditEvent {
     oncegate_core::audit::AuditEvent {
         at: rec.created_at,
         kind: oncegate_core::audit::AuditKind::Call,

@@ -12,6 +12,8 @@ use oncegate_store::{
 };
 use sqlx::Connection;
 
+use crate::integrity::event;
+
 /// How `oncegate serve` opens its store: the file's only writer.
 async fn serving(db: &Path) -> SqliteStore {
     let options = StoreOptions {
@@ -21,23 +23,6 @@ async fn serving(db: &Path) -> SqliteStore {
     SqliteStore::open_with(db, OpenMode::CreateIfMissing, options)
         .await
         .unwrap()
-}
-
-fn event(rec: &oncegate_core::intent::IntentRecord) -> oncegate_core::audit::AuditEvent {
-    oncegate_core::audit::AuditEvent {
-        at: rec.updated_at,
-        kind: oncegate_core::audit::AuditKind::Call,
-        key: Some(rec.key.clone()),
-        generation: rec.generation,
-        capability: Some(rec.capability.clone()),
-        actor: "agent".into(),
-        run_id: None,
-        from: None,
-        to: Some(rec.state),
-        status: None,
-        code: None,
-        detail: serde_json::json!({}),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
