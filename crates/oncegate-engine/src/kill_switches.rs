@@ -5,6 +5,10 @@
 //!
 //! A caller that finds the cache stale reloads it first; callers that arrive while a
 //! reload runs wait for it and share its answer (one store read, not one per call).
+//! They are woken together when it ends, not handed a lock one after another: with
+//! hundreds of callers each hand-off waited behind every runnable task, and the last
+//! waited 1.5 s (replays at c=512, answered from the settled cache, kept the runtime's
+//! queues full).
 //! When the reload fails, the caller gets the error together with the last switches
 //! known: consequential calls fail closed on the error, reads go on with what was known.
 
@@ -32,8 +36,24 @@ pub(crate) struct Stale {
 #[derive(Default)]
 pub(crate) struct KillSwitchCache {
     state: Mutex<Cached>,
-    /// Held by the one caller reloading; the others wait on it and share the result.
+    /// Held by the one caller reloading.
     reload: tokio::sync::Mutex<()>,
+    /// Wakes every caller waiting for the reload when it ends (or is dropped).
+    reloaded: tokio::sync::Notify,
+}
+
+/// The reload's hold: lets go of the lock, then wakes the waiters (in that order: a
+/// waiter woken by a reload that was dropped before it ended takes the lock itself).
+struct Reloading<'a> {
+    lock: Option<tokio::sync::MutexGuard<'a, ()>>,
+    reloaded: &'a tokio::sync::Notify,
+}
+
+impl Drop for Reloading<'_> {
+    fn drop(&mut self) {
+        self.lock.take();
+        self.reloaded.notify_waiters();
+    }
 }
 
 #[derive(Default)]
@@ -77,21 +97,30 @@ impl KillSwitchCache {
             }
             state.reloads
         };
-        let _reloading = self.reload.lock().await;
-        let changes = {
-            let state = self.state();
-            if state.reloads != seen {
-                // Someone reloaded while this caller waited: share its answer.
-                return match &state.last_error {
-                    None => Ok(state.switches.clone()),
-                    Some(error) => Err(Stale {
-                        error: error.clone(),
-                        last_known: state.switches.clone(),
-                    }),
-                };
+        let _reloading = loop {
+            let ended = self.reloaded.notified();
+            let mut ended = std::pin::pin!(ended);
+            // Registered before looking, so a reload that ends from here on wakes it.
+            ended.as_mut().enable();
+            if let Some(shared) = self.reloaded_since(seen) {
+                return shared;
             }
-            state.changes
+            match self.reload.try_lock() {
+                Ok(lock) => {
+                    break Reloading {
+                        lock: Some(lock),
+                        reloaded: &self.reloaded,
+                    };
+                }
+                Err(_) => ended.await,
+            }
         };
+        // Someone may have reloaded between the look and the lock (only a reload moves
+        // `reloads`, and this caller now holds the only one).
+        if let Some(shared) = self.reloaded_since(seen) {
+            return shared;
+        }
+        let changes = self.state().changes;
         let started = now();
         let loaded = store.kill_switches().await;
         let mut state = self.state();
@@ -122,6 +151,18 @@ impl KillSwitchCache {
                 })
             }
         }
+    }
+
+    /// The answer of a reload that ended after `seen`, to share.
+    fn reloaded_since(&self, seen: u64) -> Option<Result<Switches, Stale>> {
+        let state = self.state();
+        (state.reloads != seen).then(|| match &state.last_error {
+            None => Ok(state.switches.clone()),
+            Some(error) => Err(Stale {
+                error: error.clone(),
+                last_known: state.switches.clone(),
+            }),
+        })
     }
 
     /// A change this gate committed: seen here at once, and the cache is reloaded by
@@ -160,4 +201,69 @@ pub(crate) fn switch_for(switches: &Switches, capability: &str, principal: &str)
         .get(&format!("capability:{capability}"))
         .or_else(|| switches.get(&format!("agent:{principal}")))
         .map(|r| format!("switched off by an admin: {r}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use oncegate_store::{MemoryStore, Store};
+
+    use super::*;
+
+    fn now() -> Timestamp {
+        Timestamp::UNIX_EPOCH + SignedDuration::from_hours(1)
+    }
+
+    fn caller(
+        cache: &Arc<KillSwitchCache>,
+        store: &Store,
+    ) -> tokio::task::JoinHandle<Result<usize, String>> {
+        let (cache, store) = (cache.clone(), store.clone());
+        tokio::spawn(async move {
+            cache
+                .current(&store, now)
+                .await
+                .map(|s| s.len())
+                .map_err(|stale| stale.error.to_string())
+        })
+    }
+
+    /// Hundreds of callers on a stale cache: one store read, and every caller answered
+    /// by it.
+    #[tokio::test(start_paused = true)]
+    async fn callers_of_a_stale_cache_share_one_reload() {
+        let store = Store::from(MemoryStore::with_latency(7, Duration::from_millis(40)));
+        let cache = Arc::new(KillSwitchCache::default());
+        let callers: Vec<_> = (0..300).map(|_| caller(&cache, &store)).collect();
+        for c in callers {
+            assert_eq!(c.await.unwrap(), Ok(0));
+        }
+        assert_eq!(cache.state().reloads, 1);
+    }
+
+    /// The caller reloading is dropped while it reads (its request was cancelled): one
+    /// of those waiting reloads instead, and none waits for ever.
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_dropped_midway_leaves_no_caller_waiting() {
+        let store = Store::from(MemoryStore::with_latency(7, Duration::from_millis(40)));
+        let cache = Arc::new(KillSwitchCache::default());
+        let first = caller(&cache, &store);
+        tokio::task::yield_now().await;
+        assert!(
+            cache.reload.try_lock().is_err(),
+            "the first caller is reloading"
+        );
+        let waiting: Vec<_> = (0..50).map(|_| caller(&cache, &store)).collect();
+        tokio::task::yield_now().await;
+        first.abort();
+        for w in waiting {
+            let answer = tokio::time::timeout(Duration::from_secs(5), w)
+                .await
+                .expect("no caller waits for ever");
+            assert_eq!(answer.unwrap(), Ok(0));
+        }
+        assert_eq!(cache.state().reloads, 1, "one of those waiting reloaded");
+    }
 }
