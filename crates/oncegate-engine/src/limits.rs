@@ -98,6 +98,17 @@ pub(crate) fn hold_for(
     business_ref: Option<&str>,
     normalised: &Map<String, Value>,
 ) -> Option<String> {
+    // Every target looked up below starts `hold:<capability>:`; with none stored (nearly
+    // every call) no target is formatted at all.
+    let for_capability = |target: &String| {
+        target
+            .strip_prefix(HOLD)
+            .and_then(|rest| rest.strip_prefix(capability))
+            .is_some_and(|rest| rest.starts_with(':'))
+    };
+    if !switches.keys().any(for_capability) {
+        return None;
+    }
     let found = |on: &HoldOn, value: Option<&Value>| {
         switches.get(&hold_target(capability, on, value)).cloned()
     };
