@@ -428,6 +428,10 @@ impl IntentsRead for Store {
     async fn stored_rows(&self) -> Result<Vec<StoredRow>, StoreError> {
         each_backend!(self, s => s.stored_rows().await)
     }
+
+    async fn stored_controls(&self) -> Result<Vec<StoredRow>, StoreError> {
+        each_backend!(self, s => s.stored_controls().await)
+    }
 }
 
 impl IntentsWrite for Store {

@@ -224,8 +224,13 @@ pub trait IntentsRead: Send + Sync {
         now: jiff::Timestamp,
     ) -> impl Future<Output = Result<u32, StoreError>> + Send;
     /// Every intent and approval row with its seal and link, for
-    /// `oncegate_core::audit::verify_rows` (`audit verify`).
+    /// `oncegate_core::audit::verify_rows` (`audit verify`), and the rows of
+    /// [`Self::stored_controls`].
     fn stored_rows(&self) -> impl Future<Output = Result<Vec<StoredRow>, StoreError>> + Send;
+    /// Every kill-switch and finding row with its seal and link (those from before the
+    /// chain sealed controls left out): what `audit verify --since-checkpoint` checks of
+    /// the controls, without reading every intent.
+    fn stored_controls(&self) -> impl Future<Output = Result<Vec<StoredRow>, StoreError>> + Send;
 }
 
 /// Writes of intents and approvals: the commit, and client-key bindings.

@@ -371,39 +371,55 @@ impl IntentsRead for PgStore {
                     });
                 }
             }
-            let legacy_before = self.legacy_before_ms();
-            for r in sqlx::query(
-                "SELECT target, reason, set_by, (extract(epoch from set_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM kill_switches",
-            )
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            {
-                let switch = switch_read(&r);
-                if switch.row_hash.is_some()
-                    || legacy_before.is_none_or(|t| switch.row.set_at_ms >= t)
-                {
-                    out.push(switch.stored());
-                }
-            }
-            for r in sqlx::query(
-                "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings",
-            )
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?
-            {
-                let finding = finding_row(&r)?;
-                if finding.row_hash.is_some()
-                    || legacy_before.is_none_or(|t| finding.finding.raised_at.as_millisecond() >= t)
-                {
-                    out.push(finding.stored());
-                }
-            }
+            out.extend(controls_in(conn, self.legacy_before_ms()).await?);
             Ok(out)
         })
         .await
     }
+
+    async fn stored_controls(&self) -> Result<Vec<StoredRow>, StoreError> {
+        let legacy_before = self.legacy_before_ms();
+        self.snapshot(async |conn: &mut PgConnection| controls_in(conn, legacy_before).await)
+            .await
+    }
+}
+
+/// The kill-switch and finding rows [`IntentsRead::stored_controls`] lists, as `conn`
+/// reads them (those from before `legacy_before`, unsealed, left out).
+async fn controls_in(
+    conn: &mut PgConnection,
+    legacy_before: Option<i64>,
+) -> Result<Vec<StoredRow>, StoreError> {
+    let mut out = Vec::new();
+    for r in sqlx::query(
+        "SELECT target, reason, set_by, (extract(epoch from set_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM kill_switches",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?
+    {
+        let switch = switch_read(&r);
+        if switch.row_hash.is_some()
+            || legacy_before.is_none_or(|t| switch.row.set_at_ms >= t)
+        {
+            out.push(switch.stored());
+        }
+    }
+    for r in sqlx::query(
+        "SELECT id, rule, (extract(epoch from raised_at) * 1000000)::int8, body, (extract(epoch from delivered_at) * 1000000)::int8, attempts, (extract(epoch from next_attempt_at) * 1000000)::int8, audit_shard, audit_seq, row_hash FROM findings",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?
+    {
+        let finding = finding_row(&r)?;
+        if finding.row_hash.is_some()
+            || legacy_before.is_none_or(|t| finding.finding.raised_at.as_millisecond() >= t)
+        {
+            out.push(finding.stored());
+        }
+    }
+    Ok(out)
 }
 
 impl AuditRead for PgStore {

@@ -178,6 +178,12 @@ impl IntentsRead for SqliteStore {
                 });
             }
         }
+        out.extend(self.stored_controls().await?);
+        Ok(out)
+    }
+
+    async fn stored_controls(&self) -> Result<Vec<StoredRow>, StoreError> {
+        let mut out = Vec::new();
         for r in sqlx::query(
             "SELECT target, reason, set_by, set_at, audit_shard, audit_seq, row_hash FROM kill_switches",
         )

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use jiff::{SignedDuration, Timestamp};
 use oncegate_core::audit::{AuditEvent, AuditKind, RowKind};
-use oncegate_store::audit_check::{Walk, verify_audit};
+use oncegate_store::audit_check::{Walk, save_checkpoint, verify_audit};
 use oncegate_store::conformance::sample_record;
 use oncegate_store::{
     Backend, Commit, FindingRow, IntentsWrite, KillSwitchChange, LimitReconcile, OpenMode,
@@ -44,6 +44,22 @@ async fn switch<S: IntentsWrite>(store: &S, target: &str, reason: Option<&str>, 
     store.commit(commit).await.unwrap();
 }
 
+/// A finding of two effects under one charge, raised at `at`.
+async fn finding<S: IntentsWrite>(store: &S, id: &str, at: Timestamp) {
+    let mut commit = Commit::event(admin(at));
+    commit.finding = Some(FindingRow {
+        id: id.into(),
+        rule: "charge_card".into(),
+        raised_at: at,
+        body: format!(r#"{{"id":"{id}","effects":["ch_1","ch_2"]}}"#),
+        delivered_at: None,
+        attempts: 0,
+        next_attempt_at: Some(at),
+        problem: None,
+    });
+    store.commit(commit).await.unwrap();
+}
+
 /// A charge of 100 against the budget `daily` (250 a day), as a claim's commit.
 async fn charge<S: IntentsWrite>(store: &S, key: &str) -> Result<(), StoreError> {
     let rec = sample_record(key, 1);
@@ -75,18 +91,7 @@ where
     switch(store, "hold:charge_card:customer=cus_1", Some("fraud"), at).await;
     switch(store, "capability:refund", Some("audit"), at).await;
     switch(store, "capability:refund", None, at).await;
-    let mut finding = Commit::event(admin(at));
-    finding.finding = Some(FindingRow {
-        id: "f-1".into(),
-        rule: "charge_card".into(),
-        raised_at: at,
-        body: r#"{"id":"f-1","effects":["ch_1","ch_2"]}"#.into(),
-        delivered_at: None,
-        attempts: 0,
-        next_attempt_at: Some(at),
-        problem: None,
-    });
-    store.commit(finding).await.unwrap();
+    finding(store, "f-1", at).await;
     charge(store, "ab01").await.unwrap();
     charge(store, "ab02").await.unwrap();
     assert!(
@@ -177,6 +182,61 @@ where
     );
 }
 
+/// `audit verify --since-checkpoint` checks the controls written after the checkpoint
+/// (it reads the controls alone, not every row): one edited and one deleted are found,
+/// one left alone is not, and nothing written before the checkpoint is walked again.
+pub async fn controls_after_a_checkpoint_are_checked<S, T>(store: &S, tamper: T)
+where
+    S: Backend,
+    T: AsyncFn(&str),
+{
+    let at = sample_record("ab01", 1).created_at;
+    switch(store, "capability:before", Some("old"), at).await;
+    charge(store, "ab01").await.unwrap();
+    let first = verify_audit(store, None, "", &[], Walk::FromCheckpoint)
+        .await
+        .unwrap();
+    assert!(first.ok(), "{:?}", first.row_problems);
+    save_checkpoint(store, None, "", &first, Timestamp::now())
+        .await
+        .unwrap()
+        .expect("a clean walk moves the checkpoint");
+
+    switch(store, "capability:send_email", Some("phishing"), at).await;
+    switch(store, "capability:refund", Some("audit"), at).await;
+    finding(store, "f-2", at).await;
+    let clean = verify_audit(store, None, "", &[], Walk::FromCheckpoint)
+        .await
+        .unwrap();
+    assert!(clean.ok(), "{:?}", clean.row_problems);
+    assert_eq!(
+        (clean.records, clean.rows),
+        (3, 3),
+        "the three new records and the three controls they wrote, nothing from before"
+    );
+
+    tamper("DELETE FROM kill_switches WHERE target = 'capability:send_email'").await;
+    tamper(r#"UPDATE findings SET body = '{"id":"f-2","effects":[]}' WHERE id = 'f-2'"#).await;
+    let report = verify_audit(store, None, "", &[], Walk::FromCheckpoint)
+        .await
+        .unwrap();
+    let mut found: Vec<_> = report
+        .row_problems
+        .iter()
+        .map(|p| (p.kind, p.key.as_str()))
+        .collect();
+    found.sort_unstable();
+    assert_eq!(
+        found,
+        [
+            (RowKind::Switch, "capability:send_email"),
+            (RowKind::Finding, "f-2")
+        ],
+        "{:?}",
+        report.row_problems
+    );
+}
+
 fn count_of(report: &oncegate_store::audit_check::AuditReport, kind: RowKind) -> usize {
     report
         .row_problems
@@ -197,19 +257,33 @@ async fn reconcile<S: IntentsWrite>(store: &S, accept_table: bool) -> Result<(),
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_controls_deleted_or_edited_are_refused_and_reported() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("controls.db");
+    let (store, db) = sqlite(dir.path()).await;
+    controls_are_chained(&store, async |sql: &str| tamper(&db, sql).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_controls_after_a_checkpoint_are_checked_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, db) = sqlite(dir.path()).await;
+    controls_after_a_checkpoint_are_checked(&store, async |sql: &str| tamper(&db, sql).await).await;
+}
+
+async fn sqlite(dir: &Path) -> (SqliteStore, std::path::PathBuf) {
+    let db = dir.join("controls.db");
     let store = SqliteStore::open_with(&db, OpenMode::CreateIfMissing, StoreOptions::default())
         .await
         .unwrap();
-    controls_are_chained(&store, async |sql: &str| {
-        let mut conn = raw(&db).await;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        conn.close().await.unwrap();
-    })
-    .await;
+    (store, db)
+}
+
+/// Runs `sql` on the store's file behind its back.
+async fn tamper(db: &Path, sql: &str) {
+    let mut conn = raw(db).await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
 }
 
 async fn raw(db: &Path) -> sqlx::SqliteConnection {

@@ -632,15 +632,34 @@ async fn postgres_controls_deleted_or_edited_are_refused_and_reported() {
         .store(OpenMode::CreateIfMissing, StoreOptions::default())
         .await
         .unwrap();
-    crate::controls::controls_are_chained(&store, async |sql: &str| {
-        let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        let _ = conn.close().await;
+    crate::controls::controls_are_chained(&store, async |sql: &str| tamper(&db.url, sql).await)
+        .await;
+    store.close().await;
+    db.drop().await;
+}
+
+/// Controls written after an audit checkpoint are checked from it, as on SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_controls_after_a_checkpoint_are_checked_from_it() {
+    let db = TestDb::create().await;
+    let store = db
+        .store(OpenMode::CreateIfMissing, StoreOptions::default())
+        .await
+        .unwrap();
+    crate::controls::controls_after_a_checkpoint_are_checked(&store, async |sql: &str| {
+        tamper(&db.url, sql).await;
     })
     .await;
     store.close().await;
     db.drop().await;
+}
+
+/// Runs `sql` on the database behind the store's back.
+async fn tamper(url: &str, sql: &str) {
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let _ = conn.close().await;
 }
