@@ -48,6 +48,7 @@ mod anchor;
 mod audit;
 pub mod clock;
 mod intents;
+mod keyset;
 mod limits;
 mod lock;
 mod pins;
@@ -105,6 +106,9 @@ struct Inner {
     /// Applied rows for replays, kept only by a serving process (the file's only
     /// writer, so every intent write but a CLI command's passes through it).
     settled: Option<settled::Settled>,
+    /// The keys with rows on disk, kept by a serving process likewise: a distinct
+    /// intent's first load answers "absent" from it.
+    keys: Option<Arc<keyset::KeySet>>,
     writer: mpsc::Sender<Job>,
 }
 
@@ -275,6 +279,11 @@ impl SqliteStore {
         .await
         .map_err(unavailable)??;
         let blocking = read::Readers::start(path, READER_THREADS)?;
+        let keys = if options.single_writer {
+            Some(keyset::KeySet::start(path)?)
+        } else {
+            None
+        };
         let (tx, rx) = mpsc::channel(4096);
         writer::start(conn, rx, file)?;
         Ok(Self {
@@ -292,6 +301,7 @@ impl SqliteStore {
                 blocking,
                 verified,
                 settled: options.single_writer.then(settled::Settled::default),
+                keys,
                 writer: tx,
             }),
         })

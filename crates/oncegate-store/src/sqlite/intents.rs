@@ -29,6 +29,9 @@ impl IntentsRead for SqliteStore {
             tokio::task::yield_now().await;
             return Ok(Some(record));
         }
+        if self.inner.keys.as_ref().is_some_and(|k| k.absent(key)) {
+            return Ok(None);
+        }
         // Taken before the read: an entry's age counts from before the row was read.
         let ticket = settled.map(|s| (s.ticket(), now()));
         let (key, keys) = (key.clone(), self.checks());
@@ -247,6 +250,9 @@ impl IntentsWrite for SqliteStore {
             .as_ref()
             .zip(commit.record.as_ref())
             .map(|(settled, r)| settled.forget_on_drop(r.key.clone()));
+        if let (Some(keys), Some(record)) = (&self.inner.keys, &commit.record) {
+            keys.note(&record.key);
+        }
         let result = self.commit_inner(commit).await;
         metrics::histogram!("oncegate_store_commit_seconds")
             .record(started.elapsed().as_secs_f64());

@@ -3,6 +3,7 @@
 mod conformance;
 mod controls;
 mod integrity;
+mod keys;
 mod open;
 mod postgres;
 mod postgres_trips;

@@ -15,7 +15,7 @@ use sqlx::Connection;
 use crate::integrity::event;
 
 /// How `oncegate serve` opens its store: the file's only writer.
-async fn serving(db: &Path) -> SqliteStore {
+pub(crate) async fn serving(db: &Path) -> SqliteStore {
     let options = StoreOptions {
         single_writer: true,
         ..StoreOptions::default()

@@ -1,0 +1,177 @@
+//! The keys a serving SQLite store holds rows for, so a load of a key it has never seen
+//! (every distinct intent's first load) answers "absent" without a hop to a reader
+//! thread and two reads.
+//!
+//! Why "absent" from here is safe: a load that says absent only lets the engine decide
+//! to claim, and the claim's insert is the check (`ON CONFLICT DO NOTHING`, so a row
+//! that exists makes it a conflict, which re-decides from a load of the disk). The
+//! writer's insert also refuses a key whose rows the chain sealed and which are gone
+//! (deleted rows). So a wrong "absent" costs a conflict, never an effect. What keeps it
+//! exact:
+//! - the set holds every key with a row on disk and every key the audit chain sealed a
+//!   row of, so a deleted row is still refused at its load, as before;
+//! - this process notes a key before its commit reaches the writer, so a row it writes
+//!   is known before it is on disk;
+//! - rows and records written by another process (a CLI command beside the server) are
+//!   picked up by a scan of those added since the last one, every [`REFRESH`] (neither
+//!   is ever deleted, and SQLite gives a new row a rowid above every committed one);
+//! - a key noted by a conflicting commit is known from then on, so the conflict's
+//!   reload reads the disk.
+//!
+//! Until the first scan of both tables has finished, every load reads the disk.
+//!
+//! Keys are kept as 64-bit hashes: a collision only sends a load to the disk.
+
+use std::collections::HashSet;
+use std::hash::BuildHasher;
+use std::path::Path;
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use oncegate_core::key::IntentKey;
+use rusqlite::{Connection, params};
+
+use crate::StoreError;
+
+/// How often rows written by another process are looked for.
+pub(crate) const REFRESH: Duration = Duration::from_millis(500);
+
+/// The keys known to have rows, or to have had them. One per serving store.
+pub(crate) struct KeySet {
+    inner: Mutex<Inner>,
+    hasher: std::collections::hash_map::RandomState,
+    /// Dropped with the store: the scanning thread stops at once.
+    _stop: std_mpsc::Sender<()>,
+}
+
+#[derive(Default)]
+struct Inner {
+    keys: HashSet<u64>,
+    /// Set once a scan of the whole table has finished.
+    complete: bool,
+    /// The highest rowid of `intents` and id of `audit` scanned.
+    scanned: (i64, i64),
+}
+
+impl KeySet {
+    /// Starts the scanning thread on its own read-only connection to `path`.
+    pub(crate) fn start(path: &Path) -> Result<Arc<Self>, StoreError> {
+        let conn = super::read::connect(path, false)?;
+        let (stop, stopped) = std_mpsc::channel();
+        let set = Arc::new(Self {
+            inner: Mutex::default(),
+            hasher: Default::default(),
+            _stop: stop,
+        });
+        let weak = Arc::downgrade(&set);
+        std::thread::Builder::new()
+            .name("oncegate-sqlite-keys".into())
+            .spawn(move || scan_until_dropped(conn, &weak, &stopped))
+            .map_err(super::unavailable)?;
+        Ok(set)
+    }
+
+    /// Whether `key` certainly has no row on disk: false until the first full scan.
+    pub(crate) fn absent(&self, key: &IntentKey) -> bool {
+        let h = self.hash(key);
+        let inner = self.lock();
+        inner.complete && !inner.keys.contains(&h)
+    }
+
+    /// A commit is about to write `key`'s row.
+    pub(crate) fn note(&self, key: &IntentKey) {
+        let h = self.hash(key);
+        self.lock().keys.insert(h);
+    }
+
+    fn hash(&self, key: &IntentKey) -> u64 {
+        self.hasher.hash_one(key.as_str())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds the keys of the rows and the records above those scanned. Hashed outside
+    /// the lock, in one read transaction.
+    fn scan(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        let (rows_from, audit_from) = self.lock().scanned;
+        let tx = conn.transaction()?;
+        let mut found = Vec::new();
+        let rows_top = self.scan_one(
+            &tx,
+            "SELECT rowid, key FROM intents WHERE rowid > ?1 ORDER BY rowid",
+            rows_from,
+            &mut found,
+        )?;
+        let audit_top = if audit_from == 0 {
+            // The first scan reads the keys off their index (each once, no body parsed),
+            // up to the newest record of this snapshot. `> 0`: in SQLite every text
+            // sorts above every number, so this is "not null" in a form the index serves.
+            let top: Option<i64> = tx.query_row("SELECT MAX(id) FROM audit", [], |r| r.get(0))?;
+            self.scan_one(
+                &tx,
+                "SELECT 0, key FROM (SELECT DISTINCT json_extract(body, '$.detail.row_intent.key') AS key
+                 FROM audit WHERE json_extract(body, '$.detail.row_intent.key') > ?1)",
+                0,
+                &mut found,
+            )?;
+            top.unwrap_or(0)
+        } else {
+            self.scan_one(
+                &tx,
+                "SELECT id, json_extract(body, '$.detail.row_intent.key') FROM audit WHERE id > ?1 ORDER BY id",
+                audit_from,
+                &mut found,
+            )?
+        };
+        drop(tx);
+        let mut inner = self.lock();
+        inner.keys.extend(found);
+        inner.scanned = (rows_top, audit_top);
+        inner.complete = true;
+        Ok(())
+    }
+
+    /// Hashes the keys `sql` yields above `from` into `found`; returns the highest
+    /// position read.
+    fn scan_one(
+        &self,
+        conn: &Connection,
+        sql: &str,
+        from: i64,
+        found: &mut Vec<u64>,
+    ) -> rusqlite::Result<i64> {
+        let mut stmt = conn.prepare_cached(sql)?;
+        let mut rows = stmt.query(params![from])?;
+        let mut top = from;
+        while let Some(row) = rows.next()? {
+            top = row.get(0)?;
+            if let Some(key) = row.get_ref(1)?.as_str_or_null()? {
+                found.push(self.hasher.hash_one(key));
+            }
+        }
+        Ok(top)
+    }
+}
+
+/// Scans, then again every [`REFRESH`], until the store is dropped. A failed scan
+/// leaves the set as it was (incomplete stays incomplete: every load reads the disk)
+/// and is tried again.
+fn scan_until_dropped(mut conn: Connection, set: &Weak<KeySet>, stopped: &std_mpsc::Receiver<()>) {
+    loop {
+        match set.upgrade() {
+            Some(set) => {
+                if let Err(e) = set.scan(&mut conn) {
+                    tracing::warn!(error = %e, "could not scan the store's intent keys (loads read the disk meanwhile)");
+                }
+            }
+            None => return,
+        }
+        match stopped.recv_timeout(REFRESH) {
+            Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}
