@@ -303,7 +303,11 @@ async fn a_fronted_servers_changed_tool_list_reaches_agents_without_waiting_for_
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway(dir.path(), &config(&sandbox)).await;
     let client = agent(&gw, modern()).await;
-    until_listed(&client, |l| l.iter().any(|n| n == "pay_find_email")).await;
+    // Both servers' lists read (each is read on its own: one may lag on a busy machine).
+    until_listed(&client, |l| {
+        l.iter().any(|n| n == "pay_find_email") && l.iter().any(|n| n == "held_create_refund")
+    })
+    .await;
     // Agents are told in turn: a 2026 subscription and a 2025 session's stream.
     let mut subscription = client
         .listen(

@@ -48,10 +48,9 @@ pub(crate) struct KeySet {
 #[derive(Default)]
 struct Inner {
     keys: HashSet<u64>,
-    /// Set once a scan of the whole table has finished.
-    complete: bool,
-    /// The highest rowid of `intents` and id of `audit` scanned.
-    scanned: (i64, i64),
+    /// The highest rowid of `intents` and id of `audit` scanned, once a scan of both
+    /// whole tables has finished.
+    scanned: Option<(i64, i64)>,
 }
 
 impl KeySet {
@@ -68,7 +67,7 @@ impl KeySet {
         std::thread::Builder::new()
             .name("oncegate-sqlite-keys".into())
             .spawn(move || scan_until_dropped(conn, &weak, &stopped))
-            .map_err(super::unavailable)?;
+            .map_err(super::read::unavailable)?;
         Ok(set)
     }
 
@@ -76,7 +75,7 @@ impl KeySet {
     pub(crate) fn absent(&self, key: &IntentKey) -> bool {
         let h = self.hash(key);
         let inner = self.lock();
-        inner.complete && !inner.keys.contains(&h)
+        inner.scanned.is_some() && !inner.keys.contains(&h)
     }
 
     /// A commit is about to write `key`'s row.
@@ -96,42 +95,57 @@ impl KeySet {
     /// Adds the keys of the rows and the records above those scanned. Hashed outside
     /// the lock, in one read transaction.
     fn scan(&self, conn: &mut Connection) -> rusqlite::Result<()> {
-        let (rows_from, audit_from) = self.lock().scanned;
+        let scanned = self.lock().scanned;
         let tx = conn.transaction()?;
         let mut found = Vec::new();
-        let rows_top = self.scan_one(
-            &tx,
-            "SELECT rowid, key FROM intents WHERE rowid > ?1 ORDER BY rowid",
-            rows_from,
-            &mut found,
-        )?;
-        let audit_top = if audit_from == 0 {
-            // The first scan reads the keys off their index (each once, no body parsed),
-            // up to the newest record of this snapshot. `> 0`: in SQLite every text
-            // sorts above every number, so this is "not null" in a form the index serves.
-            let top: Option<i64> = tx.query_row("SELECT MAX(id) FROM audit", [], |r| r.get(0))?;
-            self.scan_one(
-                &tx,
-                "SELECT 0, key FROM (SELECT DISTINCT json_extract(body, '$.detail.row_intent.key') AS key
-                 FROM audit WHERE json_extract(body, '$.detail.row_intent.key') > ?1)",
-                0,
-                &mut found,
-            )?;
-            top.unwrap_or(0)
-        } else {
-            self.scan_one(
-                &tx,
-                "SELECT id, json_extract(body, '$.detail.row_intent.key') FROM audit WHERE id > ?1 ORDER BY id",
-                audit_from,
-                &mut found,
-            )?
+        let tops = match scanned {
+            None => self.scan_all(&tx, &mut found)?,
+            Some((rows_from, audit_from)) => (
+                self.scan_one(
+                    &tx,
+                    "SELECT rowid, key FROM intents WHERE rowid > ?1 ORDER BY rowid",
+                    rows_from,
+                    &mut found,
+                )?,
+                self.scan_one(
+                    &tx,
+                    "SELECT id, json_extract(body, '$.detail.row_intent.key') FROM audit WHERE id > ?1 ORDER BY id",
+                    audit_from,
+                    &mut found,
+                )?,
+            ),
         };
         drop(tx);
         let mut inner = self.lock();
         inner.keys.extend(found);
-        inner.scanned = (rows_top, audit_top);
-        inner.complete = true;
+        inner.scanned = Some(tops);
         Ok(())
+    }
+
+    /// The first scan: every key once, off the indexes (the primary key's and the
+    /// chain's `audit_by_row_intent`, so no row body is read or parsed), and the newest
+    /// rowid and record id of the same snapshot. `> 0`: in SQLite every text sorts
+    /// above every number, so this is "not null" in a form the index serves.
+    fn scan_all(&self, tx: &Connection, found: &mut Vec<u64>) -> rusqlite::Result<(i64, i64)> {
+        let tops = tx.query_row(
+            "SELECT (SELECT MAX(rowid) FROM intents), (SELECT MAX(id) FROM audit)",
+            [],
+            |r| Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?)),
+        )?;
+        self.scan_one(
+            tx,
+            "SELECT 0, key FROM (SELECT DISTINCT key FROM intents WHERE key > ?1)",
+            0,
+            found,
+        )?;
+        self.scan_one(
+            tx,
+            "SELECT 0, key FROM (SELECT DISTINCT json_extract(body, '$.detail.row_intent.key') AS key
+             FROM audit WHERE json_extract(body, '$.detail.row_intent.key') > ?1)",
+            0,
+            found,
+        )?;
+        Ok((tops.0.unwrap_or(0), tops.1.unwrap_or(0)))
     }
 
     /// Hashes the keys `sql` yields above `from` into `found`; returns the highest
@@ -156,19 +170,26 @@ impl KeySet {
     }
 }
 
-/// Scans, then again every [`REFRESH`], until the store is dropped. A failed scan
-/// leaves the set as it was (incomplete stays incomplete: every load reads the disk)
+/// Scans, then again every [`REFRESH`] in which another connection (this process's
+/// writer, or another process) committed, until the store is dropped. A failed scan
+/// leaves the set as it was (before the first full scan: every load reads the disk)
 /// and is tried again.
 fn scan_until_dropped(mut conn: Connection, set: &Weak<KeySet>, stopped: &std_mpsc::Receiver<()>) {
+    let mut seen: Option<i64> = None;
     loop {
-        match set.upgrade() {
-            Some(set) => {
-                if let Err(e) = set.scan(&mut conn) {
+        let Some(set) = set.upgrade() else { return };
+        let version = conn
+            .query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
+            .ok();
+        if version.is_none() || version != seen {
+            match set.scan(&mut conn) {
+                Ok(()) => seen = version,
+                Err(e) => {
                     tracing::warn!(error = %e, "could not scan the store's intent keys (loads read the disk meanwhile)");
                 }
             }
-            None => return,
         }
+        drop(set);
         match stopped.recv_timeout(REFRESH) {
             Err(std_mpsc::RecvTimeoutError::Timeout) => {}
             _ => return,
