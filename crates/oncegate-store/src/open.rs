@@ -383,6 +383,10 @@ impl IntentsRead for Store {
         each_backend!(self, s => s.load(key).await)
     }
 
+    async fn load_to_claim(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
+        each_backend!(self, s => s.load_to_claim(key).await)
+    }
+
     async fn load_generation(
         &self,
         key: &IntentKey,

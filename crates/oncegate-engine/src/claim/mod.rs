@@ -205,7 +205,9 @@ impl Gate {
         derived: &DerivedKey,
         call: &Call,
     ) -> Result<(Option<IntentRecord>, Option<Approval>, Option<IntentRecord>), StoreError> {
-        let mut existing = self.maybe_across_gap(self.store.load(&derived.key).await?);
+        // The first load may be answered "absent" from the store's key set: only a
+        // claim follows from it, and the claim's insert is checked against the disk.
+        let mut existing = self.maybe_across_gap(self.store.load_to_claim(&derived.key).await?);
         let approval = match existing.as_ref().and_then(|r| r.approval_id.as_deref()) {
             Some(id) => self.approval_across_gap(self.store.approval(id).await?),
             None => None,

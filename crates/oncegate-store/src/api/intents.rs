@@ -183,6 +183,17 @@ pub trait IntentsRead: Send + Sync {
         &self,
         key: &IntentKey,
     ) -> impl Future<Output = Result<Option<IntentRecord>, StoreError>> + Send;
+    /// [`IntentsRead::load`] for a call deciding whether to claim. A store may answer
+    /// `Ok(None)` for a key it knows it holds nothing of without reading: the claim's
+    /// insert is then the check (a row of that key, or a sealed generation above the
+    /// one claimed, makes it a conflict, and the re-decision loads again). Nothing but
+    /// a claim's first load may use it.
+    fn load_to_claim(
+        &self,
+        key: &IntentKey,
+    ) -> impl Future<Output = Result<Option<IntentRecord>, StoreError>> + Send {
+        self.load(key)
+    }
     /// One generation of an intent.
     fn load_generation(
         &self,

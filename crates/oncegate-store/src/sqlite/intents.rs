@@ -29,11 +29,6 @@ impl IntentsRead for SqliteStore {
             tokio::task::yield_now().await;
             return Ok(Some(record));
         }
-        if self.inner.keys.as_ref().is_some_and(|k| k.absent(key)) {
-            // Yields once, as the load it stands in for did (see the hit above).
-            tokio::task::yield_now().await;
-            return Ok(None);
-        }
         // Taken before the read: an entry's age counts from before the row was read.
         let ticket = settled.map(|s| (s.ticket(), now()));
         let (key, keys) = (key.clone(), self.checks());
@@ -46,6 +41,15 @@ impl IntentsRead for SqliteStore {
             settled.offer(ticket.0, record, ticket.1);
         }
         Ok(found)
+    }
+
+    async fn load_to_claim(&self, key: &IntentKey) -> Result<Option<IntentRecord>, StoreError> {
+        if self.inner.keys.as_ref().is_some_and(|k| k.absent(key)) {
+            // Yields once, as the load it stands in for did (see `load`'s hit).
+            tokio::task::yield_now().await;
+            return Ok(None);
+        }
+        self.load(key).await
     }
 
     async fn load_generation(

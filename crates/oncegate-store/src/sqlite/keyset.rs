@@ -1,24 +1,27 @@
-//! The keys a serving SQLite store holds rows for, so a load of a key it has never seen
-//! (every distinct intent's first load) answers "absent" without a hop to a reader
+//! The keys a serving SQLite store holds rows for, so a claim's first load of a key it
+//! has never seen (every distinct intent's) answers "absent" without a hop to a reader
 //! thread and two reads.
 //!
-//! Why "absent" from here is safe: a load that says absent only lets the engine decide
-//! to claim, and the claim's insert is the check (`ON CONFLICT DO NOTHING`, so a row
-//! that exists makes it a conflict, which re-decides from a load of the disk). The
-//! writer's insert also refuses a key whose rows the chain sealed and which are gone
-//! (deleted rows). So a wrong "absent" costs a conflict, never an effect. What keeps it
-//! exact:
+//! Why "absent" from here is safe: only [`crate::IntentsRead::load_to_claim`] answers
+//! from the set, and only a claim follows from it. The claim's insert is the check: a
+//! row of that key and generation makes it a conflict (`ON CONFLICT DO NOTHING`), and
+//! so does a row or a seal of a later generation (a row edited on disk to this key);
+//! the re-decision loads from disk, which refuses what it must. The insert also refuses
+//! a key whose sealed rows are gone (deleted rows). So a wrong "absent" costs a
+//! conflict, never an effect; every other load reads the disk. What keeps it exact:
 //! - the set holds every key with a row on disk and every key the audit chain sealed a
 //!   row of, so a deleted row is still refused at its load, as before;
 //! - this process notes a key before its commit reaches the writer, so a row it writes
 //!   is known before it is on disk;
 //! - rows and records written by another process (a CLI command beside the server) are
-//!   picked up by a scan of those added since the last one, every [`REFRESH`] (neither
-//!   is ever deleted, and SQLite gives a new row a rowid above every committed one);
+//!   picked up by a scan of those added since the last one, at most every [`REFRESH`]
+//!   and only when another connection committed (rows and records are never deleted,
+//!   and SQLite gives a new row a rowid above every committed one);
 //! - a key noted by a conflicting commit is known from then on, so the conflict's
 //!   reload reads the disk.
 //!
-//! Until the first scan of both tables has finished, every load reads the disk.
+//! Until the first scan of both tables has finished, and after a scan fails until one
+//! succeeds, every load reads the disk.
 //!
 //! Keys are kept as 64-bit hashes: a collision only sends a load to the disk.
 
@@ -116,9 +119,20 @@ impl KeySet {
             ),
         };
         drop(tx);
-        let mut inner = self.lock();
-        inner.keys.extend(found);
-        inner.scanned = Some(tops);
+        if scanned.is_none() {
+            // The first scan's keys (a million on a large store) are hashed into a set
+            // of their own, so loads and commits never wait behind that; the keys
+            // noted meanwhile are moved over.
+            let mut keys: HashSet<u64> = found.into_iter().collect();
+            let mut inner = self.lock();
+            keys.extend(inner.keys.drain());
+            inner.keys = keys;
+            inner.scanned = Some(tops);
+        } else {
+            let mut inner = self.lock();
+            inner.keys.extend(found);
+            inner.scanned = Some(tops);
+        }
         Ok(())
     }
 
@@ -162,7 +176,10 @@ impl KeySet {
         let mut top = from;
         while let Some(row) = rows.next()? {
             top = row.get(0)?;
-            if let Some(key) = row.get_ref(1)?.as_str_or_null()? {
+            // A key that is not text (edited on disk) is no key a call derives.
+            if let rusqlite::types::ValueRef::Text(key) = row.get_ref(1)?
+                && let Ok(key) = std::str::from_utf8(key)
+            {
                 found.push(self.hasher.hash_one(key));
             }
         }
@@ -185,6 +202,8 @@ fn scan_until_dropped(mut conn: Connection, set: &Weak<KeySet>, stopped: &std_mp
             match set.scan(&mut conn) {
                 Ok(()) => seen = version,
                 Err(e) => {
+                    // Answer nothing from the set until a whole scan succeeds again.
+                    set.lock().scanned = None;
                     tracing::warn!(error = %e, "could not scan the store's intent keys (loads read the disk meanwhile)");
                 }
             }

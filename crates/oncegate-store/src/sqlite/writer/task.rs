@@ -22,8 +22,8 @@ use crate::StoreError;
 use crate::ledger::Sealing;
 use crate::rows::{self, PreparedApproval, PreparedIntent};
 use crate::sqlite::read::{
-    Remember, check_row, fetch_approval, fetch_intent, fingerprint, newest_approval_seal,
-    newest_intent_seal, unavailable,
+    Remember, check_row, fetch_approval, fetch_intent, fingerprint, newer_generation_exists,
+    newest_approval_seal, newest_intent_seal, unavailable,
 };
 
 /// How long the checkpointer lets commits gather before it checkpoints them.
@@ -311,6 +311,12 @@ fn apply_one(
         // deleted row into a fresh, sealed version.
         let what = format!("intent {} generation {}", stored.key, stored.generation);
         if record.version == 0 {
+            // A new generation below one that exists (a row, or a seal of one) was
+            // decided from a load that missed it (the store's key set answered
+            // "absent"): re-decide from the disk, whose load refuses what it must.
+            if newer_generation_exists(conn, &stored.key, stored.generation)? {
+                return Err(StoreError::Conflict);
+            }
             if newest_intent_seal(conn, &stored.key, stored.generation)?.is_some()
                 && fetch_intent(conn, &stored.key, stored.generation)?.is_none()
             {
