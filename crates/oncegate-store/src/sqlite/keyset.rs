@@ -119,20 +119,23 @@ impl KeySet {
             ),
         };
         drop(tx);
-        if scanned.is_none() {
-            // The first scan's keys (a million on a large store) are hashed into a set
-            // of their own, so loads and commits never wait behind that; the keys
-            // noted meanwhile are moved over.
-            let mut keys: HashSet<u64> = found.into_iter().collect();
-            let mut inner = self.lock();
-            keys.extend(inner.keys.drain());
-            inner.keys = keys;
-            inner.scanned = Some(tops);
-        } else {
-            let mut inner = self.lock();
-            inner.keys.extend(found);
-            inner.scanned = Some(tops);
+        // The first scan's keys (a million on a large store) are hashed into a set of
+        // their own, so loads and commits never wait behind that; the keys noted
+        // meanwhile are moved over.
+        let first = scanned.is_none().then(|| {
+            std::mem::take(&mut found)
+                .into_iter()
+                .collect::<HashSet<u64>>()
+        });
+        let mut inner = self.lock();
+        match first {
+            Some(mut keys) => {
+                keys.extend(inner.keys.drain());
+                inner.keys = keys;
+            }
+            None => inner.keys.extend(found),
         }
+        inner.scanned = Some(tops);
         Ok(())
     }
 
@@ -188,9 +191,9 @@ impl KeySet {
 }
 
 /// Scans, then again every [`REFRESH`] in which another connection (this process's
-/// writer, or another process) committed, until the store is dropped. A failed scan
-/// leaves the set as it was (before the first full scan: every load reads the disk)
-/// and is tried again.
+/// writer, or another process) committed, until the store is dropped. After a failed
+/// scan the set answers nothing (every load reads the disk) until a whole scan
+/// succeeds.
 fn scan_until_dropped(mut conn: Connection, set: &Weak<KeySet>, stopped: &std_mpsc::Receiver<()>) {
     let mut seen: Option<i64> = None;
     loop {

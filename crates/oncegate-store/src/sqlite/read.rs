@@ -302,7 +302,10 @@ pub(super) fn record_at(
 }
 
 /// The newest generation of `key` the audit chain sealed.
-fn newest_sealed_generation(conn: &Connection, key: &str) -> Result<Option<u32>, StoreError> {
+pub(super) fn newest_sealed_generation(
+    conn: &Connection,
+    key: &str,
+) -> Result<Option<u32>, StoreError> {
     conn.prepare_cached(
         "SELECT MAX(json_extract(body, '$.detail.row_intent.generation')) FROM audit
          WHERE json_extract(body, '$.detail.row_intent.key') = ?1",
@@ -312,17 +315,15 @@ fn newest_sealed_generation(conn: &Connection, key: &str) -> Result<Option<u32>,
     .map_err(read_failed)
 }
 
-/// Whether `key` has a row, or the chain sealed one, of a generation above `generation`.
-pub(super) fn newer_generation_exists(
+/// Whether `key` has a row of a generation above `generation`.
+pub(super) fn newer_row_exists(
     conn: &Connection,
     key: &str,
     generation: u32,
 ) -> Result<bool, StoreError> {
-    let row = conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM intents WHERE key = ?1 AND generation > ?2)")
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM intents WHERE key = ?1 AND generation > ?2)")
         .and_then(|mut s| s.query_row(params![key, i64::from(generation)], |r| r.get(0)))
-        .map_err(read_failed)?;
-    Ok(row || newest_sealed_generation(conn, key)?.is_some_and(|g| g > generation))
+        .map_err(read_failed)
 }
 
 pub(super) fn newest_approval_seal(

@@ -277,7 +277,7 @@ async fn sqlite(dir: &Path) -> (SqliteStore, std::path::PathBuf) {
 }
 
 /// Runs `sql` on the store's file behind its back.
-async fn tamper(db: &Path, sql: &str) {
+pub(crate) async fn tamper(db: &Path, sql: &str) {
     let mut conn = raw(db).await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
         .execute(&mut conn)

@@ -14,8 +14,8 @@ use oncegate_store::conformance::sample_record;
 use oncegate_store::{
     Commit, IntentsRead, IntentsWrite, OpenMode, SqliteStore, StoreError, StoreOptions,
 };
-use sqlx::Connection;
 
+use crate::controls::tamper;
 use crate::integrity::event;
 use crate::settled::serving;
 
@@ -84,14 +84,7 @@ async fn a_row_deleted_before_the_server_opened_is_refused_at_its_load() {
             .await
             .unwrap();
     }
-    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
-        .await
-        .unwrap();
-    sqlx::query("DELETE FROM intents")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
+    tamper(&db, "DELETE FROM intents").await;
 
     let server = serving(&db).await;
     tokio::time::sleep(AFTER_A_REFRESH).await;
@@ -118,13 +111,11 @@ async fn a_later_generation_edited_to_an_unseen_key_is_refused_not_claimed_over(
     }
     // Behind the server's back, the second generation's row is given a key the server
     // has never seen: the set cannot know it (no new rowid, no new record).
-    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
-        .await
-        .unwrap();
-    sqlx::query("UPDATE intents SET key = 'f002' WHERE key = 'f001' AND generation = 2")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    tamper(
+        &db,
+        "UPDATE intents SET key = 'f002' WHERE key = 'f001' AND generation = 2",
+    )
+    .await;
     let edited = IntentKey::from_hex("f002");
     assert!(server.load_to_claim(&edited).await.unwrap().is_none());
     // A claim of its first generation would execute again: the insert finds the later

@@ -22,8 +22,8 @@ use crate::StoreError;
 use crate::ledger::Sealing;
 use crate::rows::{self, PreparedApproval, PreparedIntent};
 use crate::sqlite::read::{
-    Remember, check_row, fetch_approval, fetch_intent, fingerprint, newer_generation_exists,
-    newest_approval_seal, newest_intent_seal, unavailable,
+    Remember, check_row, fetch_approval, fetch_intent, fingerprint, newer_row_exists,
+    newest_approval_seal, newest_sealed_generation, unavailable,
 };
 
 /// How long the checkpointer lets commits gather before it checkpoints them.
@@ -314,10 +314,15 @@ fn apply_one(
             // A new generation below one that exists (a row, or a seal of one) was
             // decided from a load that missed it (the store's key set answered
             // "absent"): re-decide from the disk, whose load refuses what it must.
-            if newer_generation_exists(conn, &stored.key, stored.generation)? {
+            // The newest sealed generation answers both questions: a later one is a
+            // conflict, and this one sealed with no row is a deleted row.
+            let sealed = newest_sealed_generation(conn, &stored.key)?;
+            if sealed.is_some_and(|g| g > stored.generation)
+                || newer_row_exists(conn, &stored.key, stored.generation)?
+            {
                 return Err(StoreError::Conflict);
             }
-            if newest_intent_seal(conn, &stored.key, stored.generation)?.is_some()
+            if sealed == Some(stored.generation)
                 && fetch_intent(conn, &stored.key, stored.generation)?.is_none()
             {
                 return Err(rows::deleted(&what));
